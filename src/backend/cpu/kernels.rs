@@ -1,0 +1,178 @@
+//! CPU element-wise and memory-bound kernels, parallel over rows with rayon.
+
+use rayon::prelude::*;
+
+use super::simd::{self, multiversion};
+use crate::backend::{ConvDims, ResizeDims};
+
+/// Rows per rayon task: big enough that scheduling costs vanish, small enough
+/// that both cores stay busy on the smallest maps.
+const ROWS_PER_TASK: usize = 64;
+
+multiversion! {
+    fn layer_norm_rows(x: &[f32], gamma: &[f32], beta: &[f32], y: &mut [f32], dim: usize) {
+        for (xr, yr) in x.chunks_exact(dim).zip(y.chunks_exact_mut(dim)) {
+            let mean = simd::sum_lanes(xr) / dim as f32;
+            let var = simd::sum_sq_dev_lanes(xr, mean) / dim as f32;
+            let inv = 1.0 / (var + 1e-5).sqrt();
+            for i in 0..dim {
+                yr[i] = (xr[i] - mean) * inv * gamma[i] + beta[i];
+            }
+        }
+    }
+}
+
+pub fn layer_norm(x: &[f32], gamma: &[f32], beta: &[f32], y: &mut [f32], rows: usize, dim: usize) {
+    let x = &x[..rows * dim];
+    y[..rows * dim]
+        .par_chunks_mut(ROWS_PER_TASK * dim)
+        .zip(x.par_chunks(ROWS_PER_TASK * dim))
+        .for_each(|(yc, xc)| layer_norm_rows(xc, gamma, beta, yc, dim));
+}
+
+multiversion! {
+    fn add_slices(y: &mut [f32], x: &[f32]) {
+        for (a, b) in y.iter_mut().zip(x) {
+            *a += *b;
+        }
+    }
+}
+
+pub fn add_assign(y: &mut [f32], x: &[f32], len: usize) {
+    y[..len].par_chunks_mut(1 << 16).zip(x[..len].par_chunks(1 << 16)).for_each(|(a, b)| add_slices(a, b));
+}
+
+pub fn relu(y: &mut [f32], len: usize) {
+    y[..len].par_chunks_mut(1 << 16).for_each(|c| c.iter_mut().for_each(|v| *v = v.max(0.0)));
+}
+
+multiversion! {
+    /// One output row of a depthwise 3x3 conv (padding 1) + bias + GELU.
+    fn dwconv_row(x: &[f32], w: &[f32], bias: &[f32], out: &mut [f32], row: usize, h: usize, width: usize, c: usize) {
+        for col in 0..width {
+            let o = &mut out[col * c..(col + 1) * c];
+            o.copy_from_slice(bias);
+            for dy in 0..3 {
+                let yy = row + dy;
+                if yy == 0 || yy > h {
+                    continue;
+                }
+                let src_row = &x[(yy - 1) * width * c..yy * width * c];
+                for dx in 0..3 {
+                    let xx = col + dx;
+                    if xx == 0 || xx > width {
+                        continue;
+                    }
+                    let src = &src_row[(xx - 1) * c..xx * c];
+                    let tap = &w[(dy * 3 + dx) * c..(dy * 3 + dx + 1) * c];
+                    for i in 0..c {
+                        o[i] = simd::fma(src[i], tap[i], o[i]);
+                    }
+                }
+            }
+            for v in o.iter_mut() {
+                *v = simd::gelu(*v);
+            }
+        }
+    }
+}
+
+pub fn dwconv3x3_gelu(x: &[f32], w: &[f32], bias: &[f32], y: &mut [f32], h: usize, width: usize, c: usize) {
+    let x = &x[..h * width * c];
+    y[..h * width * c]
+        .par_chunks_mut(width * c)
+        .enumerate()
+        .for_each(|(row, out)| dwconv_row(x, w, bias, out, row, h, width, c));
+}
+
+/// Source index pair and weight of the far neighbour for one output
+/// coordinate, exactly as PyTorch's `upsample_bilinear2d(align_corners=False)`.
+#[inline(always)]
+pub fn bilinear_source(dst: usize, src_len: usize, dst_len: usize) -> (usize, usize, f32) {
+    let scale = src_len as f32 / dst_len as f32;
+    let real = ((dst as f32 + 0.5) * scale - 0.5).max(0.0);
+    let i0 = (real as usize).min(src_len - 1);
+    let i1 = (i0 + 1).min(src_len - 1);
+    (i0, i1, real - i0 as f32)
+}
+
+multiversion! {
+    fn resize_row(x: &[f32], out: &mut [f32], d: ResizeDims, row: usize, accumulate: bool) {
+        let c = d.channels;
+        let (y0, y1, ly) = bilinear_source(row, d.src_h, d.dst_h);
+        let (hy0, hy1) = (1.0 - ly, ly);
+        let r0 = &x[y0 * d.src_w * c..(y0 + 1) * d.src_w * c];
+        let r1 = &x[y1 * d.src_w * c..(y1 + 1) * d.src_w * c];
+        for col in 0..d.dst_w {
+            let (x0, x1, lx) = bilinear_source(col, d.src_w, d.dst_w);
+            let (hx0, hx1) = (1.0 - lx, lx);
+            let (a, b) = (&r0[x0 * c..(x0 + 1) * c], &r0[x1 * c..(x1 + 1) * c]);
+            let (p, q) = (&r1[x0 * c..(x0 + 1) * c], &r1[x1 * c..(x1 + 1) * c]);
+            let o = &mut out[col * c..(col + 1) * c];
+            for i in 0..c {
+                let v = hy0 * (hx0 * a[i] + hx1 * b[i]) + hy1 * (hx0 * p[i] + hx1 * q[i]);
+                o[i] = if accumulate { o[i] + v } else { v };
+            }
+        }
+    }
+}
+
+pub fn resize_bilinear(x: &[f32], y: &mut [f32], d: ResizeDims, accumulate: bool) {
+    let x = &x[..d.src_h * d.src_w * d.channels];
+    y[..d.dst_h * d.dst_w * d.channels]
+        .par_chunks_mut(d.dst_w * d.channels)
+        .enumerate()
+        .for_each(|(row, out)| resize_row(x, out, d, row, accumulate));
+}
+
+/// Unfolds conv patches: row `(oy, ox)` of `cols` holds the `[ky, kx, c_in]`
+/// window under output pixel `(oy, ox)`, zero where it hangs over the border.
+pub fn im2col(x: &[f32], cols: &mut [f32], d: ConvDims) {
+    let (oh, ow) = (d.out_h(), d.out_w());
+    let patch = d.kernel * d.kernel * d.c_in;
+    cols[..oh * ow * patch].par_chunks_mut(ow * patch).enumerate().for_each(|(oy, out_row)| {
+        for ox in 0..ow {
+            let dst = &mut out_row[ox * patch..(ox + 1) * patch];
+            for ky in 0..d.kernel {
+                let iy = (oy * d.stride + ky) as isize - d.pad as isize;
+                let seg = &mut dst[ky * d.kernel * d.c_in..(ky + 1) * d.kernel * d.c_in];
+                if iy < 0 || iy >= d.h as isize {
+                    seg.fill(0.0);
+                    continue;
+                }
+                let src_row = &x[iy as usize * d.w * d.c_in..(iy as usize + 1) * d.w * d.c_in];
+                let ix0 = (ox * d.stride) as isize - d.pad as isize;
+                if ix0 >= 0 && ix0 as usize + d.kernel <= d.w {
+                    let s = ix0 as usize * d.c_in;
+                    seg.copy_from_slice(&src_row[s..s + d.kernel * d.c_in]);
+                    continue;
+                }
+                for kx in 0..d.kernel {
+                    let ix = ix0 + kx as isize;
+                    let cell = &mut seg[kx * d.c_in..(kx + 1) * d.c_in];
+                    if ix < 0 || ix >= d.w as isize {
+                        cell.fill(0.0);
+                    } else {
+                        cell.copy_from_slice(&src_row[ix as usize * d.c_in..(ix as usize + 1) * d.c_in]);
+                    }
+                }
+            }
+        }
+    });
+}
+
+multiversion! {
+    /// Scales each row of `scores` and replaces it with its softmax.
+    pub fn softmax_rows(scores: &mut [f32], cols: usize, scale: f32) {
+        for row in scores.chunks_exact_mut(cols) {
+            let max = simd::max_lanes(row);
+            for v in row.iter_mut() {
+                *v = simd::exp((*v - max) * scale);
+            }
+            let inv = 1.0 / simd::sum_lanes(row);
+            for v in row.iter_mut() {
+                *v *= inv;
+            }
+        }
+    }
+}

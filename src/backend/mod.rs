@@ -1,0 +1,200 @@
+//! The operations SegFormer needs, as a trait each backend implements once.
+//!
+//! Shapes are static per (model, input size): every layer allocates its output
+//! buffers when it is built and passes explicit dimensions to each op, so a GPU
+//! backend can capture the whole forward into a graph with no allocation inside.
+//! All activations are row-major "tokens x channels" (NHWC without the N).
+
+pub mod cpu;
+
+use std::fmt;
+
+/// Numeric precision a backend computes in. The CPU backend is always `F32`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    #[default]
+    F32,
+    Fp16,
+    Bf16,
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Precision::F32 => "f32",
+            Precision::Fp16 => "fp16",
+            Precision::Bf16 => "bf16",
+        })
+    }
+}
+
+impl std::str::FromStr for Precision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "f32" | "fp32" | "float32" => Ok(Precision::F32),
+            "fp16" | "f16" | "float16" | "half" => Ok(Precision::Fp16),
+            "bf16" | "bfloat16" => Ok(Precision::Bf16),
+            other => Err(format!("unknown precision '{other}' (expected f32, fp16 or bf16)")),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("buffer size mismatch in {op}: expected {expected} elements, got {actual}")]
+    Size { op: &'static str, expected: usize, actual: usize },
+    #[error("device error: {0}")]
+    Device(String),
+}
+
+/// `y[rows, n] = x[rows, k] . w[k, n] (+ bias[n])`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmDims {
+    pub rows: usize,
+    pub k: usize,
+    pub n: usize,
+}
+
+/// A 2-D convolution over an `[h, w, c_in]` map with weights laid out
+/// `[kernel, kernel, c_in, c_out]`, producing `[out_h, out_w, c_out]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvDims {
+    pub h: usize,
+    pub w: usize,
+    pub c_in: usize,
+    pub c_out: usize,
+    pub kernel: usize,
+    pub stride: usize,
+    pub pad: usize,
+}
+
+impl ConvDims {
+    pub fn out_h(&self) -> usize {
+        (self.h + 2 * self.pad).saturating_sub(self.kernel) / self.stride + 1
+    }
+    pub fn out_w(&self) -> usize {
+        (self.w + 2 * self.pad).saturating_sub(self.kernel) / self.stride + 1
+    }
+    /// Whether the kernel fits at least once; a smaller map is a build-time error.
+    pub fn is_valid(&self) -> bool {
+        self.h + 2 * self.pad >= self.kernel && self.w + 2 * self.pad >= self.kernel && self.stride > 0
+    }
+}
+
+/// Multi-head attention of `queries` tokens against `keys` tokens.
+/// `q` is `[queries, heads*head_dim]`; `kv` is `[keys, 2*heads*head_dim]` with
+/// all keys' channels first, then all values' channels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttnDims {
+    pub queries: usize,
+    pub keys: usize,
+    pub heads: usize,
+    pub head_dim: usize,
+}
+
+/// Bilinear resize (half-pixel centres, align_corners=False, no antialias) of a
+/// `[src_h, src_w, channels]` map to `[dst_h, dst_w, channels]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResizeDims {
+    pub src_h: usize,
+    pub src_w: usize,
+    pub dst_h: usize,
+    pub dst_w: usize,
+    pub channels: usize,
+}
+
+pub type OpResult = Result<(), BackendError>;
+
+/// What a backend provides. `Param`s are read-only weights shared by every
+/// model instance (and worker) built on this backend; `Tensor`s are activation
+/// buffers owned by exactly one model instance.
+pub trait Backend: Send + Sync + 'static {
+    type Param: Clone + Send + Sync;
+    type Tensor: Send;
+
+    fn describe(&self) -> String;
+    fn precision(&self) -> Precision;
+
+    fn param(&self, values: &[f32]) -> Result<Self::Param, BackendError>;
+    fn tensor(&self, len: usize) -> Result<Self::Tensor, BackendError>;
+    fn write(&self, dst: &mut Self::Tensor, src: &[f32]) -> OpResult;
+    fn read(&self, src: &Self::Tensor, dst: &mut [f32]) -> OpResult;
+    /// Waits until queued work is done (a no-op on synchronous backends).
+    fn sync(&self) -> OpResult;
+
+    /// Extra scratch elements `conv2d` needs for these dimensions.
+    fn conv2d_workspace(&self, dims: ConvDims) -> usize;
+    /// Extra scratch elements `attention` needs for these dimensions.
+    fn attention_workspace(&self, dims: AttnDims) -> usize;
+
+    /// `y = x . w (+ bias)`, or `y += ...` when `accumulate`.
+    fn linear(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Param,
+        bias: Option<&Self::Param>,
+        y: &mut Self::Tensor,
+        dims: GemmDims,
+        accumulate: bool,
+    ) -> OpResult;
+
+    fn conv2d(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Param,
+        bias: &Self::Param,
+        y: &mut Self::Tensor,
+        workspace: &mut Self::Tensor,
+        dims: ConvDims,
+    ) -> OpResult;
+
+    /// Per-row layer norm over `dim` channels (eps 1e-5, as HF uses).
+    fn layer_norm(
+        &self,
+        x: &Self::Tensor,
+        gamma: &Self::Param,
+        beta: &Self::Param,
+        y: &mut Self::Tensor,
+        rows: usize,
+        dim: usize,
+    ) -> OpResult;
+
+    /// `y += x` over `len` elements (residual connections).
+    fn add_assign(&self, y: &mut Self::Tensor, x: &Self::Tensor, len: usize) -> OpResult;
+
+    /// Softmax attention, scaled by `1/sqrt(head_dim)`, written to `y` `[queries, heads*head_dim]`.
+    fn attention(
+        &self,
+        q: &Self::Tensor,
+        kv: &Self::Tensor,
+        y: &mut Self::Tensor,
+        workspace: &mut Self::Tensor,
+        dims: AttnDims,
+    ) -> OpResult;
+
+    /// Depthwise 3x3 convolution (padding 1) + bias + exact GELU over `[h, w, c]`.
+    fn dwconv3x3_gelu(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Param,
+        bias: &Self::Param,
+        y: &mut Self::Tensor,
+        h: usize,
+        w_: usize,
+        c: usize,
+    ) -> OpResult;
+
+    /// `y (+)= resize(x)`.
+    fn resize_bilinear(
+        &self,
+        x: &Self::Tensor,
+        y: &mut Self::Tensor,
+        dims: ResizeDims,
+        accumulate: bool,
+    ) -> OpResult;
+
+    /// `y = max(y, 0)` over `len` elements.
+    fn relu(&self, y: &mut Self::Tensor, len: usize) -> OpResult;
+}

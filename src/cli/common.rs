@@ -1,0 +1,96 @@
+//! Arguments and set-up shared by the engine subcommands.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use roadseg::backend::{Backend, Precision};
+use roadseg::backend::cpu::CpuBackend;
+use roadseg::checkpoint::Checkpoint;
+use roadseg::device::{self, DeviceRequest};
+use roadseg::engine::{Engine, EngineOptions, Preset};
+use roadseg::model::SegformerWeights;
+
+/// The model folder shipped with roadseg (relative to the working directory).
+pub const BUNDLED_MODEL: &str = "models/roadseg-camvid";
+
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// HuggingFace SegFormer checkpoint folder (config.json + model.safetensors).
+    #[arg(long, default_value = BUNDLED_MODEL)]
+    pub model: PathBuf,
+    /// cpu, cuda, cuda:0,1 or auto (CUDA when usable, else CPU with a warning).
+    #[arg(long, default_value = "auto")]
+    pub device: DeviceRequest,
+    /// f32, fp16 or bf16 (the CPU always computes in f32).
+    #[arg(long, default_value = "f32")]
+    pub precision: Precision,
+    /// fast: one pass; accurate: scales 0.9/1.0/1.1 averaged.
+    #[arg(long, value_enum, default_value = "fast")]
+    pub preset: Preset,
+    /// Class names counted as road (repeatable).
+    #[arg(long = "road-class", default_value = "road")]
+    pub road_classes: Vec<String>,
+    /// Pixels whose top softmax probability is below this are marked unknown (255).
+    #[arg(long, default_value_t = 0.5)]
+    pub threshold: f32,
+}
+
+pub fn parse_size(s: &str) -> Result<(usize, usize), String> {
+    let (w, h) = s.split_once(['x', 'X']).ok_or_else(|| format!("size '{s}' is not WxH (e.g. 1024x576)"))?;
+    let parse = |v: &str| v.trim().parse::<usize>().map_err(|_| format!("size '{s}' is not WxH (e.g. 1024x576)"));
+    let (w, h) = (parse(w)?, parse(h)?);
+    if w < 32 || h < 32 || w > 8192 || h > 8192 {
+        return Err(format!("size {w}x{h} is outside 32..=8192 per side"));
+    }
+    Ok((w, h))
+}
+
+/// Default model input for a frame: 1024 wide, height from the frame's aspect
+/// rounded to a multiple of 32.
+pub fn default_size(frame_w: usize, frame_h: usize) -> (usize, usize) {
+    let h = (1024.0 * frame_h as f64 / frame_w as f64 / 32.0).round().max(1.0) as usize * 32;
+    (1024, h)
+}
+
+pub struct Loaded {
+    pub engine: Engine<CpuBackend>,
+    pub device: &'static str,
+    pub precision: Precision,
+}
+
+pub fn road_class_ids(labels: &[String], names: &[String]) -> Vec<usize> {
+    let ids: Vec<usize> = names
+        .iter()
+        .filter_map(|n| labels.iter().position(|l| l.eq_ignore_ascii_case(n)))
+        .collect();
+    if ids.is_empty() {
+        tracing::warn!("none of the road classes {names:?} is a label of this model; road coverage will be 0");
+    }
+    ids
+}
+
+pub fn load_engine(args: &ModelArgs, size: (usize, usize), threshold: f32) -> Result<Loaded> {
+    let resolved = device::resolve(&args.device, args.precision)?;
+    for w in &resolved.warnings {
+        tracing::warn!("{w}");
+    }
+    let mut ckpt = Checkpoint::open(&args.model).with_context(|| format!("loading model {}", args.model.display()))?;
+    let backend = Arc::new(CpuBackend::new());
+    let weights = SegformerWeights::load(&mut ckpt, &*backend).with_context(|| format!("loading model {}", args.model.display()))?;
+    let road_classes = road_class_ids(&weights.labels, &args.road_classes);
+    let options = EngineOptions { width: size.0, height: size.1, scales: args.preset.scales(), road_classes, confidence_threshold: threshold };
+    let engine = Engine::new(backend, weights, options)?;
+    if !(0.0..=1.0).contains(&threshold) {
+        bail!("--threshold {threshold} is outside 0..=1");
+    }
+    tracing::info!(
+        model = %args.model.display(),
+        backend = %engine.backend().describe(),
+        size = %format!("{}x{}", size.0, size.1),
+        preset = ?args.preset,
+        "model loaded"
+    );
+    Ok(Loaded { engine, device: resolved.device, precision: resolved.precision })
+}

@@ -1,0 +1,4 @@
+pub mod bench;
+pub mod common;
+pub mod eval;
+pub mod infer;

@@ -1,0 +1,146 @@
+//! Still images: loading as RGB, listing a folder, writing class maps and
+//! overlays.
+
+use std::path::{Path, PathBuf};
+
+use image::{ImageBuffer, Luma, Rgb, RgbImage};
+
+use crate::engine::{Segmentation, UNKNOWN};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    #[error("cannot read image {path}: {reason}")]
+    Read { path: String, reason: String },
+    #[error("cannot write image {path}: {reason}")]
+    Write { path: String, reason: String },
+    #[error("cannot list {path}: {source}")]
+    List { path: String, source: std::io::Error },
+    #[error("no images (png, jpg, jpeg, bmp) in {0}")]
+    Empty(String),
+}
+
+pub fn load_rgb(path: &Path) -> Result<RgbImage, ImageError> {
+    image::open(path)
+        .map(|i| i.to_rgb8())
+        .map_err(|e| ImageError::Read { path: path.display().to_string(), reason: e.to_string() })
+}
+
+/// Label maps: one class index per pixel (8-bit grey or palette PNG).
+pub fn load_labels(path: &Path) -> Result<ImageBuffer<Luma<u8>, Vec<u8>>, ImageError> {
+    image::open(path)
+        .map(|i| i.to_luma8())
+        .map_err(|e| ImageError::Read { path: path.display().to_string(), reason: e.to_string() })
+}
+
+fn is_image(p: &Path) -> bool {
+    let ext = p.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
+    matches!(ext.as_deref(), Some("png" | "jpg" | "jpeg" | "bmp"))
+}
+
+/// `path` itself when it is a file, else the images in it, sorted by name.
+pub fn list_images(path: &Path) -> Result<Vec<PathBuf>, ImageError> {
+    if path.is_file() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let entries = std::fs::read_dir(path).map_err(|source| ImageError::List { path: path.display().to_string(), source })?;
+    let mut files: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_file() && is_image(p)).collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(ImageError::Empty(path.display().to_string()));
+    }
+    Ok(files)
+}
+
+pub fn save_classes(seg: &Segmentation, path: &Path) -> Result<(), ImageError> {
+    let img: ImageBuffer<Luma<u8>, Vec<u8>> =
+        ImageBuffer::from_raw(seg.width as u32, seg.height as u32, seg.classes.clone()).expect("class map matches its size");
+    img.save(path).map_err(|e| ImageError::Write { path: path.display().to_string(), reason: e.to_string() })
+}
+
+/// Colours per class: CamVid's and Cityscapes' conventional palettes for those
+/// label counts, evenly spread hues otherwise.
+pub fn palette(labels: &[String]) -> Vec<[u8; 3]> {
+    const CITYSCAPES: [[u8; 3]; 19] = [
+        [128, 64, 128], [244, 35, 232], [70, 70, 70], [102, 102, 156], [190, 153, 153], [153, 153, 153],
+        [250, 170, 30], [220, 220, 0], [107, 142, 35], [152, 251, 152], [70, 130, 180], [220, 20, 60],
+        [255, 0, 0], [0, 0, 142], [0, 0, 70], [0, 60, 100], [0, 80, 100], [0, 0, 230], [119, 11, 32],
+    ];
+    const CAMVID: [[u8; 3]; 11] = [
+        [128, 128, 128], [128, 0, 0], [192, 192, 128], [128, 64, 128], [60, 40, 222], [128, 128, 0],
+        [192, 128, 128], [64, 64, 128], [64, 0, 128], [64, 64, 0], [0, 128, 192],
+    ];
+    match labels.len() {
+        19 => CITYSCAPES.to_vec(),
+        11 => CAMVID.to_vec(),
+        n => (0..n)
+            .map(|i| {
+                let h = i as f32 / n.max(1) as f32 * 6.0;
+                let x = (1.0 - (h % 2.0 - 1.0).abs()) * 200.0;
+                let (r, g, b) = match h as u32 {
+                    0 => (200.0, x, 0.0),
+                    1 => (x, 200.0, 0.0),
+                    2 => (0.0, 200.0, x),
+                    3 => (0.0, x, 200.0),
+                    4 => (x, 0.0, 200.0),
+                    _ => (200.0, 0.0, x),
+                };
+                [r as u8 + 40, g as u8 + 40, b as u8 + 40]
+            })
+            .collect(),
+    }
+}
+
+/// How an overlay draws a segmentation over its frame.
+#[derive(Clone, Debug)]
+pub struct OverlayStyle {
+    pub road_classes: Vec<usize>,
+    pub road_colour: [u8; 3],
+    /// Opacity of the road tint, 0..=1.
+    pub road_alpha: f32,
+    /// Tint every class with the palette (at half the road alpha), not just road.
+    pub full_palette: Option<Vec<[u8; 3]>>,
+    /// Colour for low-confidence pixels, drawn as a sparse checker so the
+    /// frame stays visible beneath.
+    pub unknown_colour: [u8; 3],
+}
+
+impl Default for OverlayStyle {
+    fn default() -> Self {
+        OverlayStyle {
+            road_classes: vec![0],
+            road_colour: [255, 0, 200],
+            road_alpha: 0.45,
+            full_palette: None,
+            unknown_colour: [255, 220, 0],
+        }
+    }
+}
+
+/// Blends `seg` into packed RGB (or RGBA with `channels` 4) pixels in place.
+pub fn draw_overlay(pixels: &mut [u8], channels: usize, seg: &Segmentation, style: &OverlayStyle) {
+    let mut is_road = [false; 256];
+    for &c in &style.road_classes {
+        is_road[c.min(255)] = true;
+    }
+    for (i, px) in pixels.chunks_exact_mut(channels).take(seg.width * seg.height).enumerate() {
+        let class = seg.classes[i];
+        let (colour, alpha) = if class == UNKNOWN {
+            let (x, y) = (i % seg.width, i / seg.width);
+            if (x / 4 + y / 4) % 2 == 0 { (style.unknown_colour, 0.35) } else { continue }
+        } else if is_road[class as usize] {
+            (style.road_colour, style.road_alpha)
+        } else if let Some(p) = &style.full_palette {
+            (p[class as usize % p.len()], style.road_alpha * 0.5)
+        } else {
+            continue;
+        };
+        for c in 0..3 {
+            px[c] = (px[c] as f32 * (1.0 - alpha) + colour[c] as f32 * alpha).round() as u8;
+        }
+    }
+}
+
+pub fn save_rgb(pixels: Vec<u8>, width: usize, height: usize, path: &Path) -> Result<(), ImageError> {
+    let img: RgbImage = ImageBuffer::<Rgb<u8>, _>::from_raw(width as u32, height as u32, pixels).expect("pixels match size");
+    img.save(path).map_err(|e| ImageError::Write { path: path.display().to_string(), reason: e.to_string() })
+}

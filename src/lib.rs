@@ -1,0 +1,13 @@
+//! roadseg: road segmentation of live video with SegFormer.
+//!
+//! The engine (checkpoint loading, the model, backends, pre/post-processing)
+//! works without any video code; the `video` feature adds the daemon.
+
+pub mod backend;
+pub mod checkpoint;
+pub mod device;
+pub mod engine;
+pub mod eval;
+pub mod images;
+pub mod model;
+pub mod npy;

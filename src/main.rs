@@ -1,0 +1,42 @@
+mod cli;
+
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+/// Road segmentation of dashcam and road-camera video with SegFormer.
+#[derive(Parser, Debug)]
+#[command(name = "roadseg", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Segment images (or ready-made pixel values) and write logits, class maps, overlays.
+    Infer(cli::infer::InferArgs),
+    /// Per-class IoU and mIoU on a labelled image folder.
+    Eval(cli::eval::EvalArgs),
+    /// Time full frames (preprocess + model + postprocess) and print one JSON line.
+    Bench(cli::bench::BenchArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_env("ROADSEG_LOG").unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Infer(a) => cli::infer::run(a),
+        Command::Eval(a) => cli::eval::run(a),
+        Command::Bench(a) => cli::bench::run(a),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("roadseg: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! The all-MLP decode head, folded at load time.
+//!
+//! HF computes, per stage i: `u_i = up(E_i Wc_i^T + bc_i)` (to 1/4 resolution),
+//! then `relu(BN(concat(u_n..u_1) Wf^T))` and the classifier. Everything before
+//! the ReLU is linear and bilinear upsampling commutes with per-pixel linear
+//! maps (its weights sum to 1, so biases pass through), hence
+//! `BN(sum_i up(E_i M_i)) + bias` with `M_i = Wc_i^T Wf_i^T diag(s)`. Each
+//! stage's projection then runs at its own resolution, and the 4D x D fuse GEMM
+//! at 1/4 resolution (most of the head's cost) disappears.
+
+use super::host::{matmul, transpose};
+use super::{ModelError, Weights};
+use crate::backend::{Backend, GemmDims, ResizeDims};
+use crate::checkpoint::SegformerConfig;
+
+/// BatchNorm eps (HF uses nn.BatchNorm2d's default).
+const BN_EPS: f32 = 1e-5;
+
+pub struct Decoder<B: Backend> {
+    /// Per stage `[C_i, D]`, BatchNorm scale folded in.
+    projections: Vec<B::Param>,
+    /// Every bias and the BatchNorm shift, summed: `[D]`.
+    bias: B::Param,
+    /// `[D, labels]`
+    classifier: B::Param,
+    classifier_bias: B::Param,
+    pub channels: Vec<usize>,
+    pub hidden: usize,
+    pub labels: usize,
+}
+
+impl<B: Backend> Decoder<B> {
+    pub fn new(cfg: &SegformerConfig, w: &mut Weights<'_, B>) -> Result<Self, ModelError> {
+        let d = cfg.decoder_hidden_size;
+        let stages = cfg.num_encoder_blocks;
+        let labels = cfg.num_labels();
+        let fuse = w.ckpt.take("decode_head.linear_fuse.weight", &[d, stages * d, 1, 1])?;
+        let gamma = w.ckpt.take("decode_head.batch_norm.weight", &[d])?;
+        let beta = w.ckpt.take("decode_head.batch_norm.bias", &[d])?;
+        let mean = w.ckpt.take("decode_head.batch_norm.running_mean", &[d])?;
+        let var = w.ckpt.take("decode_head.batch_norm.running_var", &[d])?;
+        let scale: Vec<f32> = gamma.iter().zip(&var).map(|(g, v)| g / (v + BN_EPS).sqrt()).collect();
+        let mut bias: Vec<f32> = (0..d).map(|j| beta[j] - mean[j] * scale[j]).collect();
+
+        // fuse: [D, stages*D]; HF concatenates the stages last-first.
+        let fuse_t = transpose(&fuse, d, stages * d); // [stages*D, D]
+        let mut projections = Vec::with_capacity(stages);
+        for (i, &c) in cfg.hidden_sizes.iter().enumerate() {
+            let wc = w.ckpt.take(&format!("decode_head.linear_c.{i}.proj.weight"), &[d, c])?;
+            let bc = w.ckpt.take(&format!("decode_head.linear_c.{i}.proj.bias"), &[d])?;
+            let block = stages - 1 - i;
+            let wf_t = &fuse_t[block * d * d..(block + 1) * d * d]; // [D, D] = Wf_i^T
+            let mut m = matmul(&transpose(&wc, d, c), wf_t, c, d, d); // [C_i, D]
+            for row in m.chunks_exact_mut(d) {
+                row.iter_mut().zip(&scale).for_each(|(v, s)| *v *= s);
+            }
+            let bf = matmul(&bc, wf_t, 1, d, d);
+            for j in 0..d {
+                bias[j] += bf[j] * scale[j];
+            }
+            projections.push(w.upload(&m)?);
+        }
+        let cls = w.ckpt.take("decode_head.classifier.weight", &[labels, d, 1, 1])?;
+        let cls_b = w.ckpt.take("decode_head.classifier.bias", &[labels])?;
+        Ok(Decoder {
+            projections,
+            bias: w.upload(&bias)?,
+            classifier: w.upload(&transpose(&cls, labels, d))?,
+            classifier_bias: w.upload(&cls_b)?,
+            channels: cfg.hidden_sizes.clone(),
+            hidden: d,
+            labels,
+        })
+    }
+
+    /// stage outputs `[h_i, w_i, C_i]` -> logits `[h_0, w_0, labels]`.
+    /// `acc` is `[h_0*w_0, D]`, `tmp` at least `[h_i*w_i, D]` for i >= 1.
+    pub fn forward(
+        &self,
+        b: &B,
+        stages: &[&B::Tensor],
+        sizes: &[(usize, usize)],
+        acc: &mut B::Tensor,
+        tmp: &mut B::Tensor,
+        logits: &mut B::Tensor,
+    ) -> Result<(), ModelError> {
+        let d = self.hidden;
+        let (h0, w0) = sizes[0];
+        let dims0 = GemmDims { rows: h0 * w0, k: self.channels[0], n: d };
+        b.linear(stages[0], &self.projections[0], Some(&self.bias), acc, dims0, false)?;
+        for i in 1..stages.len() {
+            let (h, w) = sizes[i];
+            let dims = GemmDims { rows: h * w, k: self.channels[i], n: d };
+            b.linear(stages[i], &self.projections[i], None, tmp, dims, false)?;
+            // [h_i, w_i, D] -> bilinear -> += [h_0, w_0, D]
+            let resize = ResizeDims { src_h: h, src_w: w, dst_h: h0, dst_w: w0, channels: d };
+            b.resize_bilinear(tmp, acc, resize, true)?;
+        }
+        b.relu(acc, h0 * w0 * d)?;
+        let dims = GemmDims { rows: h0 * w0, k: d, n: self.labels };
+        Ok(b.linear(acc, &self.classifier, Some(&self.classifier_bias), logits, dims, false)?)
+    }
+}

@@ -1,0 +1,204 @@
+//! SegFormer (Mix Transformer encoder + all-MLP decoder), written once against
+//! [`Backend`]. [`SegformerWeights`] is loaded once and shared; a [`Segformer`]
+//! is one runnable instance for one fixed input size, owning its buffers.
+
+mod decoder;
+mod host;
+mod layers;
+
+use std::sync::Arc;
+
+use crate::backend::{Backend, BackendError, ConvDims};
+use crate::checkpoint::{Checkpoint, CheckpointError, SegformerConfig};
+
+use self::decoder::Decoder;
+use self::layers::{Block, LayerNorm, PatchEmbed, StageDims, StageScratch};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error("input {width}x{height} is too small for this model: stage {stage} would be {h}x{w} (use a larger --size)")]
+    InputTooSmall { width: usize, height: usize, stage: usize, h: usize, w: usize },
+}
+
+/// Checkpoint reader plus the backend parameters are uploaded to.
+pub struct Weights<'a, B: Backend> {
+    pub ckpt: &'a mut Checkpoint,
+    pub backend: &'a B,
+}
+
+impl<B: Backend> Weights<'_, B> {
+    pub fn param(&mut self, name: &str, shape: &[usize]) -> Result<B::Param, ModelError> {
+        let values = self.ckpt.take(name, shape)?;
+        self.upload(&values)
+    }
+
+    pub fn upload(&mut self, values: &[f32]) -> Result<B::Param, ModelError> {
+        Ok(self.backend.param(values)?)
+    }
+}
+
+struct Stage<B: Backend> {
+    embed: PatchEmbed<B>,
+    blocks: Vec<Block<B>>,
+    norm: LayerNorm<B>,
+    sr: usize,
+}
+
+/// All parameters of one checkpoint on one backend; read-only, shared by
+/// every [`Segformer`] instance (per worker, per input size, per scale).
+pub struct SegformerWeights<B: Backend> {
+    pub config: SegformerConfig,
+    pub labels: Vec<String>,
+    stages: Vec<Stage<B>>,
+    decoder: Decoder<B>,
+}
+
+impl<B: Backend> SegformerWeights<B> {
+    /// Reads every tensor the config implies, checking names and shapes, and
+    /// fails on model tensors the config does not account for.
+    pub fn load(ckpt: &mut Checkpoint, backend: &B) -> Result<Arc<Self>, ModelError> {
+        let config = ckpt.config.clone();
+        let labels = ckpt.labels.clone();
+        let mut w = Weights { ckpt, backend };
+        let mut stages = Vec::with_capacity(config.num_encoder_blocks);
+        for s in 0..config.num_encoder_blocks {
+            let embed = PatchEmbed::new(&config, &mut w, s)?;
+            let blocks = (0..config.depths[s]).map(|i| Block::new(&config, &mut w, s, i)).collect::<Result<Vec<_>, _>>()?;
+            let norm = LayerNorm::new(&mut w, &format!("segformer.encoder.layer_norm.{s}"), config.hidden_sizes[s])?;
+            stages.push(Stage { embed, blocks, norm, sr: config.sr_ratios[s] });
+        }
+        let decoder = Decoder::new(&config, &mut w)?;
+        w.ckpt.check_all_used()?;
+        Ok(Arc::new(SegformerWeights { config, labels, stages, decoder }))
+    }
+
+    pub fn num_labels(&self) -> usize {
+        self.decoder.labels
+    }
+}
+
+struct StageBuffers<B: Backend> {
+    dims: StageDims,
+    embed: ConvDims,
+    embed_out: B::Tensor,
+    embed_ws: B::Tensor,
+    /// The residual stream `[h*w, C]`; after the final norm, the stage output.
+    x: B::Tensor,
+    normed: B::Tensor,
+    scratch: Option<StageScratch<B>>,
+}
+
+/// One model instance for one input size: input `[H, W, 3]` (normalised,
+/// channels last), logits `[ceil(H/4), ceil(W/4), labels]`.
+pub struct Segformer<B: Backend> {
+    weights: Arc<SegformerWeights<B>>,
+    width: usize,
+    height: usize,
+    input: B::Tensor,
+    stages: Vec<StageBuffers<B>>,
+    decoder_acc: B::Tensor,
+    decoder_tmp: B::Tensor,
+    logits: B::Tensor,
+}
+
+impl<B: Backend> Segformer<B> {
+    pub fn new(weights: Arc<SegformerWeights<B>>, b: &B, width: usize, height: usize) -> Result<Self, ModelError> {
+        let too_small = |stage, h, w| ModelError::InputTooSmall { width, height, stage, h, w };
+        let mut stages = Vec::with_capacity(weights.stages.len());
+        let (mut h, mut w) = (height, width);
+        for (i, stage) in weights.stages.iter().enumerate() {
+            let embed = stage.embed.proj.dims(h, w);
+            if !embed.is_valid() || h == 0 || w == 0 {
+                return Err(too_small(i, h, w));
+            }
+            (h, w) = (embed.out_h(), embed.out_w());
+            let keys = if stage.sr > 1 {
+                let reduced = ConvDims { h, w, c_in: 1, c_out: 1, kernel: stage.sr, stride: stage.sr, pad: 0 };
+                if !reduced.is_valid() {
+                    return Err(too_small(i, h, w));
+                }
+                reduced.out_h() * reduced.out_w()
+            } else {
+                h * w
+            };
+            let dims = StageDims { h, w, keys };
+            let c = embed.c_out;
+            let scratch = match stage.blocks.first() {
+                Some(block) => Some(StageScratch::new(b, block, &dims)?),
+                None => None,
+            };
+            stages.push(StageBuffers {
+                dims,
+                embed,
+                embed_out: b.tensor(h * w * c)?,
+                embed_ws: b.tensor(b.conv2d_workspace(embed))?,
+                x: b.tensor(h * w * c)?,
+                normed: b.tensor(h * w * c)?,
+                scratch,
+            });
+        }
+        let d = weights.decoder.hidden;
+        let tokens0 = stages[0].dims.tokens();
+        let largest_rest = stages.iter().skip(1).map(|s| s.dims.tokens()).max().unwrap_or(0);
+        Ok(Segformer {
+            input: b.tensor(height * width * 3)?,
+            decoder_acc: b.tensor(tokens0 * d)?,
+            decoder_tmp: b.tensor(largest_rest * d)?,
+            logits: b.tensor(tokens0 * weights.decoder.labels)?,
+            stages,
+            weights,
+            width,
+            height,
+        })
+    }
+
+    pub fn weights(&self) -> &Arc<SegformerWeights<B>> {
+        &self.weights
+    }
+
+    /// (width, height) of the input.
+    pub fn input_size(&self) -> (usize, usize) {
+        (self.width, self.height)
+    }
+
+    /// (width, height) of the logits map (stage-1 resolution).
+    pub fn logits_size(&self) -> (usize, usize) {
+        (self.stages[0].dims.w, self.stages[0].dims.h)
+    }
+
+    pub fn input_mut(&mut self) -> &mut B::Tensor {
+        &mut self.input
+    }
+
+    pub fn logits(&self) -> &B::Tensor {
+        &self.logits
+    }
+
+    /// Runs the model on the current input, writing the logits buffer.
+    pub fn forward(&mut self, b: &B) -> Result<(), ModelError> {
+        for i in 0..self.stages.len() {
+            let stage = &self.weights.stages[i];
+            let (done, rest) = self.stages.split_at_mut(i);
+            let buf = &mut rest[0];
+            let src = if i == 0 { &self.input } else { &done[i - 1].x };
+            // [h, w, C_prev] -> conv -> [h', w', C] -> LN
+            stage.embed.proj.forward(b, src, &mut buf.embed_out, &mut buf.embed_ws, buf.embed)?;
+            stage.embed.norm.forward(b, &buf.embed_out, &mut buf.x, buf.dims.tokens())?;
+            if let Some(scratch) = buf.scratch.as_mut() {
+                for block in &stage.blocks {
+                    block.forward(b, &mut buf.x, &mut buf.normed, scratch, &buf.dims)?;
+                }
+            }
+            // final norm: x -> normed, then swap so `x` holds the stage output.
+            stage.norm.forward(b, &buf.x, &mut buf.normed, buf.dims.tokens())?;
+            std::mem::swap(&mut buf.x, &mut buf.normed);
+        }
+        let outputs: Vec<&B::Tensor> = self.stages.iter().map(|s| &s.x).collect();
+        let sizes: Vec<(usize, usize)> = self.stages.iter().map(|s| (s.dims.h, s.dims.w)).collect();
+        self.weights.decoder.forward(b, &outputs, &sizes, &mut self.decoder_acc, &mut self.decoder_tmp, &mut self.logits)
+    }
+}

@@ -1,0 +1,531 @@
+#!/usr/bin/env python3
+"""Train the roadseg default model: a SegFormer trained from scratch on CamVid.
+
+The model is ``transformers.SegformerForSemanticSegmentation`` with a randomly
+initialised, hand-built ``SegformerConfig`` (no pretrained weights).  The best
+checkpoint (by CamVid val mIoU, ties broken by road IoU) is exported as float16
+in Hugging Face layout (``config.json`` + ``model.safetensors``) every time it
+improves, so a usable model exists early, and once more when training stops.
+
+Validation mimics the roadseg daemon exactly: the RGB uint8 image is resized
+bilinearly (align_corners=False, antialias=False) to the inference size
+(1024 px wide, height from the image aspect: 1024x768 for CamVid), divided by
+255, normalised with the ImageNet mean/std; the 1/4-resolution logits are
+upsampled bilinearly to the label size and arg-maxed.
+
+See README.md next to this file for usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import glob
+import inspect
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image, ImageEnhance
+
+CLASSES = [
+    "sky", "building", "pole", "road", "pavement", "tree",
+    "signsymbol", "fence", "car", "pedestrian", "bicyclist",
+]
+NUM_CLASSES = len(CLASSES)  # 11
+IGNORE = 11                 # "Unlabelled" in the CamVid label maps
+ROAD = CLASSES.index("road")
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+
+# Architecture presets.  All share SegFormer's MiT layout (4 stages, overlapping
+# patch embeddings with strides 4/2/2/2, efficient self-attention with spatial
+# reduction 8/4/2/1) and the all-MLP decode head.
+ARCHS = {
+    # SegFormer-B0 as published (3.7 M params, decoder 256).
+    "b0": dict(hidden_sizes=[32, 64, 160, 256], depths=[2, 2, 2, 2],
+               num_attention_heads=[1, 2, 5, 8], sr_ratios=[8, 4, 2, 1],
+               decoder_hidden_size=256),
+    # B0 encoder with a 128-wide decode head (the default; see README).  The
+    # decode head's 1x1 fuse conv runs at 1/4 resolution and dominates the cost
+    # of B0 at 1024x576; halving it makes CPU inference ~2x faster.
+    "b0-d128": dict(hidden_sizes=[32, 64, 160, 256], depths=[2, 2, 2, 2],
+                    num_attention_heads=[1, 2, 5, 8], sr_ratios=[8, 4, 2, 1],
+                    decoder_hidden_size=128),
+    # Slimmer than B0 (2.0 M params).
+    "slim": dict(hidden_sizes=[24, 48, 120, 192], depths=[2, 2, 2, 2],
+                 num_attention_heads=[1, 2, 4, 6], sr_ratios=[8, 4, 2, 1],
+                 decoder_hidden_size=128),
+    # Tiny, for smoke tests.
+    "tiny": dict(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1],
+                 num_attention_heads=[1, 1, 2, 4], sr_ratios=[8, 4, 2, 1],
+                 decoder_hidden_size=64),
+}
+
+
+def log(msg: str, fh=None) -> None:
+    line = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()) + "Z " + msg
+    print(line, flush=True)
+    if fh is not None:
+        fh.write(line + "\n")
+        fh.flush()
+
+
+# ----------------------------------------------------------------------------
+# data
+# ----------------------------------------------------------------------------
+
+def list_pairs(root: str, split: str, limit: int | None) -> list[tuple[str, str]]:
+    imgs = sorted(glob.glob(os.path.join(root, split, "*.jpg")) +
+                  glob.glob(os.path.join(root, split, "*.png")))
+    pairs = []
+    for p in imgs:
+        stem = os.path.splitext(os.path.basename(p))[0]
+        lab = os.path.join(root, split + "annot", stem + ".png")
+        if not os.path.exists(lab):
+            raise FileNotFoundError(f"missing label for {p}: {lab}")
+        pairs.append((p, lab))
+    if not pairs:
+        raise FileNotFoundError(f"no images in {os.path.join(root, split)}")
+    if limit:
+        pairs = pairs[:limit]
+    return pairs
+
+
+def load_pairs(pairs):
+    """Load all images (PIL RGB) and labels (uint8 numpy) into memory."""
+    imgs, labs = [], []
+    for ip, lp in pairs:
+        im = Image.open(ip).convert("RGB")
+        im.load()
+        lab = np.array(Image.open(lp), dtype=np.uint8)
+        if lab.ndim != 2 or lab.shape != (im.height, im.width):
+            raise ValueError(f"bad label {lp}: {lab.shape} vs image {im.size}")
+        lab[lab > IGNORE] = IGNORE
+        imgs.append(im)
+        labs.append(lab)
+    return imgs, labs
+
+
+def color_jitter(im: Image.Image, rng: random.Random, b: float, c: float,
+                 s: float, h: float) -> Image.Image:
+    """torchvision-style ColorJitter (random order of the four ops)."""
+    ops = [0, 1, 2, 3]
+    rng.shuffle(ops)
+    for op in ops:
+        if op == 0 and b > 0:
+            im = ImageEnhance.Brightness(im).enhance(rng.uniform(1 - b, 1 + b))
+        elif op == 1 and c > 0:
+            im = ImageEnhance.Contrast(im).enhance(rng.uniform(1 - c, 1 + c))
+        elif op == 2 and s > 0:
+            im = ImageEnhance.Color(im).enhance(rng.uniform(1 - s, 1 + s))
+        elif op == 3 and h > 0:
+            shift = int(round(rng.uniform(-h, h) * 255))
+            if shift:
+                hsv = np.array(im.convert("HSV"))
+                hsv[..., 0] = (hsv[..., 0].astype(np.int16) + shift).astype(np.uint8)  # wraps mod 256
+                im = Image.fromarray(hsv, "HSV").convert("RGB")
+    return im
+
+
+def augment(im: Image.Image, lab: np.ndarray, rng: random.Random, args):
+    """Random scale (relative to the base width) + random crop (pad with
+    ignore) + horizontal flip + colour jitter.  Returns uint8 HWC image and
+    uint8 HW label of size crop_h x crop_w."""
+    W, H = im.size
+    ch, cw = args.crop_h, args.crop_w
+    s = (args.base_width / W) * rng.uniform(args.scale_min, args.scale_max)
+    sw, sh = max(1, int(round(W * s))), max(1, int(round(H * s)))
+    # crop window in scaled coordinates
+    x0 = rng.randint(0, max(sw - cw, 0))
+    y0 = rng.randint(0, max(sh - ch, 0))
+    rw, rh = min(cw, sw), min(ch, sh)
+    # the same window in source coordinates: resize only that box
+    box = (x0 * W / sw, y0 * H / sh, (x0 + rw) * W / sw, (y0 + rh) * H / sh)
+    im = color_jitter(im, rng, args.jitter_brightness, args.jitter_contrast,
+                      args.jitter_saturation, args.jitter_hue)
+    im_c = np.asarray(im.resize((rw, rh), Image.BILINEAR, box=box))
+    lab_c = np.asarray(Image.fromarray(lab).resize((rw, rh), Image.NEAREST, box=box))
+    out_im = np.zeros((ch, cw, 3), np.uint8)
+    out_lab = np.full((ch, cw), IGNORE, np.uint8)
+    # place the (possibly smaller) region at a random offset inside the crop
+    px = rng.randint(0, cw - rw)
+    py = rng.randint(0, ch - rh)
+    out_im[py:py + rh, px:px + rw] = im_c
+    out_lab[py:py + rh, px:px + rw] = lab_c
+    if rng.random() < 0.5:
+        out_im = out_im[:, ::-1]
+        out_lab = out_lab[:, ::-1]
+    return out_im, out_lab
+
+
+def normalize(x: torch.Tensor) -> torch.Tensor:
+    """x: float tensor N,3,H,W in [0,255] -> ImageNet-normalised."""
+    mean = torch.tensor(MEAN, device=x.device).view(1, 3, 1, 1)
+    std = torch.tensor(STD, device=x.device).view(1, 3, 1, 1)
+    return (x / 255.0 - mean) / std
+
+
+def make_batch(imgs, labs, idxs, rng, args, device):
+    ims, ls = [], []
+    for i in idxs:
+        a, b = augment(imgs[i], labs[i], rng, args)
+        ims.append(np.ascontiguousarray(a))
+        ls.append(np.ascontiguousarray(b))
+    x = torch.from_numpy(np.stack(ims)).permute(0, 3, 1, 2).float()
+    y = torch.from_numpy(np.stack(ls)).long()
+    x = normalize(x.to(device, non_blocking=True))
+    return x, y.to(device, non_blocking=True)
+
+
+def preprocess_like_daemon(im: Image.Image, width: int, device) -> torch.Tensor:
+    """Exactly the daemon's preprocessing: uint8 RGB -> bilinear resize
+    (align_corners=False, antialias=False) to width x (width*H/W) -> /255 ->
+    ImageNet mean/std.  Returns 1,3,h,w."""
+    W, H = im.size
+    h = int(round(width * H / W))
+    x = torch.from_numpy(np.asarray(im)).permute(2, 0, 1).unsqueeze(0).float().to(device)
+    if (h, width) != (H, W):
+        x = F.interpolate(x, size=(h, width), mode="bilinear", align_corners=False,
+                          antialias=False)
+    return normalize(x)
+
+
+# ----------------------------------------------------------------------------
+# model
+# ----------------------------------------------------------------------------
+
+def build_config(arch: str, drop_path: float):
+    from transformers import SegformerConfig
+    a = ARCHS[arch]
+    cfg = SegformerConfig(
+        num_channels=3,
+        num_encoder_blocks=4,
+        depths=a["depths"],
+        sr_ratios=a["sr_ratios"],
+        hidden_sizes=a["hidden_sizes"],
+        patch_sizes=[7, 3, 3, 3],
+        strides=[4, 2, 2, 2],
+        num_attention_heads=a["num_attention_heads"],
+        mlp_ratios=[4, 4, 4, 4],
+        hidden_act="gelu",
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        classifier_dropout_prob=0.1,
+        drop_path_rate=drop_path,
+        layer_norm_eps=1e-6,
+        decoder_hidden_size=a["decoder_hidden_size"],
+        semantic_loss_ignore_index=IGNORE,
+        num_labels=NUM_CLASSES,
+        id2label={i: n for i, n in enumerate(CLASSES)},
+        label2id={n: i for i, n in enumerate(CLASSES)},
+    )
+    return cfg
+
+
+def export(model, out_dir: str, extra: dict | None = None) -> int:
+    """Save a float16 copy of ``model`` in HF layout into out_dir atomically
+    (written to a temp dir, then moved file by file).  Returns the size of
+    model.safetensors in bytes."""
+    os.makedirs(out_dir, exist_ok=True)
+    m = copy.deepcopy(model).cpu().eval().half()
+    tmp = tempfile.mkdtemp(prefix=".export-", dir=out_dir)
+    try:
+        kw = {}
+        if "safe_serialization" in inspect.signature(m.save_pretrained).parameters:
+            kw["safe_serialization"] = True  # transformers 4.x; 5.x always uses safetensors
+        m.save_pretrained(tmp, **kw)
+        st = os.path.join(tmp, "model.safetensors")
+        if not os.path.exists(st):
+            raise RuntimeError(f"save_pretrained wrote no model.safetensors: {os.listdir(tmp)}")
+        # make sure the label maps are exactly ours (ints as JSON strings)
+        cp = os.path.join(tmp, "config.json")
+        with open(cp) as f:
+            cfg = json.load(f)
+        cfg["id2label"] = {str(i): n for i, n in enumerate(CLASSES)}
+        cfg["label2id"] = {n: i for i, n in enumerate(CLASSES)}
+        cfg["semantic_loss_ignore_index"] = IGNORE
+        with open(cp, "w") as f:
+            json.dump(cfg, f, indent=2, sort_keys=True)
+            f.write("\n")
+        size = os.path.getsize(st)
+        for name in ("model.safetensors", "config.json"):
+            os.replace(os.path.join(tmp, name), os.path.join(out_dir, name))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return size
+
+
+# ----------------------------------------------------------------------------
+# evaluation
+# ----------------------------------------------------------------------------
+
+@torch.no_grad()
+def evaluate(model, imgs, labs, width: int, device, batch: int = 1):
+    model.eval()
+    conf = torch.zeros(NUM_CLASSES, NUM_CLASSES, dtype=torch.long)
+    with torch.inference_mode():
+        for i in range(0, len(imgs), batch):
+            chunk = list(range(i, min(i + batch, len(imgs))))
+            # all CamVid frames share one size, so they batch
+            x = torch.cat([preprocess_like_daemon(imgs[j], width, device) for j in chunk])
+            logits = model(pixel_values=x).logits
+            H, W = labs[chunk[0]].shape
+            logits = F.interpolate(logits.float(), size=(H, W), mode="bilinear",
+                                   align_corners=False)
+            pred = logits.argmax(1).cpu()
+            for k, j in enumerate(chunk):
+                gt = torch.from_numpy(labs[j]).long()
+                valid = gt != IGNORE
+                idx = gt[valid] * NUM_CLASSES + pred[k][valid]
+                conf += torch.bincount(idx, minlength=NUM_CLASSES ** 2).view(
+                    NUM_CLASSES, NUM_CLASSES)
+    tp = conf.diag().double()
+    union = conf.sum(0).double() + conf.sum(1).double() - tp
+    iou = torch.where(union > 0, tp / union.clamp(min=1), torch.full_like(tp, float("nan")))
+    present = union > 0
+    miou = float(iou[present].mean()) if present.any() else 0.0
+    acc = float(tp.sum() / conf.sum().clamp(min=1))
+    return miou, float(iou[ROAD]), acc, [float(v) for v in iou]
+
+
+# ----------------------------------------------------------------------------
+# main
+# ----------------------------------------------------------------------------
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default="/work/shared/data/camvid",
+                    help="CamVid root with train/ trainannot/ val/ valannot/")
+    ap.add_argument("--out", default="models/roadseg-camvid",
+                    help="export folder (config.json + model.safetensors, fp16)")
+    ap.add_argument("--log", default=None,
+                    help="log file (default: tools/train/logs/<basename of --out>.log)")
+    ap.add_argument("--arch", default="b0-d128", choices=sorted(ARCHS))
+    ap.add_argument("--epochs", type=int, default=200,
+                    help="max epochs (the time budget usually stops training first)")
+    ap.add_argument("--time-budget-min", type=float, default=0.0,
+                    help="wall-clock budget in minutes for the whole run, including "
+                         "validation and export (0 = none).  The LR schedule is "
+                         "stretched over it.")
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch default)")
+    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--weight-decay", type=float, default=0.01)
+    ap.add_argument("--warmup-iters", type=int, default=150)
+    ap.add_argument("--poly-power", type=float, default=1.0)
+    ap.add_argument("--grad-clip", type=float, default=1.0)
+    ap.add_argument("--drop-path", type=float, default=0.1)
+    ap.add_argument("--class-weights", default="sqrt", choices=["none", "sqrt"],
+                    help="'sqrt': CE weights sqrt(median_freq/freq), clipped to [0.5, 4]")
+    ap.add_argument("--base-width", type=int, default=1024,
+                    help="scale 1.0 = image resized to this width (the daemon's inference width)")
+    ap.add_argument("--scale-min", type=float, default=0.5)
+    ap.add_argument("--scale-max", type=float, default=2.0)
+    ap.add_argument("--crop-w", type=int, default=512)
+    ap.add_argument("--crop-h", type=int, default=288)
+    ap.add_argument("--jitter-brightness", type=float, default=0.3)
+    ap.add_argument("--jitter-contrast", type=float, default=0.3)
+    ap.add_argument("--jitter-saturation", type=float, default=0.3)
+    ap.add_argument("--jitter-hue", type=float, default=0.05)
+    ap.add_argument("--val-width", type=int, default=1024,
+                    help="validation inference width (height from the image aspect)")
+    ap.add_argument("--val-every", type=int, default=1,
+                    help="validate every N epochs (always in the last 30%% of the "
+                         "schedule and on the last epoch)")
+    ap.add_argument("--val-batch", type=int, default=2)
+    ap.add_argument("--limit-train", type=int, default=0, help="use only N train images (smoke tests)")
+    ap.add_argument("--limit-val", type=int, default=0, help="use only N val images (smoke tests)")
+    ap.add_argument("--iters-per-epoch", type=int, default=0,
+                    help="cap iterations per epoch (smoke tests)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+
+    t_start = time.time()
+    budget_s = args.time_budget_min * 60.0 if args.time_budget_min > 0 else float("inf")
+
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+        try:
+            torch.set_num_interop_threads(1)
+        except RuntimeError:
+            pass
+    if args.device == "auto":
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        device = torch.device(args.device)
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True
+
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+
+    log_path = args.log or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "logs",
+        os.path.basename(os.path.normpath(args.out)) + ".log")
+    os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
+    fh = open(log_path, "a")
+    log("args " + json.dumps(vars(args), sort_keys=True), fh)
+    log(f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
+        f"pid {os.getpid()}", fh)
+
+    # stop cleanly on SIGTERM / SIGINT: finish the current step, export, exit
+    stop = {"flag": False}
+
+    def _on_signal(signum, _frame):
+        stop["flag"] = True
+        log(f"signal {signum}: stopping after the current step", fh)
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+
+    train_imgs, train_labs = load_pairs(list_pairs(args.data, "train", args.limit_train))
+    val_imgs, val_labs = load_pairs(list_pairs(args.data, "val", args.limit_val))
+    log(f"data: {len(train_imgs)} train, {len(val_imgs)} val images", fh)
+
+    # class weights from train label frequencies
+    counts = np.zeros(NUM_CLASSES, np.float64)
+    for lab in train_labs:
+        counts += np.bincount(lab.ravel(), minlength=IGNORE + 1)[:NUM_CLASSES]
+    freq = counts / counts.sum()
+    if args.class_weights == "sqrt":
+        w = np.sqrt(np.median(freq) / np.maximum(freq, 1e-8))
+        w = np.clip(w, 0.5, 4.0)
+        weights = torch.tensor(w, dtype=torch.float32, device=device)
+    else:
+        weights = None
+    log("class freq " + " ".join(f"{n}={f:.4f}" for n, f in zip(CLASSES, freq)), fh)
+    if weights is not None:
+        log("class weights " + " ".join(f"{n}={v:.2f}" for n, v in zip(CLASSES, w)), fh)
+
+    from transformers import SegformerForSemanticSegmentation
+    cfg = build_config(args.arch, args.drop_path)
+    model = SegformerForSemanticSegmentation(cfg).to(device)
+    nparams = sum(p.numel() for p in model.parameters())
+    log(f"arch {args.arch}: {nparams / 1e6:.2f} M params "
+        f"(~{nparams * 2 / 1e6:.1f} MB fp16), config {json.dumps(ARCHS[args.arch])}", fh)
+
+    # AdamW; no weight decay on norms / biases / position-free 1-d params
+    decay, no_decay = [], []
+    for n, p in model.named_parameters():
+        (no_decay if p.ndim <= 1 else decay).append(p)
+    opt = torch.optim.AdamW([
+        {"params": decay, "weight_decay": args.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ], lr=args.lr, betas=(0.9, 0.999))
+
+    n_train = len(train_imgs)
+    iters_per_epoch = max(1, n_train // args.batch_size)  # drop last partial batch
+    if args.iters_per_epoch:
+        iters_per_epoch = min(iters_per_epoch, args.iters_per_epoch)
+    total_iters = args.epochs * iters_per_epoch
+    log(f"{iters_per_epoch} iters/epoch, batch {args.batch_size}, crop {args.crop_w}x{args.crop_h}, "
+        f"max {args.epochs} epochs, budget {args.time_budget_min} min", fh)
+
+    # time reserved at the end for the last validation + export (updated from measurements)
+    est_val_s = 0.0
+    est_iter_s = 0.0
+
+    def progress(it: int) -> float:
+        p_it = it / max(1, total_iters)
+        p_t = (time.time() - t_start) / budget_s if math.isfinite(budget_s) else 0.0
+        return min(1.0, max(p_it, p_t))
+
+    def lr_at(it: int) -> float:
+        if it < args.warmup_iters:
+            return args.lr * (0.01 + 0.99 * it / args.warmup_iters)
+        return args.lr * (1.0 - progress(it)) ** args.poly_power + 1e-6
+
+    best = {"miou": -1.0, "road": -1.0, "epoch": 0, "state": None}
+    it = 0
+    epoch = 0
+    while epoch < args.epochs and not stop["flag"]:
+        epoch += 1
+        model.train()
+        t_ep = time.time()
+        perm = list(range(n_train))
+        rng.shuffle(perm)
+        loss_sum, n_done = 0.0, 0
+        out_of_time = False
+        for k in range(iters_per_epoch):
+            remaining = budget_s - (time.time() - t_start)
+            if remaining < est_val_s * 1.2 + est_iter_s + 15 or stop["flag"]:
+                out_of_time = True
+                break
+            lr = lr_at(it)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            idxs = perm[k * args.batch_size:(k + 1) * args.batch_size]
+            t_it = time.time()
+            x, y = make_batch(train_imgs, train_labs, idxs, rng, args, device)
+            logits = model(pixel_values=x).logits
+            logits = F.interpolate(logits, size=y.shape[-2:], mode="bilinear", align_corners=False)
+            loss = F.cross_entropy(logits, y, weight=weights, ignore_index=IGNORE)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if args.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+            opt.step()
+            if not torch.isfinite(loss):
+                log(f"non-finite loss at iter {it}", fh)
+            dt = time.time() - t_it
+            # robust running estimate (ignores SIGSTOP pauses longer than 5x the median-ish)
+            est_iter_s = dt if est_iter_s == 0 else (0.9 * est_iter_s + 0.1 * min(dt, 5 * est_iter_s))
+            loss_sum += float(loss)
+            n_done += 1
+            it += 1
+        t_train = time.time() - t_ep
+        if n_done == 0:
+            break
+        msg = (f"epoch {epoch} iters {it} loss {loss_sum / n_done:.4f} lr {lr:.2e} "
+               f"train {t_train:.0f}s ({t_train / n_done:.2f}s/it) "
+               f"elapsed {(time.time() - t_start) / 60:.1f} min progress {progress(it):.3f}")
+        last = out_of_time or stop["flag"] or epoch >= args.epochs
+        do_val = last or (epoch % args.val_every == 0) or progress(it) >= 0.7
+        if do_val:
+            t_v = time.time()
+            miou, road, acc, ious = evaluate(model, val_imgs, val_labs, args.val_width,
+                                             device, args.val_batch)
+            dv = time.time() - t_v
+            est_val_s = dv if est_val_s == 0 else max(0.7 * est_val_s, min(dv, 2 * est_val_s))
+            msg += (f" | val mIoU {miou:.4f} road {road:.4f} pixacc {acc:.4f} ({dv:.0f}s) | "
+                    + " ".join(f"{n}={v:.3f}" for n, v in zip(CLASSES, ious)))
+            better = (miou > best["miou"] + 1e-9 or
+                      (abs(miou - best["miou"]) <= 1e-9 and road > best["road"]))
+            if better:
+                best.update(miou=miou, road=road, epoch=epoch,
+                            state={k: v.detach().clone().cpu() for k, v in model.state_dict().items()})
+                size = export(model, args.out)
+                msg += f" | NEW BEST -> {args.out} ({size / 1e6:.2f} MB)"
+        log(msg, fh)
+        if last:
+            break
+
+    # final: (re-)export the best-val checkpoint
+    if best["state"] is not None:
+        model.load_state_dict(best["state"])
+        size = export(model, args.out)
+        log(f"done: best epoch {best['epoch']} val mIoU {best['miou']:.4f} road IoU "
+            f"{best['road']:.4f}; exported {args.out} (model.safetensors {size / 1e6:.2f} MB); "
+            f"total {(time.time() - t_start) / 60:.1f} min", fh)
+        if size > 10 * 1024 * 1024:
+            log("WARNING: model.safetensors exceeds 10 MB", fh)
+    else:
+        log("done: no validation ran, nothing exported", fh)
+    fh.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

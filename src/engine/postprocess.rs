@@ -5,7 +5,7 @@
 use rayon::prelude::*;
 
 use crate::backend::cpu::bilinear_source;
-use crate::backend::cpu::simd::exp;
+use crate::backend::cpu::simd::{exp, multiversion, sum_lanes};
 
 /// Class value for pixels whose confidence is under the threshold.
 pub const UNKNOWN: u8 = 255;
@@ -39,8 +39,56 @@ pub struct PostprocessSpec<'a> {
     pub threshold: f32,
 }
 
+multiversion! {
+    /// One output row: returns (road pixels, sum of confidences).
+    fn postprocess_row(
+        logits: &[f32],
+        spec: &PostprocessSpec<'_>,
+        road_is: &[bool; 256],
+        classes: &mut [u8],
+        confidence: &mut [f32],
+        row: usize,
+        height: usize,
+        out: &mut (usize, f64),
+    ) {
+        let l = spec.labels;
+        let width = classes.len();
+        let mut v = [0.0f32; 256];
+        let v = &mut v[..l];
+        let (y0, y1, ly) = bilinear_source(row, spec.logits_h, height);
+        let r0 = &logits[y0 * spec.logits_w * l..];
+        let r1 = &logits[y1 * spec.logits_w * l..];
+        let (mut road, mut conf_sum) = (0usize, 0.0f64);
+        for col in 0..width {
+            let (x0, x1, lx) = bilinear_source(col, spec.logits_w, width);
+            let (a, b, c, d) = (&r0[x0 * l..x0 * l + l], &r0[x1 * l..x1 * l + l], &r1[x0 * l..x0 * l + l], &r1[x1 * l..x1 * l + l]);
+            for k in 0..l {
+                v[k] = (1.0 - ly) * ((1.0 - lx) * a[k] + lx * b[k]) + ly * ((1.0 - lx) * c[k] + lx * d[k]);
+            }
+            let (mut best, mut best_v) = (0usize, v[0]);
+            for (k, &x) in v.iter().enumerate().skip(1) {
+                if x > best_v {
+                    (best, best_v) = (k, x);
+                }
+            }
+            for x in v.iter_mut() {
+                *x = exp(*x - best_v);
+            }
+            let p = 1.0 / sum_lanes(v);
+            confidence[col] = p;
+            conf_sum += p as f64;
+            if p >= spec.threshold {
+                classes[col] = best as u8;
+                road += usize::from(road_is[best]);
+            } else {
+                classes[col] = UNKNOWN;
+            }
+        }
+        *out = (road, conf_sum);
+    }
+}
+
 pub fn postprocess(logits: &[f32], spec: &PostprocessSpec<'_>, width: usize, height: usize, out: &mut Segmentation) {
-    let l = spec.labels;
     out.width = width;
     out.height = height;
     out.classes.resize(width * height, 0);
@@ -57,34 +105,9 @@ pub fn postprocess(logits: &[f32], spec: &PostprocessSpec<'_>, width: usize, hei
         .zip(out.confidence.par_chunks_mut(width))
         .enumerate()
         .map(|(row, (classes, confidence))| {
-            let mut scratch = [0.0f32; 256];
-            let (y0, y1, ly) = bilinear_source(row, spec.logits_h, height);
-            let r0 = &logits[y0 * spec.logits_w * l..];
-            let r1 = &logits[y1 * spec.logits_w * l..];
-            let (mut road, mut conf_sum) = (0usize, 0.0f64);
-            for col in 0..width {
-                let (x0, x1, lx) = bilinear_source(col, spec.logits_w, width);
-                let v = &mut scratch[..l];
-                let (a, b, c, d) = (&r0[x0 * l..], &r0[x1 * l..], &r1[x0 * l..], &r1[x1 * l..]);
-                let (mut best, mut best_v) = (0usize, f32::NEG_INFINITY);
-                for k in 0..l {
-                    v[k] = (1.0 - ly) * ((1.0 - lx) * a[k] + lx * b[k]) + ly * ((1.0 - lx) * c[k] + lx * d[k]);
-                    if v[k] > best_v {
-                        (best, best_v) = (k, v[k]);
-                    }
-                }
-                let sum: f32 = v.iter().map(|&x| exp(x - best_v)).sum();
-                let p = 1.0 / sum;
-                confidence[col] = p;
-                conf_sum += p as f64;
-                if p >= spec.threshold {
-                    classes[col] = best as u8;
-                    road += usize::from(road_is[best]);
-                } else {
-                    classes[col] = UNKNOWN;
-                }
-            }
-            (road, conf_sum)
+            let mut totals = (0, 0.0);
+            postprocess_row(logits, spec, &road_is, classes, confidence, row, height, &mut totals);
+            totals
         })
         .reduce(|| (0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
     let pixels = (width * height).max(1) as f64;

@@ -5,6 +5,7 @@
 use rayon::prelude::*;
 
 use crate::backend::cpu::bilinear_source;
+use crate::backend::cpu::simd::multiversion;
 
 pub const MEAN: [f32; 3] = [0.485, 0.456, 0.406];
 pub const STD: [f32; 3] = [0.229, 0.224, 0.225];
@@ -90,14 +91,9 @@ impl<'a> FrameRef<'a> {
     }
 }
 
-/// Writes the normalised `[dst_h, dst_w, 3]` model input for `frame`.
-pub fn preprocess(frame: &FrameRef<'_>, dst_w: usize, dst_h: usize, out: &mut [f32]) -> Result<(), FrameError> {
-    frame.validate()?;
-    if out.len() < dst_w * dst_h * 3 {
-        return Err(FrameError(format!("output buffer too small for {dst_w}x{dst_h}")));
-    }
-    let inv_std = [1.0 / STD[0], 1.0 / STD[1], 1.0 / STD[2]];
-    out[..dst_w * dst_h * 3].par_chunks_mut(dst_w * 3).enumerate().for_each(|(row, out_row)| {
+multiversion! {
+    fn preprocess_row(frame: FrameRef<'_>, out_row: &mut [f32], row: usize, dst_w: usize, dst_h: usize) {
+        let inv_std = [1.0 / STD[0], 1.0 / STD[1], 1.0 / STD[2]];
         let (y0, y1, ly) = bilinear_source(row, frame.height, dst_h);
         for col in 0..dst_w {
             let (x0, x1, lx) = bilinear_source(col, frame.width, dst_w);
@@ -108,7 +104,20 @@ pub fn preprocess(frame: &FrameRef<'_>, dst_w: usize, dst_h: usize, out: &mut [f
                 out_row[col * 3 + ch] = (v / 255.0 - MEAN[ch]) * inv_std[ch];
             }
         }
-    });
+    }
+}
+
+/// Writes the normalised `[dst_h, dst_w, 3]` model input for `frame`.
+pub fn preprocess(frame: &FrameRef<'_>, dst_w: usize, dst_h: usize, out: &mut [f32]) -> Result<(), FrameError> {
+    frame.validate()?;
+    if out.len() < dst_w * dst_h * 3 {
+        return Err(FrameError(format!("output buffer too small for {dst_w}x{dst_h}")));
+    }
+    let frame = *frame;
+    out[..dst_w * dst_h * 3]
+        .par_chunks_mut(dst_w * 3)
+        .enumerate()
+        .for_each(|(row, out_row)| preprocess_row(frame, out_row, row, dst_w, dst_h));
     Ok(())
 }
 

@@ -193,7 +193,7 @@ def preprocess_like_daemon(im: Image.Image, width: int, device) -> torch.Tensor:
     ImageNet mean/std.  Returns 1,3,h,w."""
     W, H = im.size
     h = int(round(width * H / W))
-    x = torch.from_numpy(np.asarray(im)).permute(2, 0, 1).unsqueeze(0).float().to(device)
+    x = torch.from_numpy(np.array(im)).permute(2, 0, 1).unsqueeze(0).float().to(device)
     if (h, width) != (H, W):
         x = F.interpolate(x, size=(h, width), mode="bilinear", align_corners=False,
                           antialias=False)
@@ -255,10 +255,11 @@ def export(model, out_dir: str, extra: dict | None = None) -> int:
         cfg["label2id"] = {n: i for i, n in enumerate(CLASSES)}
         cfg["semantic_loss_ignore_index"] = IGNORE
         with open(cp, "w") as f:
-            json.dump(cfg, f, indent=2, sort_keys=True)
+            json.dump(cfg, f, indent=2)
             f.write("\n")
         size = os.path.getsize(st)
         for name in ("model.safetensors", "config.json"):
+            os.chmod(os.path.join(tmp, name), 0o644)
             os.replace(os.path.join(tmp, name), os.path.join(out_dir, name))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -478,12 +479,12 @@ def main(argv=None):
             if args.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
             opt.step()
-            if not torch.isfinite(loss):
+            if not torch.isfinite(loss.detach()):
                 log(f"non-finite loss at iter {it}", fh)
             dt = time.time() - t_it
             # robust running estimate (ignores SIGSTOP pauses longer than 5x the median-ish)
             est_iter_s = dt if est_iter_s == 0 else (0.9 * est_iter_s + 0.1 * min(dt, 5 * est_iter_s))
-            loss_sum += float(loss)
+            loss_sum += float(loss.detach())
             n_done += 1
             it += 1
         t_train = time.time() - t_ep

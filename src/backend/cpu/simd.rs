@@ -57,8 +57,13 @@ pub fn exp(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_145_75;
     const LN2_LO: f32 = 1.428_606_8e-6;
+    // Adding 1.5 * 2^23 rounds to the nearest integer and leaves it in the low
+    // mantissa bits, so n needs no float->int conversion (which, with Rust's
+    // saturating `as`, would not vectorise).
+    const ROUND: f32 = 12_582_912.0;
     let x = x.clamp(-87.0, 88.0);
-    let n = (x * LOG2E + 0.5).floor();
+    let shifted = fma(x, LOG2E, ROUND);
+    let n = shifted - ROUND;
     // r = x - n*ln2 in two steps keeps r exact to f32 precision.
     let r = fma(-n, LN2_LO, fma(-n, LN2_HI, x));
     let mut p = 1.0 / 5040.0;
@@ -69,7 +74,8 @@ pub fn exp(x: f32) -> f32 {
     p = fma(p, r, 0.5);
     p = fma(p, r, 1.0);
     p = fma(p, r, 1.0);
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    let n_bits = shifted.to_bits().wrapping_sub(ROUND.to_bits());
+    let scale = f32::from_bits(n_bits.wrapping_add(127) << 23);
     p * scale
 }
 

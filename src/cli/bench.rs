@@ -5,7 +5,9 @@ use anyhow::Result;
 use clap::Args;
 use roadseg::engine::{FrameRef, PixelFormat};
 
-use super::common::{ModelArgs, load_engine, parse_size};
+use roadseg::backend::cpu::CpuBackend;
+
+use super::common::{ModelArgs, load_engine_with, parse_size};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -23,6 +25,9 @@ pub struct BenchArgs {
     /// Untimed frames first.
     #[arg(long, default_value_t = 3)]
     pub warmup: usize,
+    /// Print time per backend op (to stderr) after the run.
+    #[arg(long)]
+    pub profile_ops: bool,
 }
 
 /// Resident set size in MiB, from /proc (None where that is not available).
@@ -54,13 +59,15 @@ fn test_frame(w: usize, h: usize) -> Vec<u8> {
 
 pub fn run(args: BenchArgs) -> Result<()> {
     let frames = args.frames.max(1);
-    let mut loaded = load_engine(&args.model, args.size, args.model.threshold)?;
+    let backend = if args.profile_ops { CpuBackend::with_profiling() } else { CpuBackend::new() };
+    let mut loaded = load_engine_with(&args.model, args.size, args.model.threshold, backend)?;
     let (fw, fh) = args.frame;
     let pixels = test_frame(fw, fh);
     let frame = FrameRef::packed(&pixels, fw, fh, PixelFormat::Rgb);
     for _ in 0..args.warmup {
         loaded.engine.run_frame(&frame)?;
     }
+    loaded.engine.backend().take_profile();
     let mut total = Vec::with_capacity(frames);
     let mut model = Vec::with_capacity(frames);
     let (mut rss_at_10, mut rss_peak) = (None, 0.0f64);
@@ -95,6 +102,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "rss_mib_peak": round2(rss_peak),
         "model": args.model.model.display().to_string(),
     });
+    for (op, ms, calls) in loaded.engine.backend().take_profile() {
+        eprintln!("{op:<12} {:>9.2} ms/frame {:>6} calls/frame", ms / frames as f64, calls / frames as u64);
+    }
     println!("{out}");
     Ok(())
 }

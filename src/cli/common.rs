@@ -72,12 +72,16 @@ pub fn road_class_ids(labels: &[String], names: &[String]) -> Vec<usize> {
 }
 
 pub fn load_engine(args: &ModelArgs, size: (usize, usize), threshold: f32) -> Result<Loaded> {
+    load_engine_with(args, size, threshold, CpuBackend::new())
+}
+
+pub fn load_engine_with(args: &ModelArgs, size: (usize, usize), threshold: f32, backend: CpuBackend) -> Result<Loaded> {
     let resolved = device::resolve(&args.device, args.precision)?;
     for w in &resolved.warnings {
         tracing::warn!("{w}");
     }
     let mut ckpt = Checkpoint::open(&args.model).with_context(|| format!("loading model {}", args.model.display()))?;
-    let backend = Arc::new(CpuBackend::new());
+    let backend = Arc::new(backend);
     let weights = SegformerWeights::load(&mut ckpt, &*backend).with_context(|| format!("loading model {}", args.model.display()))?;
     let road_classes = road_class_ids(&weights.labels, &args.road_classes);
     let options = EngineOptions { width: size.0, height: size.1, scales: args.preset.scales(), road_classes, confidence_threshold: threshold };

@@ -12,7 +12,7 @@ use crate::backend::cpu::resize_host;
 use crate::backend::{Backend, BackendError, ResizeDims};
 use crate::model::{ModelError, Segformer, SegformerWeights};
 
-pub use postprocess::{PostprocessSpec, Segmentation, UNKNOWN, postprocess};
+pub use postprocess::{PostprocessSpec, Postprocessor, Segmentation, UNKNOWN};
 pub use preprocess::{FrameError, FrameRef, MEAN, PixelFormat, STD, chw_to_hwc, hwc_to_chw, preprocess};
 
 #[derive(Debug, thiserror::Error)]
@@ -110,6 +110,7 @@ pub struct Engine<B: Backend> {
     /// Averaged logits `[lh, lw, labels]` at the base scale's resolution.
     logits: Vec<f32>,
     segmentation: Segmentation,
+    postprocessor: Postprocessor,
     timings: FrameTimings,
 }
 
@@ -131,7 +132,7 @@ impl<B: Backend> Engine<B> {
         // pass then only provides that size and is not run.
         let active = (usize::from(!base_requested)..passes.len()).collect();
         let logits = vec![0.0; passes[0].logits.len()];
-        Ok(Engine { backend, options, passes, active, logits, segmentation: Segmentation::default(), timings: FrameTimings::default() })
+        Ok(Engine { backend, options, passes, active, logits, segmentation: Segmentation::default(), postprocessor: Postprocessor::default(), timings: FrameTimings::default() })
     }
 
     pub fn options(&self) -> &EngineOptions {
@@ -230,7 +231,7 @@ impl<B: Backend> Engine<B> {
             road_classes: &self.options.road_classes,
             threshold: self.options.confidence_threshold,
         };
-        postprocess(&self.logits, &spec, width, height, &mut self.segmentation);
+        self.postprocessor.run(&self.logits, &spec, width, height, &mut self.segmentation);
         self.timings.postprocess_ms = ms_since(t0);
     }
 }

@@ -6,7 +6,8 @@ mod gemm;
 mod kernels;
 pub(crate) mod simd;
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use self::gemm::{MatRef, matmul};
 use super::{AttnDims, Backend, BackendError, ConvDims, GemmDims, OpResult, Precision, ResizeDims};
@@ -19,11 +20,39 @@ pub fn resize_host(x: &[f32], y: &mut [f32], dims: ResizeDims, accumulate: bool)
 }
 
 #[derive(Debug, Default)]
-pub struct CpuBackend;
+pub struct CpuBackend {
+    /// Time per op kind, when profiling was asked for (`roadseg bench --profile-ops`).
+    profile: Option<Mutex<BTreeMap<&'static str, (f64, u64)>>>,
+}
 
 impl CpuBackend {
     pub fn new() -> Self {
-        CpuBackend
+        CpuBackend { profile: None }
+    }
+
+    pub fn with_profiling() -> Self {
+        CpuBackend { profile: Some(Mutex::new(BTreeMap::new())) }
+    }
+
+    fn timed<T>(&self, op: &'static str, f: impl FnOnce() -> T) -> T {
+        let Some(profile) = &self.profile else { return f() };
+        let start = std::time::Instant::now();
+        let out = f();
+        let ms = start.elapsed().as_secs_f64() * 1e3;
+        let mut p = profile.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = p.entry(op).or_default();
+        entry.0 += ms;
+        entry.1 += 1;
+        out
+    }
+
+    /// (op, total ms, calls) since the last call, most expensive first.
+    pub fn take_profile(&self) -> Vec<(&'static str, f64, u64)> {
+        let Some(profile) = &self.profile else { return Vec::new() };
+        let mut p = profile.lock().unwrap_or_else(|e| e.into_inner());
+        let mut rows: Vec<_> = std::mem::take(&mut *p).into_iter().map(|(k, (ms, n))| (k, ms, n)).collect();
+        rows.sort_by(|a, b| b.1.total_cmp(&a.1));
+        rows
     }
 }
 
@@ -107,7 +136,7 @@ impl Backend for CpuBackend {
         }
         let a = MatRef { data: x, rows: d.rows, cols: d.k, row_stride: d.k, col_stride: 1 };
         let b = MatRef { data: w, rows: d.k, cols: d.n, row_stride: d.n, col_stride: 1 };
-        matmul(a, b, y, d.n, read_y, true);
+        self.timed("linear", || matmul(a, b, y, d.n, read_y, true));
         if let (Some(b), true) = (bias, accumulate) {
             for row in y.chunks_exact_mut(d.n).take(d.rows) {
                 row.iter_mut().zip(b.iter()).for_each(|(v, b)| *v += b);
@@ -132,7 +161,7 @@ impl Backend for CpuBackend {
         let unfolded: &[f32] = if d.kernel == 1 && d.stride == 1 && d.pad == 0 {
             x
         } else {
-            kernels::im2col(x, workspace, d);
+            self.timed("im2col", || kernels::im2col(x, workspace, d));
             workspace
         };
         check("conv2d y", rows * d.c_out, y.len())?;
@@ -140,7 +169,7 @@ impl Backend for CpuBackend {
         fill_rows(y, &bias[..d.c_out], rows);
         let a = MatRef { data: unfolded, rows, cols: patch, row_stride: patch, col_stride: 1 };
         let b = MatRef { data: w, rows: patch, cols: d.c_out, row_stride: d.c_out, col_stride: 1 };
-        matmul(a, b, y, d.c_out, true, true);
+        self.timed("conv2d", || matmul(a, b, y, d.c_out, true, true));
         Ok(())
     }
 
@@ -155,13 +184,13 @@ impl Backend for CpuBackend {
     ) -> OpResult {
         check("layer_norm x", rows * dim, x.len())?;
         check("layer_norm y", rows * dim, y.len())?;
-        kernels::layer_norm(x, gamma, beta, y, rows, dim);
+        self.timed("layer_norm", || kernels::layer_norm(x, gamma, beta, y, rows, dim));
         Ok(())
     }
 
     fn add_assign(&self, y: &mut Self::Tensor, x: &Self::Tensor, len: usize) -> OpResult {
         check("add_assign", len, x.len().min(y.len()))?;
-        kernels::add_assign(y, x, len);
+        self.timed("add", || kernels::add_assign(y, x, len));
         Ok(())
     }
 
@@ -178,7 +207,7 @@ impl Backend for CpuBackend {
         check("attention kv", d.keys * 2 * channels, kv.len())?;
         check("attention y", d.queries * channels, y.len())?;
         check("attention workspace", self.attention_workspace(d), workspace.len())?;
-        attention::attention(q, kv, y, workspace, d);
+        self.timed("attention", || attention::attention(q, kv, y, workspace, d));
         Ok(())
     }
 
@@ -195,20 +224,20 @@ impl Backend for CpuBackend {
         check("dwconv x", h * w_ * c, x.len())?;
         check("dwconv y", h * w_ * c, y.len())?;
         check("dwconv w", 9 * c, w.len())?;
-        kernels::dwconv3x3_gelu(x, w, bias, y, h, w_, c);
+        self.timed("dwconv_gelu", || kernels::dwconv3x3_gelu(x, w, bias, y, h, w_, c));
         Ok(())
     }
 
     fn resize_bilinear(&self, x: &Self::Tensor, y: &mut Self::Tensor, d: ResizeDims, accumulate: bool) -> OpResult {
         check("resize x", d.src_h * d.src_w * d.channels, x.len())?;
         check("resize y", d.dst_h * d.dst_w * d.channels, y.len())?;
-        kernels::resize_bilinear(x, y, d, accumulate);
+        self.timed("resize", || kernels::resize_bilinear(x, y, d, accumulate));
         Ok(())
     }
 
     fn relu(&self, y: &mut Self::Tensor, len: usize) -> OpResult {
         check("relu", len, y.len())?;
-        kernels::relu(y, len);
+        self.timed("relu", || kernels::relu(y, len));
         Ok(())
     }
 }

@@ -1,0 +1,95 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use roadseg::backend::Backend;
+use roadseg::backend::cpu::CpuBackend;
+use roadseg::checkpoint::Checkpoint;
+use roadseg::engine::{Engine, EngineOptions, chw_to_hwc, hwc_to_chw};
+use roadseg::model::SegformerWeights;
+use roadseg::npy;
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `../shared/<rel>`, or None (with a message saying the test is skipped).
+pub fn shared(rel: &str) -> Option<PathBuf> {
+    let p = repo().join("..").join("shared").join(rel);
+    if p.exists() {
+        Some(p)
+    } else {
+        eprintln!("SKIP: {} is absent (the ../shared data set is not beside this checkout)", p.display());
+        None
+    }
+}
+
+/// Every backend this machine can run, by name. The CPU is always there.
+pub fn cpu_backend() -> Arc<CpuBackend> {
+    Arc::new(CpuBackend::new())
+}
+
+/// A model folder's weights on backend `b`.
+pub fn load<B: Backend>(dir: &Path, b: &B) -> Arc<SegformerWeights<B>> {
+    let mut ckpt = Checkpoint::open(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    SegformerWeights::load(&mut ckpt, b).unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+}
+
+pub fn engine<B: Backend>(b: Arc<B>, dir: &Path, width: usize, height: usize, scales: Vec<f32>) -> Engine<B> {
+    let weights = load(dir, &*b);
+    let options = EngineOptions { width, height, scales, road_classes: vec![], confidence_threshold: 0.0 };
+    Engine::new(b, weights, options).expect("engine builds")
+}
+
+/// Logits `[labels, h/4, w/4]` for a fixture folder's `pixel_values.npy`.
+pub fn fixture_logits<B: Backend>(b: Arc<B>, dir: &Path) -> (Vec<f32>, Vec<usize>) {
+    let pv = npy::read_f32(dir.join("pixel_values.npy")).expect("pixel_values.npy");
+    let (h, w) = (pv.shape[2], pv.shape[3]);
+    let mut e = engine(b, dir, w, h, vec![1.0]);
+    let logits = e.run_normalized(&chw_to_hwc(&pv.data, h, w, 3)).expect("forward").to_vec();
+    let (lw, lh) = e.logits_size();
+    let labels = e.num_labels();
+    (hwc_to_chw(&logits, lh, lw, labels), vec![1, labels, lh, lw])
+}
+
+/// (max |a-b|, mean |a-b|)
+pub fn diff(a: &[f32], b: &[f32]) -> (f32, f32) {
+    assert_eq!(a.len(), b.len(), "lengths differ");
+    let mut max = 0.0f32;
+    let mut sum = 0.0f64;
+    for (x, y) in a.iter().zip(b) {
+        let d = (x - y).abs();
+        max = max.max(d);
+        sum += d as f64;
+    }
+    (max, (sum / a.len() as f64) as f32)
+}
+
+pub fn abs_max(a: &[f32]) -> f32 {
+    a.iter().fold(0.0f32, |m, v| m.max(v.abs()))
+}
+
+/// Copies a checkpoint folder (config.json + model.safetensors) into `dst`.
+pub fn copy_checkpoint(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(src.join(f), dst.join(f)).unwrap();
+    }
+}
+
+/// Runs the built roadseg binary; returns (exit code, stdout, stderr).
+pub fn roadseg(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_roadseg"))
+        .args(args)
+        .current_dir(repo())
+        .env("ROADSEG_LOG", "warn")
+        .output()
+        .expect("run roadseg");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

@@ -13,8 +13,8 @@ pub enum ImageError {
     Read { path: String, reason: String },
     #[error("cannot write image {path}: {reason}")]
     Write { path: String, reason: String },
-    #[error("cannot list {path}: {source}")]
-    List { path: String, source: std::io::Error },
+    #[error("cannot list {path}: {err}")]
+    List { path: String, err: std::io::Error },
     #[error("no images (png, jpg, jpeg, bmp) in {0}")]
     Empty(String),
 }
@@ -42,7 +42,7 @@ pub fn list_images(path: &Path) -> Result<Vec<PathBuf>, ImageError> {
     if path.is_file() {
         return Ok(vec![path.to_path_buf()]);
     }
-    let entries = std::fs::read_dir(path).map_err(|source| ImageError::List { path: path.display().to_string(), source })?;
+    let entries = std::fs::read_dir(path).map_err(|err| ImageError::List { path: path.display().to_string(), err })?;
     let mut files: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_file() && is_image(p)).collect();
     files.sort();
     if files.is_empty() {

@@ -6,8 +6,8 @@ use std::path::Path;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NpyError {
-    #[error("cannot read {path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    #[error("cannot read {path}: {err}")]
+    Io { path: String, err: std::io::Error },
     #[error("{path} is not a float32 .npy array: {reason}")]
     Format { path: String, reason: String },
 }
@@ -31,7 +31,7 @@ fn header_value<'a>(header: &'a str, key: &str) -> Option<&'a str> {
 pub fn read_f32(path: impl AsRef<Path>) -> Result<NpyArray, NpyError> {
     let path = path.as_ref();
     let name = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| NpyError::Io { path: name.clone(), source })?;
+    let bytes = std::fs::read(path).map_err(|err| NpyError::Io { path: name.clone(), err })?;
     parse_f32(&bytes).map_err(|reason| NpyError::Format { path: name, reason })
 }
 
@@ -91,7 +91,7 @@ pub fn write_f32(path: impl AsRef<Path>, shape: &[usize], data: &[f32]) -> Resul
     }
     std::fs::File::create(path)
         .and_then(|mut f| f.write_all(&out))
-        .map_err(|source| NpyError::Io { path: name, source })
+        .map_err(|err| NpyError::Io { path: name, err })
 }
 
 #[cfg(test)]

@@ -14,8 +14,8 @@ pub use config::SegformerConfig;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
-    #[error("cannot read {path}: {source} (a model folder holds config.json and model.safetensors)")]
-    Io { path: String, source: std::io::Error },
+    #[error("cannot read {path}: {err} (a model folder holds config.json and model.safetensors)")]
+    Io { path: String, err: std::io::Error },
     #[error("bad model config {path}: {reason}")]
     Config { path: String, reason: String },
     #[error("bad safetensors file {path}: {reason} (truncated or not a safetensors file? re-download or re-export it)")]
@@ -61,18 +61,18 @@ impl Checkpoint {
         let config_path = dir.join("config.json");
         let cfg_name = config_path.display().to_string();
         let text = std::fs::read_to_string(&config_path)
-            .map_err(|source| CheckpointError::Io { path: cfg_name.clone(), source })?;
+            .map_err(|err| CheckpointError::Io { path: cfg_name.clone(), err })?;
         let config = SegformerConfig::from_json(&text, &cfg_name)?;
         let labels = config.labels();
 
         let weights = dir.join("model.safetensors");
         let weights_path = weights.display().to_string();
-        let file = File::open(&weights).map_err(|source| CheckpointError::Io { path: weights_path.clone(), source })?;
+        let file = File::open(&weights).map_err(|err| CheckpointError::Io { path: weights_path.clone(), err })?;
         // SAFETY: the map is read-only; a file changed underneath a running
         // daemon is an operator error that at worst yields wrong weights,
         // which are copied out during load anyway.
         let mmap = unsafe { Mmap::map(&file) }
-            .map_err(|source| CheckpointError::Io { path: weights_path.clone(), source })?;
+            .map_err(|err| CheckpointError::Io { path: weights_path.clone(), err })?;
         let (header_len, metadata) = SafeTensors::read_metadata(&mmap).map_err(|e| CheckpointError::Safetensors {
             path: weights_path.clone(),
             reason: format!("{e:?}"),

@@ -1,0 +1,121 @@
+//! Rule: the engine-only subcommands (infer, eval, bench) do what their help
+//! says, with outputs at the input's own resolution and errors that name the problem.
+
+mod common;
+
+use common::*;
+use image::{Rgb, RgbImage};
+
+const MODEL: &str = "tests/data/odd-bf16-203x141";
+
+fn write_test_images(dir: &std::path::Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    for (name, w, h) in [("a.png", 160u32, 90u32), ("b.png", 120, 100)] {
+        let img = RgbImage::from_fn(w, h, |x, y| Rgb([(x * 255 / w) as u8, (y * 255 / h) as u8, ((x + y) % 200) as u8]));
+        img.save(dir.join(name)).unwrap();
+    }
+}
+
+#[test]
+fn infer_folder_writes_class_maps_and_overlays_at_image_size() {
+    let tmp = tempfile::tempdir().unwrap();
+    let images = tmp.path().join("images");
+    write_test_images(&images);
+    let classes = tmp.path().join("classes");
+    let overlays = tmp.path().join("overlays");
+    let (code, stdout, stderr) = roadseg(&[
+        "infer", "--model", MODEL, "--device", "cpu", "--image", images.to_str().unwrap(), "--size", "203x141",
+        "--classes-out", classes.to_str().unwrap(), "--overlay-out", overlays.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout.lines().count(), 2, "one line per image: {stdout}");
+    for (name, w, h) in [("a.png", 160, 90), ("b.png", 120, 100)] {
+        let c = image::open(classes.join(name)).unwrap().to_luma8();
+        assert_eq!(c.dimensions(), (w, h));
+        assert!(c.pixels().all(|p| p.0[0] < 7 || p.0[0] == 255), "class indices or unknown");
+        assert_eq!(image::open(overlays.join(name)).unwrap().to_rgb8().dimensions(), (w, h));
+    }
+}
+
+#[test]
+fn infer_pixel_values_writes_reference_logits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("logits.npy");
+    let pv = format!("{MODEL}/pixel_values.npy");
+    let (code, _, stderr) =
+        roadseg(&["infer", "--model", MODEL, "--device", "cpu", "--pixel-values", &pv, "--logits-out", out.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    let ours = roadseg::npy::read_f32(&out).unwrap();
+    let reference = roadseg::npy::read_f32(repo().join(MODEL).join("logits.npy")).unwrap();
+    assert_eq!(ours.shape, reference.shape);
+    assert!(diff(&ours.data, &reference.data).0 < 1e-3 * abs_max(&reference.data));
+}
+
+#[test]
+fn eval_scores_a_model_against_its_own_predictions_as_perfect() {
+    let tmp = tempfile::tempdir().unwrap();
+    let images = tmp.path().join("images");
+    write_test_images(&images);
+    let labels = tmp.path().join("labels");
+    let (code, _, stderr) = roadseg(&[
+        "infer", "--model", MODEL, "--device", "cpu", "--image", images.to_str().unwrap(), "--size", "203x141",
+        "--threshold", "0", "--classes-out", labels.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let (code, stdout, stderr) = roadseg(&[
+        "eval", "--model", MODEL, "--device", "cpu", "--images", images.to_str().unwrap(), "--labels",
+        labels.to_str().unwrap(), "--size", "203x141", "--json",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(json["miou"].as_f64(), Some(1.0), "{stdout}");
+    assert_eq!(json["images"].as_u64(), Some(2));
+}
+
+#[test]
+fn eval_names_a_missing_label_map() {
+    let tmp = tempfile::tempdir().unwrap();
+    let images = tmp.path().join("images");
+    write_test_images(&images);
+    let labels = tmp.path().join("labels");
+    std::fs::create_dir_all(&labels).unwrap();
+    let (code, _, stderr) = roadseg(&[
+        "eval", "--model", MODEL, "--device", "cpu", "--images", images.to_str().unwrap(), "--labels", labels.to_str().unwrap(),
+    ]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("no label map") && stderr.contains("a.png"), "{stderr}");
+}
+
+#[test]
+fn bench_prints_one_json_line_with_timings_and_memory() {
+    let (code, stdout, stderr) =
+        roadseg(&["bench", "--model", MODEL, "--device", "cpu", "--size", "203x141", "--frames", "12", "--precision", "fp16"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("fp16 is not available on the CPU"), "fp16 on CPU warns: {stderr}");
+    let json: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    for key in ["device", "precision", "size", "frames", "median_ms", "p90_ms", "fps", "rss_mib_frame10", "rss_mib_end"] {
+        assert!(!json[key].is_null(), "{key} missing in {stdout}");
+    }
+    assert_eq!(json["device"], "cpu");
+    assert_eq!(json["precision"], "f32");
+    assert_eq!(json["size"], serde_json::json!([203, 141]));
+    assert!(json["median_ms"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn cuda_without_a_usable_backend_fails_clearly() {
+    let (code, _, stderr) = roadseg(&["bench", "--model", MODEL, "--device", "cuda", "--frames", "1"]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("CUDA") && stderr.contains("--device cpu"), "{stderr}");
+    assert!(!stderr.contains("panicked"));
+}
+
+#[test]
+fn bad_arguments_are_explained() {
+    let (code, _, stderr) = roadseg(&["infer", "--model", MODEL, "--image", "/nonexistent.png", "--device", "cpu"]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("/nonexistent.png"), "{stderr}");
+    let (code, _, stderr) = roadseg(&["bench", "--model", MODEL, "--size", "100by50"]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("WxH"), "{stderr}");
+}

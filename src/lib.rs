@@ -11,3 +11,7 @@ pub mod eval;
 pub mod images;
 pub mod model;
 pub mod npy;
+pub mod synth;
+
+#[cfg(feature = "video")]
+pub mod video;

@@ -1,0 +1,34 @@
+//! A decoded video frame as it travels from the source to the sinks.
+
+/// Nanoseconds on the stream's own timeline (GStreamer running/PTS time).
+pub type Nanos = u64;
+
+/// A frame borrowed from the decoder (e.g. a mapped appsink buffer): tightly
+/// or loosely packed RGBA, `stride` bytes per row.
+#[derive(Clone, Copy, Debug)]
+pub struct DecodedFrame<'a> {
+    pub data: &'a [u8],
+    pub width: u32,
+    pub height: u32,
+    pub stride: usize,
+    pub pts: Option<Nanos>,
+    pub duration: Option<Nanos>,
+}
+
+/// Timing of an output frame, carried unchanged from its input frame so the
+/// output has the same timestamps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FrameTiming {
+    pub pts: Option<Nanos>,
+    pub duration: Option<Nanos>,
+}
+
+/// Video caps negotiated by a source, known once the first frame arrives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VideoInfo {
+    pub width: u32,
+    pub height: u32,
+    /// Frame rate as a fraction (0/1 when variable or unknown).
+    pub fps_num: i32,
+    pub fps_den: i32,
+}

@@ -1,0 +1,3 @@
+//! Video in and out (GStreamer) and the streaming pipeline between them.
+
+pub mod frame;

@@ -1,0 +1,177 @@
+//! A stream's output stage: puts worker results back in order, writes each
+//! frame to the stream's sinks (files, RTSP) and its stats sidecar, then
+//! returns the frame buffer to the stream's pool.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+
+use super::annotate::FrameStats;
+use super::pool::{OutputItem, SkipReason, StreamCounters};
+use super::reorder::{Reorder, Slot};
+use super::ring::{FrameBuf, FrameRing};
+
+/// Somewhere annotated frames go. `write` failing is counted and logged but
+/// does not stop the stream's other sinks.
+pub trait FrameSink: Send {
+    /// "file" or "rtsp": the metric label.
+    fn kind(&self) -> &'static str;
+    fn write(&mut self, frame: &FrameBuf) -> Result<(), String>;
+    /// Flushes and finalises (e.g. EOS so an MP4 gets its index).
+    fn finish(self: Box<Self>, timeout: Duration) -> Result<(), String>;
+}
+
+/// Hooks for metrics; every method has a do-nothing default.
+pub trait OutputObserver: Send + Sync {
+    fn written(&self, _sink: &'static str) {}
+    fn sink_failed(&self, _sink: &'static str, _err: &str) {}
+    fn skipped(&self, _reason: SkipReason) {}
+    fn frame_out(&self, _latency: Duration, _stats: &FrameStats) {}
+}
+
+pub struct NoObserver;
+impl OutputObserver for NoObserver {}
+
+/// JSON-lines sidecar: one object per written frame.
+pub struct StatsWriter {
+    out: std::io::BufWriter<std::fs::File>,
+    path: String,
+}
+
+impl StatsWriter {
+    pub fn create(path: &std::path::Path) -> Result<Self, String> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        }
+        let file = std::fs::File::create(path).map_err(|e| format!("cannot create stats file {}: {e}", path.display()))?;
+        Ok(StatsWriter { out: std::io::BufWriter::new(file), path: path.display().to_string() })
+    }
+
+    fn write(&mut self, frame: &FrameBuf, stats: &FrameStats) -> Result<(), String> {
+        let line = serde_json::json!({
+            "frame": frame.seq,
+            "pts": frame.timing.pts.map(|p| p as f64 / 1e9),
+            "road_coverage": (stats.road_coverage as f64 * 1e5).round() / 1e5,
+            "mean_confidence": (stats.mean_confidence as f64 * 1e5).round() / 1e5,
+            "inference_ms": (stats.inference_ms * 100.0).round() / 100.0,
+            "dropped_before": frame.dropped_before,
+        });
+        writeln!(self.out, "{line}").map_err(|e| format!("writing {}: {e}", self.path))
+    }
+
+    fn finish(mut self) -> Result<(), String> {
+        self.out.flush().map_err(|e| format!("writing {}: {e}", self.path))?;
+        self.out.get_ref().sync_all().map_err(|e| format!("syncing {}: {e}", self.path))
+    }
+}
+
+/// Totals once the stage has finished.
+#[derive(Clone, Debug, Default)]
+pub struct OutputSummary {
+    pub frames: u64,
+    pub skipped: u64,
+    pub road_coverage_sum: f64,
+    pub first_error: Option<String>,
+}
+
+pub struct OutputStage {
+    handle: JoinHandle<OutputSummary>,
+}
+
+pub struct OutputParts {
+    pub stream: String,
+    pub items: Receiver<OutputItem>,
+    pub ring: Arc<FrameRing>,
+    pub sinks: Vec<Box<dyn FrameSink>>,
+    pub stats: Option<StatsWriter>,
+    pub counters: Arc<StreamCounters>,
+    pub observer: Arc<dyn OutputObserver>,
+    pub finish_timeout: Duration,
+    /// Called with every frame written, in order (progress bars, tests).
+    pub on_frame: Option<Box<dyn FnMut(&FrameBuf, &FrameStats) + Send>>,
+}
+
+impl OutputStage {
+    /// Runs until every sender of `items` is gone, then finalises the sinks.
+    pub fn start(parts: OutputParts) -> Self {
+        let name = format!("roadseg-out-{}", parts.stream);
+        let handle = std::thread::Builder::new().name(name).spawn(move || run(parts)).expect("spawning an output thread");
+        OutputStage { handle }
+    }
+
+    pub fn join(self) -> OutputSummary {
+        self.handle.join().unwrap_or_else(|_| OutputSummary { first_error: Some("output thread panicked".into()), ..Default::default() })
+    }
+}
+
+fn run(mut p: OutputParts) -> OutputSummary {
+    let mut reorder: Reorder<(FrameBuf, FrameStats)> = Reorder::default();
+    let mut summary = OutputSummary::default();
+    let mut fps_window = (Instant::now(), 0u64);
+    let mut emit = |(buf, stats): (FrameBuf, FrameStats), p: &mut OutputParts, summary: &mut OutputSummary| {
+        for sink in p.sinks.iter_mut() {
+            match sink.write(&buf) {
+                Ok(()) => p.observer.written(sink.kind()),
+                Err(e) => {
+                    p.observer.sink_failed(sink.kind(), &e);
+                    if summary.first_error.is_none() {
+                        tracing::error!(stream = %p.stream, sink = sink.kind(), "{e}");
+                        summary.first_error = Some(e);
+                    }
+                }
+            }
+        }
+        if let Some(stats_out) = p.stats.as_mut() {
+            match stats_out.write(&buf, &stats) {
+                Ok(()) => p.observer.written("stats"),
+                Err(e) => {
+                    p.observer.sink_failed("stats", &e);
+                    summary.first_error.get_or_insert(e);
+                }
+            }
+        }
+        p.observer.frame_out(buf.decoded_at.elapsed(), &stats);
+        if let Some(cb) = p.on_frame.as_mut() {
+            cb(&buf, &stats);
+        }
+        summary.frames += 1;
+        summary.road_coverage_sum += stats.road_coverage as f64;
+        fps_window.1 += 1;
+        let elapsed = fps_window.0.elapsed();
+        if elapsed >= Duration::from_secs(1) {
+            let fps = fps_window.1 as f64 / elapsed.as_secs_f64();
+            p.counters.fps_milli.store((fps * 1000.0) as u64, Ordering::Relaxed);
+            fps_window = (Instant::now(), 0);
+        }
+        p.ring.recycle(buf);
+    };
+    while let Ok(item) = p.items.recv() {
+        match item {
+            OutputItem::Frame { buf, stats } => reorder.insert(buf.seq, Slot::Ready((buf, stats))),
+            OutputItem::Skipped { seq, reason } => {
+                p.observer.skipped(reason);
+                summary.skipped += 1;
+                reorder.insert(seq, Slot::Skipped);
+            }
+        }
+        reorder.drain_ready(|x| emit(x, &mut p, &mut summary));
+    }
+    reorder.drain_all(|x| emit(x, &mut p, &mut summary));
+    for sink in std::mem::take(&mut p.sinks) {
+        let kind = sink.kind();
+        if let Err(e) = sink.finish(p.finish_timeout) {
+            tracing::error!(stream = %p.stream, sink = kind, "finalising failed: {e}");
+            summary.first_error.get_or_insert(e);
+        }
+    }
+    if let Some(stats_out) = p.stats.take() {
+        if let Err(e) = stats_out.finish() {
+            summary.first_error.get_or_insert(e);
+        }
+    }
+    summary
+}

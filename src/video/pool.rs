@@ -1,0 +1,217 @@
+//! The inference worker pool: N threads, each owning an engine (weights
+//! shared), taking frames from every stream's ring in turn so no stream can
+//! starve another, and annotating the frame in place before handing it to its
+//! stream's output stage.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+
+use super::annotate::{Annotator, FrameStats};
+use super::ring::{Doorbell, FrameBuf, FrameRing};
+use crate::backend::Backend;
+use crate::engine::{Engine, FrameRef, PixelFormat};
+
+/// Why a frame never reached the output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SkipReason {
+    RingFull,
+    InferenceError,
+}
+
+impl SkipReason {
+    pub fn label(self) -> &'static str {
+        match self {
+            SkipReason::RingFull => "ring_full",
+            SkipReason::InferenceError => "inference_error",
+        }
+    }
+}
+
+/// What a stream's output stage receives, in any order.
+#[derive(Debug)]
+pub enum OutputItem {
+    Frame { buf: FrameBuf, stats: FrameStats },
+    Skipped { seq: u64, reason: SkipReason },
+}
+
+/// Per-stream counters the workers update and the status line reads.
+#[derive(Debug, Default)]
+pub struct StreamCounters {
+    pub inferred: AtomicU64,
+    pub failed: AtomicU64,
+    /// Output frame rate (frames/s * 1000), written by the output stage.
+    pub fps_milli: AtomicU64,
+}
+
+/// A stream as the workers see it.
+pub struct StreamInput {
+    pub name: String,
+    pub ring: Arc<FrameRing>,
+    pub output: Sender<OutputItem>,
+    pub counters: Arc<StreamCounters>,
+}
+
+/// Called by workers after each inference (metrics hook): stream, milliseconds.
+pub type InferenceObserver = Arc<dyn Fn(&str, f64, &crate::engine::Segmentation) + Send + Sync>;
+/// Called by workers with (worker index, busy share of the last second).
+pub type BusyObserver = Arc<dyn Fn(usize, f64) + Send + Sync>;
+
+struct Shared {
+    streams: RwLock<Vec<Arc<StreamInput>>>,
+    generation: AtomicU64,
+    work: Doorbell,
+    stop: AtomicBool,
+}
+
+pub struct WorkerPool {
+    shared: Arc<Shared>,
+    handles: Vec<JoinHandle<()>>,
+}
+
+impl WorkerPool {
+    pub fn start<B: Backend>(
+        engines: Vec<Engine<B>>,
+        annotator: Annotator,
+        on_inference: InferenceObserver,
+        on_busy: BusyObserver,
+    ) -> Self {
+        let shared = Arc::new(Shared {
+            streams: RwLock::new(Vec::new()),
+            generation: AtomicU64::new(0),
+            work: Doorbell::default(),
+            stop: AtomicBool::new(false),
+        });
+        let handles = engines
+            .into_iter()
+            .enumerate()
+            .map(|(index, engine)| {
+                let worker = Worker {
+                    index,
+                    engine,
+                    annotator: annotator.clone(),
+                    shared: shared.clone(),
+                    on_inference: on_inference.clone(),
+                    on_busy: on_busy.clone(),
+                };
+                std::thread::Builder::new()
+                    .name(format!("roadseg-worker-{index}"))
+                    .spawn(move || worker.run())
+                    .expect("spawning a worker thread")
+            })
+            .collect();
+        WorkerPool { shared, handles }
+    }
+
+    pub fn add_stream(&self, stream: Arc<StreamInput>) {
+        self.shared.streams.write().unwrap_or_else(|e| e.into_inner()).push(stream);
+        self.shared.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub fn remove_stream(&self, name: &str) {
+        self.shared.streams.write().unwrap_or_else(|e| e.into_inner()).retain(|s| s.name != name);
+        self.shared.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A source queued a frame: wake an idle worker.
+    pub fn notify(&self) {
+        self.shared.work.ring();
+    }
+
+    /// A handle sources can ring without holding the pool.
+    pub fn waker(&self) -> impl Fn() + Send + Sync + 'static {
+        let shared = self.shared.clone();
+        move || shared.work.ring()
+    }
+
+    pub fn shutdown(self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.work.ring();
+        for h in self.handles {
+            let _ = h.join();
+        }
+    }
+}
+
+struct Worker<B: Backend> {
+    index: usize,
+    engine: Engine<B>,
+    annotator: Annotator,
+    shared: Arc<Shared>,
+    on_inference: InferenceObserver,
+    on_busy: BusyObserver,
+}
+
+impl<B: Backend> Worker<B> {
+    fn run(mut self) {
+        let mut streams: Vec<Arc<StreamInput>> = Vec::new();
+        let mut seen_generation = u64::MAX;
+        let mut next = 0usize;
+        let (mut window_start, mut busy) = (Instant::now(), Duration::ZERO);
+        while !self.shared.stop.load(Ordering::SeqCst) {
+            let generation = self.shared.generation.load(Ordering::SeqCst);
+            if generation != seen_generation {
+                streams = self.shared.streams.read().unwrap_or_else(|e| e.into_inner()).clone();
+                seen_generation = generation;
+            }
+            let mut job = None;
+            for k in 0..streams.len() {
+                let i = (next + k) % streams.len();
+                if let Some(buf) = streams[i].ring.pop() {
+                    next = i + 1;
+                    job = Some((streams[i].clone(), buf));
+                    break;
+                }
+            }
+            match job {
+                Some((stream, buf)) => {
+                    let t = Instant::now();
+                    self.process(&stream, buf);
+                    busy += t.elapsed();
+                }
+                None => {
+                    self.shared.work.wait(Duration::from_millis(20));
+                }
+            }
+            if window_start.elapsed() >= Duration::from_secs(1) {
+                (self.on_busy)(self.index, busy.as_secs_f64() / window_start.elapsed().as_secs_f64());
+                (window_start, busy) = (Instant::now(), Duration::ZERO);
+            }
+        }
+    }
+
+    fn process(&mut self, stream: &StreamInput, mut buf: FrameBuf) {
+        let frame = FrameRef::packed(&buf.data, buf.width as usize, buf.height as usize, PixelFormat::Rgba);
+        let seg = match self.engine.run_frame(&frame) {
+            Ok(seg) => seg,
+            Err(err) => {
+                tracing::warn!(stream = %stream.name, seq = buf.seq, "frame dropped: inference failed: {err}");
+                stream.counters.failed.fetch_add(1, Ordering::Relaxed);
+                let seq = buf.seq;
+                stream.ring.recycle(buf);
+                let _ = stream.output.send(OutputItem::Skipped { seq, reason: SkipReason::InferenceError });
+                return;
+            }
+        };
+        let t = self.engine.timings();
+        let inference_ms = t.preprocess_ms + t.inference_ms + t.postprocess_ms;
+        let stats = FrameStats {
+            road_coverage: seg.road_coverage,
+            mean_confidence: seg.mean_confidence,
+            inference_ms,
+            fps: stream.counters.fps_milli.load(Ordering::Relaxed) as f64 / 1000.0,
+        };
+        (self.on_inference)(&stream.name, inference_ms, seg);
+        self.annotator.draw(&mut buf.data, seg, &stats);
+        stream.counters.inferred.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = stream.output.send(OutputItem::Frame { buf, stats }) {
+            // The output stage is gone (stream stopping): give the buffer back.
+            if let OutputItem::Frame { buf, .. } = e.into_inner() {
+                stream.ring.recycle(buf);
+            }
+        }
+    }
+}

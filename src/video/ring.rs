@@ -1,0 +1,273 @@
+//! The bounded, lock-free hand-off between a source and the workers.
+//!
+//! Frame buffers come from a fixed pool allocated when the stream starts and
+//! travel source -> ring -> worker -> output, then back to the pool, so a
+//! stream at steady state allocates nothing per frame. The ring and the pool
+//! are `ArrayQueue`s (lock-free); a mutex/condvar pair is used only to sleep
+//! when there is nothing to do, never to guard frame data.
+//!
+//! Live sources never wait: when the ring is full the oldest queued frame is
+//! dropped (and reported) so latency cannot creep up. Files wait for space
+//! instead (back-pressure) and never lose a frame.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crossbeam_queue::ArrayQueue;
+
+use super::frame::{DecodedFrame, FrameTiming};
+
+/// One RGBA frame travelling through the pipeline.
+#[derive(Debug)]
+pub struct FrameBuf {
+    /// Position in the stream (0-based, every decoded frame numbered,
+    /// dropped ones included), used to restore order after the workers.
+    pub seq: u64,
+    pub timing: FrameTiming,
+    pub width: u32,
+    pub height: u32,
+    /// Tightly packed RGBA, `width * height * 4` bytes.
+    pub data: Vec<u8>,
+    /// Frames of this stream dropped since the previous frame that made it.
+    pub dropped_before: u64,
+    pub decoded_at: Instant,
+}
+
+impl FrameBuf {
+    fn empty() -> Self {
+        FrameBuf { seq: 0, timing: FrameTiming::default(), width: 0, height: 0, data: Vec::new(), dropped_before: 0, decoded_at: Instant::now() }
+    }
+
+    /// Copies `src` in, reusing the allocation when the size is unchanged.
+    fn fill_from(&mut self, src: &DecodedFrame<'_>) {
+        let (w, h) = (src.width as usize, src.height as usize);
+        self.width = src.width;
+        self.height = src.height;
+        self.data.resize(w * h * 4, 0);
+        for (y, row) in self.data.chunks_exact_mut(w * 4).enumerate() {
+            let start = y * src.stride;
+            row.copy_from_slice(&src.data[start..start + w * 4]);
+        }
+        self.timing = FrameTiming { pts: src.pts, duration: src.duration };
+        self.decoded_at = Instant::now();
+    }
+}
+
+/// Wakes sleepers; carries no data.
+#[derive(Default)]
+pub struct Doorbell {
+    rung: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Doorbell {
+    pub fn ring(&self) {
+        *self.rung.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.cv.notify_all();
+    }
+
+    /// Sleeps until rung or `timeout`; returns whether it was rung.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        let guard = self.rung.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut guard, _) = self.cv.wait_timeout_while(guard, timeout, |rung| !*rung).unwrap_or_else(|e| e.into_inner());
+        std::mem::replace(&mut *guard, false)
+    }
+}
+
+/// What happened to a frame offered to the ring.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Pushed {
+    Queued { seq: u64 },
+    /// Queued, after dropping the oldest queued frame (live sources).
+    QueuedDroppingOldest { seq: u64, dropped_seq: u64 },
+    /// Not queued: every buffer is in flight downstream (live sources).
+    DroppedIncoming { seq: u64 },
+    /// The ring was closed (the stream is stopping).
+    Closed,
+}
+
+pub struct FrameRing {
+    queue: ArrayQueue<FrameBuf>,
+    pool: ArrayQueue<FrameBuf>,
+    live: bool,
+    next_seq: AtomicU64,
+    dropped_pending: AtomicU64,
+    closed: AtomicBool,
+    /// Rung when a buffer returns to the pool (a waiting file source may go on).
+    space: Doorbell,
+}
+
+impl FrameRing {
+    /// `capacity` queued frames; `in_flight` more buffers for frames being
+    /// inferred, reordered and written.
+    pub fn new(capacity: usize, in_flight: usize, live: bool) -> Self {
+        let capacity = capacity.max(1);
+        let total = capacity + in_flight.max(1);
+        let pool = ArrayQueue::new(total);
+        for _ in 0..total {
+            let _ = pool.push(FrameBuf::empty());
+        }
+        FrameRing {
+            queue: ArrayQueue::new(capacity),
+            pool,
+            live,
+            next_seq: AtomicU64::new(0),
+            dropped_pending: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+            space: Doorbell::default(),
+        }
+    }
+
+    pub fn is_live(&self) -> bool {
+        self.live
+    }
+
+    pub fn depth(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.queue.capacity()
+    }
+
+    /// Stops intake: pushes fail and a waiting producer wakes up.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        self.space.ring();
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Copies `frame` into a pooled buffer and queues it. Files block while
+    /// every buffer is in use; live sources drop instead.
+    pub fn push(&self, frame: &DecodedFrame<'_>) -> Pushed {
+        let mut dropped_seq = None;
+        let mut buf = loop {
+            if self.is_closed() {
+                return Pushed::Closed;
+            }
+            if let Some(buf) = self.pool.pop() {
+                break buf;
+            }
+            if self.live {
+                match self.queue.pop() {
+                    Some(oldest) => {
+                        dropped_seq = Some(oldest.seq);
+                        self.dropped_pending.fetch_add(1, Ordering::Relaxed);
+                        break oldest;
+                    }
+                    None => {
+                        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+                        self.dropped_pending.fetch_add(1, Ordering::Relaxed);
+                        return Pushed::DroppedIncoming { seq };
+                    }
+                }
+            }
+            self.space.wait(Duration::from_millis(50));
+        };
+        buf.fill_from(frame);
+        buf.seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        buf.dropped_before = self.dropped_pending.swap(0, Ordering::Relaxed);
+        let seq = buf.seq;
+        let mut pending = buf;
+        // The queue has room for every buffer the pool does not hold, except
+        // when a live push took its buffer from the pool while the queue was
+        // full: then make room by dropping the oldest.
+        loop {
+            match self.queue.push(pending) {
+                Ok(()) => break,
+                Err(back) => {
+                    pending = back;
+                    if let Some(oldest) = self.queue.pop() {
+                        dropped_seq = Some(oldest.seq);
+                        pending.dropped_before += 1;
+                        let _ = self.pool.push(oldest);
+                    }
+                }
+            }
+        }
+        match dropped_seq {
+            Some(dropped_seq) => Pushed::QueuedDroppingOldest { seq, dropped_seq },
+            None => Pushed::Queued { seq },
+        }
+    }
+
+    /// The oldest queued frame, if any.
+    pub fn pop(&self) -> Option<FrameBuf> {
+        self.queue.pop()
+    }
+
+    /// Gives a buffer back once its frame has been written (or dropped).
+    pub fn recycle(&self, buf: FrameBuf) {
+        let _ = self.pool.push(buf);
+        self.space.ring();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(v: u8) -> Vec<u8> {
+        vec![v; 4 * 4 * 4]
+    }
+
+    fn decoded(data: &[u8]) -> DecodedFrame<'_> {
+        DecodedFrame { data, width: 4, height: 4, stride: 16, pts: Some(data[0] as u64), duration: None }
+    }
+
+    #[test]
+    fn live_ring_drops_oldest_when_full() {
+        let ring = FrameRing::new(2, 1, true);
+        let frames: Vec<Vec<u8>> = (0..5).map(frame).collect();
+        let results: Vec<Pushed> = frames.iter().map(|f| ring.push(&decoded(f))).collect();
+        assert_eq!(results[0], Pushed::Queued { seq: 0 });
+        assert_eq!(results[1], Pushed::Queued { seq: 1 });
+        // pool holds one spare buffer: the third push still fits the pool but not the queue
+        assert_eq!(results[2], Pushed::QueuedDroppingOldest { seq: 2, dropped_seq: 0 });
+        assert_eq!(ring.depth(), 2);
+        let a = ring.pop().unwrap();
+        let b = ring.pop().unwrap();
+        assert!(a.seq < b.seq, "FIFO order");
+        assert_eq!(b.seq, 4, "newest frame kept");
+    }
+
+    #[test]
+    fn file_ring_waits_instead_of_dropping() {
+        let ring = std::sync::Arc::new(FrameRing::new(1, 1, false));
+        let producer = {
+            let ring = ring.clone();
+            std::thread::spawn(move || (0..6u8).map(|i| ring.push(&decoded(&frame(i)))).collect::<Vec<_>>())
+        };
+        let mut seen = Vec::new();
+        while seen.len() < 6 {
+            if let Some(buf) = ring.pop() {
+                seen.push((buf.seq, buf.data[0], buf.dropped_before));
+                ring.recycle(buf);
+            } else {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        let pushed = producer.join().unwrap();
+        assert!(pushed.iter().all(|p| matches!(p, Pushed::Queued { .. })));
+        assert_eq!(seen.iter().map(|s| s.0).collect::<Vec<_>>(), vec![0, 1, 2, 3, 4, 5]);
+        assert!(seen.iter().all(|s| s.0 == s.1 as u64 && s.2 == 0));
+    }
+
+    #[test]
+    fn closing_releases_a_blocked_producer() {
+        let ring = std::sync::Arc::new(FrameRing::new(1, 1, false));
+        ring.push(&decoded(&frame(0)));
+        ring.push(&decoded(&frame(1)));
+        let blocked = {
+            let ring = ring.clone();
+            std::thread::spawn(move || ring.push(&decoded(&frame(2))))
+        };
+        std::thread::sleep(Duration::from_millis(30));
+        ring.close();
+        assert_eq!(blocked.join().unwrap(), Pushed::Closed);
+    }
+}

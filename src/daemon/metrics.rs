@@ -32,6 +32,25 @@ pub const DEVICE_FALLBACK: &str = "roadseg_device_fallback_total";
 pub const MODEL_LOADED: &str = "roadseg_model_loaded";
 pub const BUILD_INFO: &str = "roadseg_build_info";
 
+/// Every name above, for checks that dashboards and docs use only real ones.
+pub const ALL_NAMES: [&str; 15] = [
+    FRAMES_DECODED,
+    FRAMES_INFERRED,
+    FRAMES_DROPPED,
+    FRAMES_WRITTEN,
+    LATENCY,
+    RING_DEPTH,
+    ROAD_COVERAGE,
+    RECONNECTS,
+    STREAM_UP,
+    RTSP_CLIENTS,
+    INFERENCE,
+    WORKER_BUSY,
+    DEVICE_FALLBACK,
+    MODEL_LOADED,
+    BUILD_INFO,
+];
+
 /// Source frame to annotated output, 5 ms to 10 s.
 pub const LATENCY_BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 /// One forward pass, 1 ms to 5 s.
@@ -227,6 +246,20 @@ mod tests {
     /// The value of the series whose line starts with `prefix` (name and labels).
     pub(crate) fn sample(text: &str, prefix: &str) -> Option<f64> {
         text.lines().find_map(|l| l.strip_prefix(prefix)?.trim().parse().ok())
+    }
+
+    #[test]
+    fn dashboard_queries_only_real_metrics() {
+        // Rule: every roadseg_* name in docs/grafana-roadseg.json is defined here, and every name here is charted.
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/grafana-roadseg.json");
+        let text = std::fs::read_to_string(path).unwrap();
+        let mut used = std::collections::BTreeSet::new();
+        for (i, _) in text.match_indices("roadseg_") {
+            let name: String = text[i..].chars().take_while(|c| c.is_ascii_lowercase() || *c == '_').collect();
+            used.insert(name.strip_suffix("_bucket").unwrap_or(&name).to_string());
+        }
+        let defined: std::collections::BTreeSet<String> = ALL_NAMES.iter().map(|n| n.to_string()).collect();
+        assert_eq!(used, defined);
     }
 
     #[test]

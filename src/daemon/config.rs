@@ -9,7 +9,8 @@
 //! 3. the file given with `--config` (required when given);
 //! 4. environment variables `ROADSEG__SECTION__KEY`, e.g.
 //!    `ROADSEG__MODEL__DEVICE=cpu` or `ROADSEG__WORKERS__COUNT=2`
-//!    (`ROADSEG__MODEL__ROAD_CLASSES=road,lane` for the one list).
+//!    (`ROADSEG__MODEL__ROAD_CLASSES=road,lane` for the one list). Streams
+//!    cannot be set this way: `[[streams]]` is an array.
 //!
 //! Relative paths (model, recordings, stats) are relative to the working
 //! directory, `/var/lib/roadseg` under the shipped systemd unit.
@@ -92,6 +93,7 @@ pub struct ModelConfig {
     #[serde(with = "serde_names::preset")]
     pub preset: Preset,
     /// Class names (the checkpoint's id2label) counted as road. Default ["road"].
+    #[serde(with = "serde_names::name_list")]
     pub road_classes: Vec<String>,
     /// Pixels whose top probability is below this are "unknown". Default 0.5.
     pub confidence_threshold: f32,

@@ -89,11 +89,10 @@ impl DaemonConfig {
             }
             builder = builder.add_source(File::from(file.as_path()).format(FileFormat::Toml));
         }
-        let mut env = Environment::with_prefix(ENV_PREFIX)
-            .separator(ENV_SEPARATOR)
-            .try_parsing(true)
-            .list_separator(",")
-            .with_list_parse_key("model.road_classes");
+        // No `try_parsing`: values stay strings and each field converts its
+        // own ("2" to an integer where one is expected). Parsing up front
+        // would turn a password like "0012" into the number 12, then "12".
+        let mut env = Environment::with_prefix(ENV_PREFIX).separator(ENV_SEPARATOR);
         if let Some(vars) = &sources.env {
             env = env.source(Some(vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect()));
         }

@@ -42,3 +42,37 @@ pub mod preset {
         })
     }
 }
+
+/// A list of names as a TOML array or a comma-separated string; the string
+/// form is how `ROADSEG__MODEL__ROAD_CLASSES=road,lane` arrives.
+pub mod name_list {
+    use std::fmt;
+
+    use serde::de::{self, Deserializer, SeqAccess, Visitor};
+    use serde::{Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(names: &[String], s: S) -> Result<S::Ok, S::Error> {
+        names.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+        struct Names;
+        impl<'de> Visitor<'de> for Names {
+            type Value = Vec<String>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of names, or one comma-separated string")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Vec<String>, E> {
+                Ok(v.split(',').map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).collect())
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<String>, A::Error> {
+                let mut names = Vec::new();
+                while let Some(name) = seq.next_element::<String>()? {
+                    names.push(name);
+                }
+                Ok(names)
+            }
+        }
+        d.deserialize_any(Names)
+    }
+}

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::SystemTime;
 
 use super::validate::{self, Problem};
+use super::template::{self, format_start};
 use super::{ConfigError, DaemonConfig, Problems, SourceUri, Sources};
 
 /// A checked configuration and a human description of it (`Display`).
@@ -38,7 +39,8 @@ impl fmt::Display for Summary {
         writeln!(f, "configuration: {}", self.layers)?;
         let height = if m.height == 0 { "from the first stream".to_string() } else { m.height.to_string() };
         let precision = m.precision.map_or("auto".to_string(), |p| p.to_string());
-        writeln!(f, "model: {} (width {}, height {height}, device {}, precision {precision}, preset {:?})", m.path.display(), m.width, m.device, m.preset)?;
+        let preset = format!("{:?}", m.preset).to_lowercase();
+        writeln!(f, "model: {} (width {}, height {height}, device {}, precision {precision}, preset {preset})", m.path.display(), m.width, m.device)?;
         writeln!(f, "  road classes {:?}, confidence threshold {}", m.road_classes, m.confidence_threshold)?;
         writeln!(f, "workers: {}", c.workers.count)?;
         match c.metrics.listen_addr() {
@@ -51,20 +53,24 @@ impl fmt::Display for Summary {
             None => writeln!(f, "rtsp: server disabled")?,
         }
         writeln!(f, "streams ({}):", c.streams.len())?;
-        let now = SystemTime::now();
         for s in &c.streams {
             let live = if s.is_live() { "live" } else { "not live" };
             writeln!(f, "  {}: {} ({live}, ring {})", s.name, SourceUri::redacted(&s.uri), s.ring_capacity)?;
             let o = &s.output;
-            if let Some(pattern) = o.segment_location(&s.name, now) {
-                writeln!(f, "    file:  {pattern} ({} s segments; {{start}} is the daemon's start time)", o.segment_seconds)?;
+            // {start} stays as written: it is only known when the daemon starts.
+            let named = |t: &String| t.replace("{stream}", &s.name);
+            if let Some(file) = o.file.as_ref().map(named) {
+                writeln!(f, "    file:  {} ({} s segments)", template::segment_name_pattern(&file), o.segment_seconds)?;
             }
             if let (Some(mount), Some(addr)) = (o.rtsp_mount(&s.name), c.rtsp.listen_addr()) {
                 writeln!(f, "    rtsp:  rtsp://{addr}{mount}")?;
             }
-            if let Some(stats) = o.stats_path(&s.name, now) {
-                writeln!(f, "    stats: {}", stats.display())?;
+            if let Some(stats) = o.stats.as_ref().map(named) {
+                writeln!(f, "    stats: {stats}")?;
             }
+        }
+        if c.streams.iter().any(|s| [&s.output.file, &s.output.stats].iter().any(|t| t.as_deref().is_some_and(|t| t.contains("{start}")))) {
+            writeln!(f, "({{start}} is the daemon's start time in UTC, e.g. {})", format_start(SystemTime::now()))?;
         }
         for w in &self.warnings {
             writeln!(f, "warning: {w}")?;

@@ -69,6 +69,12 @@ pub fn segment_pattern(path: &str) -> String {
     format!("{}-%05d{}", stem.replace('%', "%%"), ext.replace('%', "%%"))
 }
 
+/// How segment names look, for people: `rec/front-{start}-NNNNN.mp4`.
+pub fn segment_name_pattern(path: &str) -> String {
+    let (stem, ext) = split_extension(path);
+    format!("{stem}-NNNNN{ext}")
+}
+
 pub fn segment_name(path: &str, index: u32) -> String {
     let (stem, ext) = split_extension(path);
     format!("{stem}-{index:05}{ext}")

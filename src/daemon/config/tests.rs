@@ -127,6 +127,13 @@ fn stream_defaults_apply_per_field() {
 }
 
 #[test]
+fn road_classes_take_a_list_or_a_comma_separated_string() {
+    // Rule: road_classes is an array of names, or one string of comma-separated names.
+    assert_eq!(parse("model.road_classes = [\"road\", \"lane\"]").model.road_classes, ["road", "lane"]);
+    assert_eq!(parse("model.road_classes = \"road, lane\"").model.road_classes, ["road", "lane"]);
+}
+
+#[test]
 fn precision_accepts_auto_and_names() {
     // Rule: precision is auto (None) or a Precision.
     assert_eq!(parse("model.precision = \"fp16\"").model.precision, Some(crate::backend::Precision::Fp16));
@@ -198,10 +205,21 @@ fn layers_apply_in_order_and_env_wins() {
 }
 
 #[test]
-fn env_overrides_integers_and_rejects_unknown_keys() {
-    // Rule: ROADSEG__SECTION__KEY values are typed, and unknown ones are errors naming the key.
-    let sources = Sources { env: env(&[("ROADSEG__WORKERS__COUNT", "2")]), ..Sources::default() };
-    assert_eq!(DaemonConfig::load_from(&sources).unwrap().workers.count, 2);
+fn env_values_convert_to_each_fields_type_and_unknown_keys_are_errors() {
+    // Rule: ROADSEG__SECTION__KEY values take the field's type (strings stay verbatim); unknown keys are errors naming the key.
+    let vars = [
+        ("ROADSEG__WORKERS__COUNT", "2"),
+        ("ROADSEG__ANNOTATE__FULL_PALETTE", "true"),
+        ("ROADSEG__RTSP__USERNAME", "007"),
+        ("ROADSEG__RTSP__PASSWORD", "0012"),
+    ];
+    let c = DaemonConfig::load_from(&Sources { env: env(&vars), ..Sources::default() }).unwrap();
+    assert_eq!(c.workers.count, 2);
+    assert!(c.annotate.full_palette);
+    assert_eq!(c.rtsp.credentials(), Some(("007", "0012")));
+    let sources = Sources { env: env(&[("ROADSEG__WORKERS__COUNT", "two")]), ..Sources::default() };
+    let e = DaemonConfig::load_from(&sources).unwrap_err().to_string();
+    assert!(e.contains("workers.count") && e.contains("environment"), "{e}");
     let sources = Sources { env: env(&[("ROADSEG__MODEL__DEVCE", "cpu")]), ..Sources::default() };
     let e = DaemonConfig::load_from(&sources).unwrap_err().to_string();
     assert!(e.contains("devce") && e.contains("environment"), "{e}");
@@ -528,7 +546,8 @@ mod files {
         for s in &summary.config.streams {
             assert!(shown.contains(&format!("  {}: ", s.name)), "{shown}");
         }
-        assert!(shown.contains("rtsp:  rtsp://") && shown.contains("file:  ") && shown.contains("%05d"), "{shown}");
+        assert!(shown.contains("rtsp:  rtsp://0.0.0.0:8554/gate-north\n"), "{shown}");
+        assert!(shown.contains("file:  /var/lib/roadseg/recordings/gate-north/gate-north-{start}-NNNNN.mp4 (600 s segments)"), "{shown}");
         assert!(!shown.contains("CHANGE-ME"), "camera passwords are masked: {shown}");
         let e = check_sources(&Sources { system: None, file: Some(file), env: env(&[]) }).unwrap_err().to_string();
         assert!(e.contains("model.path"), "{e}");

@@ -14,4 +14,6 @@ pub mod npy;
 pub mod synth;
 
 #[cfg(feature = "video")]
+pub mod daemon;
+#[cfg(feature = "video")]
 pub mod video;

@@ -1,0 +1,425 @@
+//! The daemon's configuration: inert typed data, layered from TOML files and
+//! the environment, then checked by [`DaemonConfig::validate`] before anything
+//! starts.
+//!
+//! Layers, later ones win key by key (arrays such as `streams` are replaced
+//! whole, never merged element by element):
+//! 1. built-in defaults (the `Default` impls below, documented per field);
+//! 2. [`SYSTEM_CONFIG`], when it exists;
+//! 3. the file given with `--config` (required when given);
+//! 4. environment variables `ROADSEG__SECTION__KEY`, e.g.
+//!    `ROADSEG__MODEL__DEVICE=cpu` or `ROADSEG__WORKERS__COUNT=2`
+//!    (`ROADSEG__MODEL__ROAD_CLASSES=road,lane` for the one list). Streams
+//!    cannot be set this way: `[[streams]]` is an array.
+//!
+//! Relative paths (model, recordings, stats) are relative to the working
+//! directory, `/var/lib/roadseg` under the shipped systemd unit.
+
+mod load;
+mod reload;
+mod serde_names;
+mod summary;
+mod template;
+#[cfg(test)]
+mod tests;
+mod uri;
+mod validate;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::Precision;
+use crate::device::DeviceRequest;
+use crate::engine::Preset;
+
+pub use load::Sources;
+pub use reload::{ReloadPlan, plan_reload};
+pub use summary::{Summary, check, check_sources};
+pub use template::format_start;
+pub use uri::{Scheme, SourceUri};
+pub use validate::{Problem, Problems};
+
+/// Base layer, read whenever it exists.
+pub const SYSTEM_CONFIG: &str = "/etc/roadseg/roadseg.toml";
+/// Environment overrides look like `ROADSEG__MODEL__DEVICE`.
+pub const ENV_PREFIX: &str = "ROADSEG";
+pub const ENV_SEPARATOR: &str = "__";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config file {} does not exist", .0.display())]
+    NotFound(PathBuf),
+    /// A syntax error, an unknown key or a value of the wrong type; `origin`
+    /// names the layers (or the text) read.
+    #[error("{origin}: {message}")]
+    Parse { origin: String, message: String },
+    #[error("{0}")]
+    Invalid(Problems),
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DaemonConfig {
+    pub model: ModelConfig,
+    pub workers: WorkersConfig,
+    pub metrics: MetricsConfig,
+    pub rtsp: RtspConfig,
+    pub annotate: AnnotateConfig,
+    pub daemon: DaemonSection,
+    /// No default: `run` needs at least one.
+    pub streams: Vec<StreamConfig>,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelConfig {
+    /// HuggingFace SegFormer checkpoint folder. Default `models/roadseg-camvid`.
+    pub path: PathBuf,
+    /// Model input width, a multiple of 32 in 64..=4096. Default 1024.
+    pub width: u32,
+    /// Model input height; 0 (default) derives it from the first stream's
+    /// aspect ratio, rounded to a multiple of 32, fixed at start.
+    pub height: u32,
+    /// cpu | cuda | cuda:0,1 | auto. Default auto.
+    pub device: DeviceRequest,
+    /// `None` is "auto" (the default): fp16 on CUDA, f32 on the CPU.
+    #[serde(with = "serde_names::auto_precision")]
+    pub precision: Option<Precision>,
+    /// fast | accurate. Default fast.
+    #[serde(with = "serde_names::preset")]
+    pub preset: Preset,
+    /// Class names (the checkpoint's id2label) counted as road. Default ["road"].
+    #[serde(with = "serde_names::name_list")]
+    pub road_classes: Vec<String>,
+    /// Pixels whose top probability is below this are "unknown". Default 0.5.
+    pub confidence_threshold: f32,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        ModelConfig {
+            path: PathBuf::from("models/roadseg-camvid"),
+            width: 1024,
+            height: 0,
+            device: DeviceRequest::Auto,
+            precision: None,
+            preset: Preset::Fast,
+            road_classes: vec!["road".to_string()],
+            confidence_threshold: 0.5,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkersConfig {
+    /// Inference workers, 1..=64; each owns an engine, weights are shared. Default 1.
+    pub count: usize,
+}
+
+impl Default for WorkersConfig {
+    fn default() -> Self {
+        WorkersConfig { count: 1 }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// `IP:port` of the /metrics, /healthz, /readyz endpoint; "" disables it.
+    /// Default `127.0.0.1:9464`.
+    pub listen: String,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig { listen: "127.0.0.1:9464".to_string() }
+    }
+}
+
+impl MetricsConfig {
+    /// `None` when disabled or (before validation) unparsable.
+    pub fn listen_addr(&self) -> Option<SocketAddr> {
+        parse_listen(&self.listen)
+    }
+}
+
+#[derive(Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RtspConfig {
+    /// `IP:port` of the RTSP server; "" disables it. Default `127.0.0.1:8554`.
+    pub listen: String,
+    /// Basic auth for every mount; both or neither. Default none.
+    pub username: Option<String>,
+    pub password: Option<String>,
+}
+
+impl Default for RtspConfig {
+    fn default() -> Self {
+        RtspConfig { listen: "127.0.0.1:8554".to_string(), username: None, password: None }
+    }
+}
+
+// By hand so the password never reaches a log line.
+impl fmt::Debug for RtspConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RtspConfig")
+            .field("listen", &self.listen)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl RtspConfig {
+    pub fn listen_addr(&self) -> Option<SocketAddr> {
+        parse_listen(&self.listen)
+    }
+
+    /// `(username, password)` when basic auth is configured.
+    pub fn credentials(&self) -> Option<(&str, &str)> {
+        Some((self.username.as_deref()?, self.password.as_deref()?))
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AnnotateConfig {
+    /// RGB tint of road pixels. Default [255, 0, 200].
+    pub road_colour: [u8; 3],
+    /// Opacity of the road tint, 0..=1. Default 0.45.
+    pub road_alpha: f32,
+    /// Tint every class with the model palette, not just road. Default false.
+    pub full_palette: bool,
+    /// Mark low-confidence pixels with a sparse checker. Default true.
+    pub show_unknown: bool,
+    /// Draw stream name, time, fps and road coverage on the frame. Default true.
+    pub overlay_text: bool,
+}
+
+impl Default for AnnotateConfig {
+    fn default() -> Self {
+        AnnotateConfig { road_colour: [255, 0, 200], road_alpha: 0.45, full_palette: false, show_unknown: true, overlay_text: true }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DaemonSection {
+    /// Seconds to drain and finalise outputs on SIGTERM before giving up,
+    /// 1..=600. Default 10 (keep it below the unit's TimeoutStopSec=30).
+    pub shutdown_timeout_s: u64,
+}
+
+impl Default for DaemonSection {
+    fn default() -> Self {
+        DaemonSection { shutdown_timeout_s: 10 }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(try_from = "String", into = "&'static str")]
+pub enum RtspTransport {
+    /// Interleaved in the RTSP connection: survives NAT and firewalls.
+    #[default]
+    Tcp,
+    Udp,
+    /// Let the source negotiate (UDP first, then TCP).
+    Auto,
+}
+
+impl RtspTransport {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RtspTransport::Tcp => "tcp",
+            RtspTransport::Udp => "udp",
+            RtspTransport::Auto => "auto",
+        }
+    }
+}
+
+impl From<RtspTransport> for &'static str {
+    fn from(t: RtspTransport) -> &'static str {
+        t.as_str()
+    }
+}
+
+impl TryFrom<String> for RtspTransport {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        [RtspTransport::Tcp, RtspTransport::Udp, RtspTransport::Auto]
+            .into_iter()
+            .find(|t| t.as_str().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| format!("unknown RTSP transport '{s}' (expected tcp, udp or auto)"))
+    }
+}
+
+/// One camera or file. `name` and `uri` are required; the rest defaults.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamConfig {
+    /// `[A-Za-z0-9_-]+`, unique; used in RTSP paths, file names and metric labels.
+    pub name: String,
+    /// file://, rtsp://, rtsps://, http(s)://, v4l2:///dev/videoN or test://PATTERN?width=&height=&fps=.
+    pub uri: String,
+    /// Pace and reconnect like a camera. Default: false for file://, true otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<bool>,
+    /// RTSP jitter buffer. Default 200.
+    #[serde(default = "defaults::latency_ms")]
+    pub latency_ms: u32,
+    /// tcp | udp | auto. Default tcp.
+    #[serde(default)]
+    pub rtsp_transport: RtspTransport,
+    /// Frames buffered between the source and the workers (older ones are
+    /// dropped when full), 1..=1024. Default 8.
+    #[serde(default = "defaults::ring_capacity")]
+    pub ring_capacity: usize,
+    /// First reconnect delay; doubles up to `reconnect_max_ms`. Default 500.
+    #[serde(default = "defaults::reconnect_initial_ms")]
+    pub reconnect_initial_ms: u64,
+    /// Default 30000.
+    #[serde(default = "defaults::reconnect_max_ms")]
+    pub reconnect_max_ms: u64,
+    #[serde(default)]
+    pub output: OutputConfig,
+}
+
+mod defaults {
+    pub fn latency_ms() -> u32 {
+        200
+    }
+    pub fn ring_capacity() -> usize {
+        8
+    }
+    pub fn reconnect_initial_ms() -> u64 {
+        500
+    }
+    pub fn reconnect_max_ms() -> u64 {
+        30_000
+    }
+}
+
+impl StreamConfig {
+    /// A stream with the default settings and no output.
+    pub fn new(name: &str, uri: &str) -> Self {
+        StreamConfig {
+            name: name.to_string(),
+            uri: uri.to_string(),
+            live: None,
+            latency_ms: defaults::latency_ms(),
+            rtsp_transport: RtspTransport::default(),
+            ring_capacity: defaults::ring_capacity(),
+            reconnect_initial_ms: defaults::reconnect_initial_ms(),
+            reconnect_max_ms: defaults::reconnect_max_ms(),
+            output: OutputConfig::default(),
+        }
+    }
+
+    /// Files play as fast as the pipeline goes and end; everything else is
+    /// paced by its source and reconnected when it drops.
+    pub fn is_live(&self) -> bool {
+        self.live.unwrap_or_else(|| !matches!(SourceUri::parse(&self.uri), Ok(u) if u.scheme == Scheme::File))
+    }
+
+    /// The parsed `uri` (validation guarantees it parses).
+    pub fn source(&self) -> Result<SourceUri, String> {
+        SourceUri::parse(&self.uri)
+    }
+}
+
+/// Where a stream's annotated video and statistics go. At least one is required.
+///
+/// `file` and `stats` may hold `{stream}` and `{start}` (the daemon's start
+/// time in UTC, e.g. `20261121T075800Z`); `rtsp` may hold `{stream}`.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OutputConfig {
+    /// MP4 recording, rotated every `segment_seconds`: see [`OutputConfig::segment_location`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// Length of each file segment, >= 1. Default 300.
+    pub segment_seconds: u64,
+    /// RTSP mount path, served at `rtsp://HOST:PORT/<rtsp>`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rtsp: Option<String>,
+    /// JSON-lines statistics sidecar, one line per inferred frame.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stats: Option<String>,
+}
+
+impl Default for OutputConfig {
+    fn default() -> Self {
+        OutputConfig { file: None, segment_seconds: 300, rtsp: None, stats: None }
+    }
+}
+
+impl OutputConfig {
+    pub fn is_empty(&self) -> bool {
+        self.file.is_none() && self.rtsp.is_none() && self.stats.is_none()
+    }
+
+    /// `file` with its placeholders expanded: the recording's base name, as
+    /// logged. Segment files add an index to it (see `segment_location`).
+    pub fn file_path(&self, stream: &str, start: SystemTime) -> Option<PathBuf> {
+        Some(PathBuf::from(template::expand_lossy(self.file.as_deref()?, stream, start)))
+    }
+
+    /// The `location` pattern for splitmuxsink: `file_path` with any `%`
+    /// doubled (the sink formats it printf-style) and `-%05d` inserted before
+    /// the extension, so `rec/{stream}-{start}.mp4` becomes
+    /// `rec/front-20261121T075800Z-%05d.mp4` and segments are `...-00000.mp4`,
+    /// `...-00001.mp4`, one per `segment_seconds`.
+    pub fn segment_location(&self, stream: &str, start: SystemTime) -> Option<String> {
+        let path = template::expand_lossy(self.file.as_deref()?, stream, start);
+        Some(template::segment_pattern(&path))
+    }
+
+    /// The concrete name of segment `index` (0 is the first), as splitmuxsink
+    /// will write it from [`OutputConfig::segment_location`].
+    pub fn segment_path(&self, stream: &str, start: SystemTime, index: u32) -> Option<PathBuf> {
+        let path = template::expand_lossy(self.file.as_deref()?, stream, start);
+        Some(PathBuf::from(template::segment_name(&path, index)))
+    }
+
+    pub fn stats_path(&self, stream: &str, start: SystemTime) -> Option<PathBuf> {
+        Some(PathBuf::from(template::expand_lossy(self.stats.as_deref()?, stream, start)))
+    }
+
+    /// The mount point with its leading slash, e.g. `/front`.
+    pub fn rtsp_mount(&self, stream: &str) -> Option<String> {
+        let path = self.rtsp.as_deref()?.replace("{stream}", stream);
+        Some(format!("/{}", path.trim_start_matches('/')))
+    }
+}
+
+impl DaemonConfig {
+    /// Every rule except the model folder check; see [`DaemonConfig::validate_model_path`].
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        Problems::into_result(validate::problems(self))
+    }
+
+    /// `model.path` is a folder holding `config.json`. Separate from
+    /// `validate()` so configs can be checked on machines without the model.
+    pub fn validate_model_path(&self) -> Result<(), ConfigError> {
+        Problems::into_result(validate::model_path_problems(&self.model.path))
+    }
+
+    /// Legal but probably unintended settings, for `check-config` and the
+    /// start-up log.
+    pub fn warnings(&self) -> Vec<String> {
+        validate::warnings(self)
+    }
+
+    pub fn stream(&self, name: &str) -> Option<&StreamConfig> {
+        self.streams.iter().find(|s| s.name == name)
+    }
+}
+
+fn parse_listen(listen: &str) -> Option<SocketAddr> {
+    if listen.trim().is_empty() { None } else { listen.trim().parse().ok() }
+}

@@ -1,0 +1,115 @@
+//! Reading the layers: defaults < system file < given file < environment.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use ::config::{Config, Environment, File, FileFormat};
+
+use super::{ConfigError, DaemonConfig, ENV_PREFIX, ENV_SEPARATOR, SYSTEM_CONFIG};
+
+/// Which layers to read; [`Sources::standard`] is what the daemon uses.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Sources {
+    /// Read when it exists (`None`: skipped).
+    pub system: Option<PathBuf>,
+    /// Required when given.
+    pub file: Option<PathBuf>,
+    /// `None`: the process environment. Tests pass their own map.
+    pub env: Option<BTreeMap<String, String>>,
+}
+
+impl Sources {
+    pub fn standard(file: Option<&Path>) -> Self {
+        Sources { system: Some(PathBuf::from(SYSTEM_CONFIG)), file: file.map(Path::to_path_buf), env: None }
+    }
+
+    /// The system file, unless it is missing or is the given file itself
+    /// (`--config /etc/roadseg/roadseg.toml`, as the unit does).
+    fn system_layer(&self) -> Option<&Path> {
+        let system = self.system.as_deref().filter(|p| p.is_file())?;
+        let same = |f: &Path| match (system.canonicalize(), f.canonicalize()) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => system == f,
+        };
+        if self.file.as_deref().is_some_and(same) { None } else { Some(system) }
+    }
+
+    /// The layers that will be read, lowest first, for messages.
+    pub fn describe(&self) -> String {
+        let mut layers = vec!["defaults".to_string()];
+        layers.extend(self.system_layer().map(|p| p.display().to_string()));
+        layers.extend(self.file.as_ref().map(|p| p.display().to_string()));
+        layers.push(format!("environment ({ENV_PREFIX}{ENV_SEPARATOR}*)"));
+        layers.join(" < ")
+    }
+}
+
+impl ConfigError {
+    fn parse(origin: &str, err: ::config::ConfigError) -> ConfigError {
+        ConfigError::Parse { origin: origin.to_string(), message: dotted_keys(&err.to_string()) }
+    }
+}
+
+/// The config crate writes nested keys as `streams[0]output`; make them the
+/// `streams[0].output` that `validate()` and the docs use.
+fn dotted_keys(message: &str) -> String {
+    let quoted = [("for key `", '`'), ("missing configuration field \"", '"')];
+    let Some((start, close)) = quoted.iter().find_map(|(open, close)| Some((message.find(open)? + open.len(), *close))) else {
+        return message.to_string();
+    };
+    let end = message[start..].find(close).map_or(message.len(), |i| start + i);
+    let mut key = String::with_capacity(end - start + 4);
+    let mut prev = ' ';
+    for c in message[start..end].chars() {
+        if prev == ']' && c != '[' && c != '.' {
+            key.push('.');
+        }
+        key.push(c);
+        prev = c;
+    }
+    format!("{}{key}{}", &message[..start], &message[end..])
+}
+
+impl DaemonConfig {
+    /// Defaults < [`SYSTEM_CONFIG`] (if present) < `path` (required when
+    /// given) < `ROADSEG__*` environment. Not validated: call `validate()`.
+    pub fn load(path: Option<&Path>) -> Result<DaemonConfig, ConfigError> {
+        Self::load_from(&Sources::standard(path))
+    }
+
+    pub fn load_from(sources: &Sources) -> Result<DaemonConfig, ConfigError> {
+        let mut builder = Config::builder();
+        if let Some(system) = sources.system_layer() {
+            builder = builder.add_source(File::from(system).format(FileFormat::Toml));
+        }
+        if let Some(file) = &sources.file {
+            // Checked here: the config crate's own message does not say which layer.
+            if !file.is_file() {
+                return Err(ConfigError::NotFound(file.clone()));
+            }
+            builder = builder.add_source(File::from(file.as_path()).format(FileFormat::Toml));
+        }
+        // No `try_parsing`: values stay strings and each field converts its
+        // own ("2" to an integer where one is expected). Parsing up front
+        // would turn a password like "0012" into the number 12, then "12".
+        let mut env = Environment::with_prefix(ENV_PREFIX).separator(ENV_SEPARATOR);
+        if let Some(vars) = &sources.env {
+            env = env.source(Some(vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect()));
+        }
+        let origin = sources.describe();
+        let parse = |err| ConfigError::parse(&origin, err);
+        builder.add_source(env).build().map_err(parse)?.try_deserialize().map_err(parse)
+    }
+
+    /// Defaults < `text` (TOML); `origin` names it in errors.
+    pub fn from_toml_str(text: &str, origin: &str) -> Result<DaemonConfig, ConfigError> {
+        let parse = |err| ConfigError::parse(origin, err);
+        Config::builder()
+            .add_source(File::from_str(text, FileFormat::Toml))
+            .build()
+            .map_err(parse)?
+            .try_deserialize()
+            .map_err(parse)
+    }
+
+}

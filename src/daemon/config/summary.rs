@@ -1,0 +1,80 @@
+//! `roadseg check-config`: load exactly as `run` would, check everything, and
+//! describe what would run.
+
+use std::fmt;
+use std::path::Path;
+use std::time::SystemTime;
+
+use super::validate::{self, Problem};
+use super::template::{self, format_start};
+use super::{ConfigError, DaemonConfig, Problems, SourceUri, Sources};
+
+/// A checked configuration and a human description of it (`Display`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    /// The layers read, lowest first, e.g. `defaults < /etc/roadseg/roadseg.toml < environment (ROADSEG__*)`.
+    pub layers: String,
+    pub config: DaemonConfig,
+    pub warnings: Vec<String>,
+}
+
+/// Loads like `DaemonConfig::load(path)`, then runs every check including
+/// the model folder, reporting all problems at once.
+pub fn check(path: Option<&Path>) -> Result<Summary, ConfigError> {
+    check_sources(&Sources::standard(path))
+}
+
+pub fn check_sources(sources: &Sources) -> Result<Summary, ConfigError> {
+    let config = DaemonConfig::load_from(sources)?;
+    let mut problems: Vec<Problem> = validate::problems(&config);
+    problems.extend(validate::model_path_problems(&config.model.path));
+    Problems::into_result(problems)?;
+    Ok(Summary { layers: sources.describe(), warnings: config.warnings(), config })
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.config;
+        let m = &c.model;
+        writeln!(f, "configuration: {}", self.layers)?;
+        let height = if m.height == 0 { "from the first stream".to_string() } else { m.height.to_string() };
+        let precision = m.precision.map_or("auto".to_string(), |p| p.to_string());
+        let preset = format!("{:?}", m.preset).to_lowercase();
+        writeln!(f, "model: {} (width {}, height {height}, device {}, precision {precision}, preset {preset})", m.path.display(), m.width, m.device)?;
+        writeln!(f, "  road classes {:?}, confidence threshold {}", m.road_classes, m.confidence_threshold)?;
+        writeln!(f, "workers: {}", c.workers.count)?;
+        match c.metrics.listen_addr() {
+            Some(a) => writeln!(f, "metrics: http://{a}/metrics (also /healthz, /readyz)")?,
+            None => writeln!(f, "metrics: HTTP endpoint disabled")?,
+        }
+        let auth = if c.rtsp.credentials().is_some() { "basic auth" } else { "no auth" };
+        match c.rtsp.listen_addr() {
+            Some(a) => writeln!(f, "rtsp: {a} ({auth})")?,
+            None => writeln!(f, "rtsp: server disabled")?,
+        }
+        writeln!(f, "streams ({}):", c.streams.len())?;
+        for s in &c.streams {
+            let live = if s.is_live() { "live" } else { "not live" };
+            writeln!(f, "  {}: {} ({live}, ring {})", s.name, SourceUri::redacted(&s.uri), s.ring_capacity)?;
+            let o = &s.output;
+            // {start} stays as written: it is only known when the daemon starts.
+            let named = |t: &String| t.replace("{stream}", &s.name);
+            if let Some(file) = o.file.as_ref().map(named) {
+                writeln!(f, "    file:  {} ({} s segments)", template::segment_name_pattern(&file), o.segment_seconds)?;
+            }
+            if let (Some(mount), Some(addr)) = (o.rtsp_mount(&s.name), c.rtsp.listen_addr()) {
+                writeln!(f, "    rtsp:  rtsp://{addr}{mount}")?;
+            }
+            if let Some(stats) = o.stats.as_ref().map(named) {
+                writeln!(f, "    stats: {stats}")?;
+            }
+        }
+        if c.streams.iter().any(|s| [&s.output.file, &s.output.stats].iter().any(|t| t.as_deref().is_some_and(|t| t.contains("{start}")))) {
+            writeln!(f, "({{start}} is the daemon's start time in UTC, e.g. {})", format_start(SystemTime::now()))?;
+        }
+        for w in &self.warnings {
+            writeln!(f, "warning: {w}")?;
+        }
+        Ok(())
+    }
+}

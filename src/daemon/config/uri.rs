@@ -1,0 +1,174 @@
+//! Just enough URI parsing to reject a bad `streams[i].uri` at load time
+//! rather than when GStreamer first tries it (possibly hours later, on a
+//! reconnect). GStreamer still gets the URI string exactly as written.
+
+use std::fmt;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scheme {
+    File,
+    Rtsp,
+    Rtsps,
+    Http,
+    Https,
+    V4l2,
+    /// Built-in test source: `test://PATTERN?width=W&height=H&fps=F`.
+    Test,
+}
+
+impl Scheme {
+    pub const ALL: [Scheme; 7] = [Scheme::File, Scheme::Rtsp, Scheme::Rtsps, Scheme::Http, Scheme::Https, Scheme::V4l2, Scheme::Test];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::File => "file",
+            Scheme::Rtsp => "rtsp",
+            Scheme::Rtsps => "rtsps",
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+            Scheme::V4l2 => "v4l2",
+            Scheme::Test => "test",
+        }
+    }
+
+    fn is_network(self) -> bool {
+        matches!(self, Scheme::Rtsp | Scheme::Rtsps | Scheme::Http | Scheme::Https)
+    }
+}
+
+impl fmt::Display for Scheme {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A source URI split into parts. Percent escapes are kept as written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceUri {
+    pub scheme: Scheme,
+    /// `[user[:password]@]host[:port]` for network sources, the pattern for
+    /// `test://`, empty for `file://` and `v4l2://`.
+    pub authority: String,
+    pub path: String,
+    /// `key=value` pairs in order (a bare `key` has an empty value).
+    pub query: Vec<(String, String)>,
+}
+
+impl SourceUri {
+    pub fn parse(uri: &str) -> Result<SourceUri, String> {
+        if uri.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(format!("'{uri}' contains whitespace or control characters (percent-encode spaces as %20)"));
+        }
+        let (scheme, rest) = uri.split_once("://").ok_or_else(|| format!("'{uri}' is not a URI; expected {}", expected()))?;
+        let scheme = Scheme::ALL
+            .into_iter()
+            .find(|s| s.as_str().eq_ignore_ascii_case(scheme))
+            .ok_or_else(|| format!("unsupported scheme '{scheme}://'; expected {}", expected()))?;
+        let rest = rest.split_once('#').map_or(rest, |(r, _)| r);
+        let (rest, query) = match rest.split_once('?') {
+            Some((r, q)) => (r, Some(q)),
+            None => (rest, None),
+        };
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, ""),
+        };
+        let query = query
+            .into_iter()
+            .flat_map(|q| q.split('&'))
+            .filter(|kv| !kv.is_empty())
+            .map(|kv| match kv.split_once('=') {
+                Some((k, v)) => (k.to_string(), v.to_string()),
+                None => (kv.to_string(), String::new()),
+            })
+            .collect();
+        let parsed = SourceUri { scheme, authority: authority.to_string(), path: path.to_string(), query };
+        parsed.check()?;
+        Ok(parsed)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        match self.scheme {
+            Scheme::File if !(self.authority.is_empty() || self.authority.eq_ignore_ascii_case("localhost")) || self.path.len() < 2 => {
+                return Err("file URIs need an absolute path, e.g. file:///videos/clip.mp4".to_string());
+            }
+            Scheme::V4l2 if !self.authority.is_empty() || self.path.len() < 2 => {
+                return Err("v4l2 URIs name a device node, e.g. v4l2:///dev/video0".to_string());
+            }
+            Scheme::Test => {
+                for (key, value) in &self.query {
+                    let ok = match key.as_str() {
+                        "width" | "height" => value.parse::<u32>().is_ok_and(|v| (16..=16384).contains(&v)),
+                        "fps" => parse_fps(value).is_some(),
+                        _ => true, // the test source reads its own options
+                    };
+                    if !ok {
+                        return Err(format!("test source option {key}={value} is not a valid {key}"));
+                    }
+                }
+            }
+            s if s.is_network() => check_host(s, &self.authority)?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// `host[:port]` without credentials, for logs and summaries.
+    pub fn host(&self) -> &str {
+        self.authority.rsplit_once('@').map_or(&self.authority, |(_, h)| h)
+    }
+
+    pub fn query_value(&self, key: &str) -> Option<&str> {
+        self.query.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    /// The URI with any password replaced by `***`, for logs.
+    pub fn redacted(uri: &str) -> String {
+        let Some((scheme, rest)) = uri.split_once("://") else { return uri.to_string() };
+        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        match rest[..end].rsplit_once('@') {
+            Some((userinfo, host)) => {
+                let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+                let masked = if userinfo.contains(':') { format!("{user}:***") } else { user.to_string() };
+                format!("{scheme}://{masked}@{host}{}", &rest[end..])
+            }
+            None => uri.to_string(),
+        }
+    }
+}
+
+/// `25`, `29.97` or `30000/1001`.
+fn parse_fps(v: &str) -> Option<f64> {
+    let fps = match v.split_once('/') {
+        Some((n, d)) => n.parse::<f64>().ok()? / d.parse::<f64>().ok().filter(|d| *d > 0.0)?,
+        None => v.parse().ok()?,
+    };
+    (fps > 0.0 && fps <= 1000.0).then_some(fps)
+}
+
+fn check_host(scheme: Scheme, authority: &str) -> Result<(), String> {
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let (host, port) = if let Some(v6) = host_port.strip_prefix('[') {
+        let (host, after) = v6.split_once(']').ok_or_else(|| format!("unclosed '[' in host '{host_port}'"))?;
+        (host, after.strip_prefix(':'))
+    } else {
+        match host_port.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (host_port, None),
+        }
+    };
+    if host.is_empty() {
+        return Err(format!("{scheme} URIs need a host, e.g. {scheme}://192.0.2.10/stream1"));
+    }
+    if let Some(port) = port
+        && port.parse::<u16>().map_or(true, |p| p == 0)
+    {
+        return Err(format!("port '{port}' is not a number in 1..=65535"));
+    }
+    Ok(())
+}
+
+fn expected() -> String {
+    let all: Vec<String> = Scheme::ALL.iter().map(|s| format!("{s}://")).collect();
+    all.join(", ")
+}

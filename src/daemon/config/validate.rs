@@ -1,0 +1,234 @@
+//! The rules a loaded configuration must satisfy. Every problem is reported
+//! (not just the first), each naming its field as `streams[1].output.file`.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::UNIX_EPOCH;
+
+use super::template::{expand_lossy, unknown_placeholder};
+use super::{ConfigError, DaemonConfig, OutputConfig, SourceUri, StreamConfig};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// Dotted path of the offending key, e.g. `streams[1].output.file`.
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problems(pub Vec<Problem>);
+
+impl Problems {
+    pub(super) fn into_result(problems: Vec<Problem>) -> Result<(), ConfigError> {
+        if problems.is_empty() { Ok(()) } else { Err(ConfigError::Invalid(Problems(problems))) }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Problem> {
+        self.0.iter()
+    }
+}
+
+impl fmt::Display for Problems {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.as_slice() {
+            [one] => write!(f, "{one}"),
+            many => {
+                write!(f, "{} configuration problems:", many.len())?;
+                many.iter().try_for_each(|p| write!(f, "\n  - {p}"))
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct Collector(Vec<Problem>);
+
+impl Collector {
+    fn add(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        self.0.push(Problem { field: field.into(), message: message.into() });
+    }
+
+    fn check(&mut self, ok: bool, field: impl Into<String>, message: impl FnOnce() -> String) {
+        if !ok {
+            self.add(field, message());
+        }
+    }
+}
+
+pub(super) fn problems(config: &DaemonConfig) -> Vec<Problem> {
+    let mut c = Collector::default();
+    model(&mut c, config);
+    c.check((1..=64).contains(&config.workers.count), "workers.count", || {
+        format!("{} is outside 1..=64", config.workers.count)
+    });
+    listeners(&mut c, config);
+    let a = &config.annotate;
+    c.check((0.0..=1.0).contains(&a.road_alpha), "annotate.road_alpha", || format!("{} is outside 0..=1", a.road_alpha));
+    let timeout = config.daemon.shutdown_timeout_s;
+    c.check((1..=600).contains(&timeout), "daemon.shutdown_timeout_s", || format!("{timeout} is outside 1..=600"));
+    streams(&mut c, config);
+    c.0
+}
+
+fn model(c: &mut Collector, config: &DaemonConfig) {
+    let m = &config.model;
+    c.check(m.width.is_multiple_of(32) && (64..=4096).contains(&m.width), "model.width", || {
+        format!("{} must be a multiple of 32 in 64..=4096", m.width)
+    });
+    c.check(m.height == 0 || (m.height.is_multiple_of(32) && (64..=4096).contains(&m.height)), "model.height", || {
+        format!("{} must be 0 (from the first stream's aspect) or a multiple of 32 in 64..=4096", m.height)
+    });
+    let t = m.confidence_threshold;
+    c.check((0.0..=1.0).contains(&t), "model.confidence_threshold", || format!("{t} is outside 0..=1"));
+    c.check(!m.road_classes.is_empty(), "model.road_classes", || "must name at least one class, e.g. [\"road\"]".into());
+    for (i, class) in m.road_classes.iter().enumerate() {
+        c.check(!class.trim().is_empty(), format!("model.road_classes[{i}]"), || "must not be empty".into());
+    }
+}
+
+fn listeners(c: &mut Collector, config: &DaemonConfig) {
+    let parse = |c: &mut Collector, field: &str, listen: &str| -> Option<SocketAddr> {
+        if listen.trim().is_empty() {
+            return None;
+        }
+        let addr = listen.trim().parse::<SocketAddr>().ok();
+        c.check(addr.is_some(), field, || format!("'{listen}' is not an IP:port address (e.g. 127.0.0.1:9464), or \"\" to disable"));
+        addr
+    };
+    let metrics = parse(c, "metrics.listen", &config.metrics.listen);
+    let rtsp = parse(c, "rtsp.listen", &config.rtsp.listen);
+    if metrics.is_some() && metrics == rtsp {
+        c.add("rtsp.listen", format!("{} is also metrics.listen", config.rtsp.listen.trim()));
+    }
+    let r = &config.rtsp;
+    match (&r.username, &r.password) {
+        (Some(_), None) => c.add("rtsp.password", "missing: set both rtsp.username and rtsp.password, or neither"),
+        (None, Some(_)) => c.add("rtsp.username", "missing: set both rtsp.username and rtsp.password, or neither"),
+        (Some(u), Some(_)) => c.check(!u.is_empty() && !u.contains(':'), "rtsp.username", || "must be non-empty and hold no ':'".into()),
+        (None, None) => {}
+    }
+}
+
+fn streams(c: &mut Collector, config: &DaemonConfig) {
+    if config.streams.is_empty() {
+        c.add("streams", "no streams configured; add at least one [[streams]] table");
+    }
+    // First user of each name / output, to name it in duplicate errors.
+    let mut names: HashMap<&str, usize> = HashMap::new();
+    let mut outputs: HashMap<(&str, String), usize> = HashMap::new();
+    for (i, s) in config.streams.iter().enumerate() {
+        let at = |key: &str| format!("streams[{i}].{key}");
+        stream_name(c, i, &s.name);
+        match names.get(s.name.as_str()) {
+            Some(j) => c.add(at("name"), format!("'{}' is already the name of streams[{j}]", s.name)),
+            None => {
+                names.insert(&s.name, i);
+            }
+        }
+        if let Err(e) = SourceUri::parse(&s.uri) {
+            c.add(at("uri"), e);
+        }
+        stream_settings(c, i, s);
+        output(c, i, &s.output, config);
+        // Outputs that would collide on disk or on the RTSP server.
+        let o = &s.output;
+        let targets = [
+            ("output.file", o.file.as_deref().map(|f| expand_lossy(f, &s.name, UNIX_EPOCH))),
+            ("output.stats", o.stats.as_deref().map(|f| expand_lossy(f, &s.name, UNIX_EPOCH))),
+            ("output.rtsp", o.rtsp_mount(&s.name)),
+        ];
+        for (key, target) in targets {
+            let Some(target) = target else { continue };
+            match outputs.get(&(key, target.clone())) {
+                Some(j) => c.add(at(key), format!("'{target}' is also streams[{j}].{key}")),
+                None => {
+                    outputs.insert((key, target), i);
+                }
+            }
+        }
+    }
+}
+
+fn stream_name(c: &mut Collector, i: usize, name: &str) {
+    let ok = !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    c.check(ok, format!("streams[{i}].name"), || {
+        format!("'{name}' must be 1 to 64 characters from A-Z, a-z, 0-9, _ and - (it is used in paths and metric labels)")
+    });
+}
+
+fn stream_settings(c: &mut Collector, i: usize, s: &StreamConfig) {
+    let at = |key: &str| format!("streams[{i}].{key}");
+    c.check(s.latency_ms <= 60_000, at("latency_ms"), || format!("{} is above 60000", s.latency_ms));
+    c.check((1..=1024).contains(&s.ring_capacity), at("ring_capacity"), || format!("{} is outside 1..=1024", s.ring_capacity));
+    c.check(s.reconnect_initial_ms >= 1, at("reconnect_initial_ms"), || "must be at least 1".into());
+    c.check(s.reconnect_initial_ms <= s.reconnect_max_ms, at("reconnect_initial_ms"), || {
+        format!("{} is above reconnect_max_ms ({})", s.reconnect_initial_ms, s.reconnect_max_ms)
+    });
+}
+
+fn output(c: &mut Collector, i: usize, o: &OutputConfig, config: &DaemonConfig) {
+    let at = |key: &str| format!("streams[{i}].output.{key}");
+    if o.is_empty() {
+        c.add(format!("streams[{i}].output"), "nothing to write; set file, rtsp or stats");
+    }
+    for (key, template) in [("file", &o.file), ("stats", &o.stats)] {
+        let Some(t) = template else { continue };
+        if t.trim().is_empty() {
+            c.add(at(key), "must not be empty (leave it out to disable)");
+        } else if t.ends_with('/') {
+            c.add(at(key), format!("'{t}' names a folder; add a file name, e.g. {t}{{stream}}-{{start}}.mp4"));
+        } else if let Some(p) = unknown_placeholder(t) {
+            c.add(at(key), format!("unknown placeholder {p} in '{t}' (use {{stream}} and {{start}})"));
+        }
+    }
+    c.check(o.segment_seconds >= 1, at("segment_seconds"), || "must be at least 1".into());
+    if let Some(path) = &o.rtsp {
+        let bare = path.replace("{stream}", "x");
+        let ok = !bare.trim_matches('/').is_empty()
+            && !bare.contains("//")
+            && bare.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-./".contains(&b));
+        c.check(ok, at("rtsp"), || format!("'{path}' is not a mount path like \"front\" or \"cams/front\" (A-Z, a-z, 0-9, _ - . /)"));
+        c.check(!config.rtsp.listen.trim().is_empty(), at("rtsp"), || "set, but rtsp.listen is \"\" (RTSP server disabled)".into());
+    }
+}
+
+pub(super) fn model_path_problems(path: &Path) -> Vec<Problem> {
+    let shown = path.display();
+    let message = if !path.exists() {
+        format!("{shown} does not exist")
+    } else if !path.is_dir() {
+        format!("{shown} is not a folder (a SegFormer checkpoint folder holds config.json and model.safetensors)")
+    } else if !path.join("config.json").is_file() {
+        format!("{shown} has no config.json (a SegFormer checkpoint folder)")
+    } else {
+        return Vec::new();
+    };
+    vec![Problem { field: "model.path".into(), message }]
+}
+
+pub(super) fn warnings(config: &DaemonConfig) -> Vec<String> {
+    let mut w = Vec::new();
+    for (i, s) in config.streams.iter().enumerate() {
+        if let Some(file) = s.output.file.as_deref().filter(|f| !f.contains("{start}")) {
+            w.push(format!(
+                "streams[{i}].output.file: '{file}' has no {{start}}: after a restart, new segments overwrite the previous run's"
+            ));
+        }
+    }
+    let serves_rtsp = config.streams.iter().any(|s| s.output.rtsp.is_some());
+    if serves_rtsp
+        && config.rtsp.credentials().is_none()
+        && config.rtsp.listen_addr().is_some_and(|a| !a.ip().is_loopback())
+    {
+        w.push(format!("rtsp.listen: {} serves video beyond this host without authentication", config.rtsp.listen.trim()));
+    }
+    w
+}

@@ -1,0 +1,308 @@
+//! The one place metric names live. Everything else records through the
+//! handles built here, registered once per stream / device so hot paths only
+//! touch atomics.
+//!
+//! Handles built before [`install`] record into nothing: install first.
+//! Series are labelled by `stream` (and `device`/`worker` for inference).
+//! A removed stream's series stay in /metrics until the process restarts
+//! (the exporter cannot unregister); its `roadseg_stream_up` drops to 0.
+
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use ::metrics::{Counter, Gauge, Histogram, Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder};
+
+pub use super::health::Health;
+pub use metrics_exporter_prometheus::PrometheusHandle;
+
+pub const FRAMES_DECODED: &str = "roadseg_frames_decoded_total";
+pub const FRAMES_INFERRED: &str = "roadseg_frames_inferred_total";
+pub const FRAMES_DROPPED: &str = "roadseg_frames_dropped_total";
+pub const FRAMES_WRITTEN: &str = "roadseg_frames_written_total";
+pub const LATENCY: &str = "roadseg_latency_seconds";
+pub const RING_DEPTH: &str = "roadseg_ring_depth";
+pub const ROAD_COVERAGE: &str = "roadseg_road_coverage_ratio";
+pub const RECONNECTS: &str = "roadseg_reconnects_total";
+pub const STREAM_UP: &str = "roadseg_stream_up";
+pub const RTSP_CLIENTS: &str = "roadseg_rtsp_clients";
+pub const INFERENCE: &str = "roadseg_inference_seconds";
+pub const WORKER_BUSY: &str = "roadseg_worker_busy_ratio";
+pub const DEVICE_FALLBACK: &str = "roadseg_device_fallback_total";
+pub const MODEL_LOADED: &str = "roadseg_model_loaded";
+pub const BUILD_INFO: &str = "roadseg_build_info";
+
+/// Every name above, for checks that dashboards and docs use only real ones.
+pub const ALL_NAMES: [&str; 15] = [
+    FRAMES_DECODED,
+    FRAMES_INFERRED,
+    FRAMES_DROPPED,
+    FRAMES_WRITTEN,
+    LATENCY,
+    RING_DEPTH,
+    ROAD_COVERAGE,
+    RECONNECTS,
+    STREAM_UP,
+    RTSP_CLIENTS,
+    INFERENCE,
+    WORKER_BUSY,
+    DEVICE_FALLBACK,
+    MODEL_LOADED,
+    BUILD_INFO,
+];
+
+/// Source frame to annotated output, 5 ms to 10 s.
+pub const LATENCY_BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+/// One forward pass, 1 ms to 5 s.
+pub const INFERENCE_BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
+
+/// Histograms accumulate samples until upkeep folds them into buckets; with
+/// the HTTP endpoint disabled nothing else would.
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    #[error("cannot install the Prometheus metrics recorder: {0}")]
+    Install(BuildError),
+}
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+static INSTALLING: Mutex<()> = Mutex::new(());
+
+/// Installs the process-wide Prometheus recorder; later calls return the
+/// same handle. Fails if some other recorder was installed first.
+pub fn install() -> Result<PrometheusHandle, MetricsError> {
+    let _once = INSTALLING.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(handle) = HANDLE.get() {
+        return Ok(handle.clone());
+    }
+    let handle = builder().and_then(PrometheusBuilder::install_recorder).map_err(MetricsError::Install)?;
+    describe();
+    gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    gauge!(MODEL_LOADED).set(0.0);
+    let upkeep = handle.clone();
+    // Detached on purpose: the recorder it tends is global and lives as long.
+    let spawned = std::thread::Builder::new().name("metrics-upkeep".into()).spawn(move || {
+        loop {
+            std::thread::sleep(UPKEEP_EVERY);
+            upkeep.run_upkeep();
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::warn!("no metrics upkeep thread ({e}); histograms are folded only when /metrics is scraped");
+    }
+    Ok(HANDLE.get_or_init(|| handle).clone())
+}
+
+fn builder() -> Result<PrometheusBuilder, BuildError> {
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Full(LATENCY.into()), &LATENCY_BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(INFERENCE.into()), &INFERENCE_BUCKETS)
+}
+
+fn describe() {
+    describe_counter!(FRAMES_DECODED, Unit::Count, "Frames decoded from the source");
+    describe_counter!(FRAMES_INFERRED, Unit::Count, "Frames segmented by a worker");
+    describe_counter!(FRAMES_DROPPED, Unit::Count, "Frames dropped, by reason (ring_full, inference_error, decode_error)");
+    describe_counter!(FRAMES_WRITTEN, Unit::Count, "Frames written, by sink (file, rtsp, stats)");
+    describe_histogram!(LATENCY, Unit::Seconds, "Source frame to annotated output");
+    describe_gauge!(RING_DEPTH, Unit::Count, "Frames waiting between the source and the workers");
+    describe_gauge!(ROAD_COVERAGE, "Fraction of the last frame's pixels classified as road");
+    describe_counter!(RECONNECTS, Unit::Count, "Source reconnect attempts");
+    describe_gauge!(STREAM_UP, "1 while the stream's source delivers frames");
+    describe_gauge!(RTSP_CLIENTS, Unit::Count, "Clients connected to the stream's RTSP mount");
+    describe_histogram!(INFERENCE, Unit::Seconds, "One inference (all scales of the preset)");
+    describe_gauge!(WORKER_BUSY, "Fraction of recent time the worker spent inferring");
+    describe_counter!(DEVICE_FALLBACK, Unit::Count, "Times inference fell back from one device to another");
+    describe_gauge!(MODEL_LOADED, "1 once the model is loaded");
+    describe_gauge!(BUILD_INFO, "Always 1; the version label says which build runs");
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DropReason {
+    RingFull,
+    InferenceError,
+    DecodeError,
+}
+
+impl DropReason {
+    pub const ALL: [DropReason; 3] = [DropReason::RingFull, DropReason::InferenceError, DropReason::DecodeError];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            DropReason::RingFull => "ring_full",
+            DropReason::InferenceError => "inference_error",
+            DropReason::DecodeError => "decode_error",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sink {
+    File,
+    Rtsp,
+    Stats,
+}
+
+impl Sink {
+    pub const ALL: [Sink; 3] = [Sink::File, Sink::Rtsp, Sink::Stats];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Sink::File => "file",
+            Sink::Rtsp => "rtsp",
+            Sink::Stats => "stats",
+        }
+    }
+}
+
+/// One stream's handles. `roadseg_stream_up` is not here: it is driven by
+/// [`Health::set_stream_up`], so /readyz and the gauge cannot disagree.
+#[derive(Clone)]
+pub struct StreamMetrics {
+    pub frames_decoded: Counter,
+    pub frames_inferred: Counter,
+    dropped: [Counter; 3],
+    written: [Counter; 3],
+    pub latency: Histogram,
+    pub ring_depth: Gauge,
+    pub road_coverage: Gauge,
+    pub reconnects: Counter,
+    pub rtsp_clients: Gauge,
+}
+
+impl StreamMetrics {
+    pub fn new(stream: &str) -> StreamMetrics {
+        let s = stream.to_string();
+        StreamMetrics {
+            frames_decoded: counter!(FRAMES_DECODED, "stream" => s.clone()),
+            frames_inferred: counter!(FRAMES_INFERRED, "stream" => s.clone()),
+            dropped: DropReason::ALL.map(|r| counter!(FRAMES_DROPPED, "stream" => s.clone(), "reason" => r.label())),
+            written: Sink::ALL.map(|k| counter!(FRAMES_WRITTEN, "stream" => s.clone(), "sink" => k.label())),
+            latency: histogram!(LATENCY, "stream" => s.clone()),
+            ring_depth: gauge!(RING_DEPTH, "stream" => s.clone()),
+            road_coverage: gauge!(ROAD_COVERAGE, "stream" => s.clone()),
+            reconnects: counter!(RECONNECTS, "stream" => s.clone()),
+            rtsp_clients: gauge!(RTSP_CLIENTS, "stream" => s),
+        }
+    }
+
+    pub fn dropped(&self, reason: DropReason) -> &Counter {
+        &self.dropped[reason as usize]
+    }
+
+    pub fn written(&self, sink: Sink) -> &Counter {
+        &self.written[sink as usize]
+    }
+
+    pub fn record_latency(&self, latency: Duration) {
+        self.latency.record(latency.as_secs_f64());
+    }
+}
+
+/// Handles for one inference device (`cpu`, `cuda:0`, ...).
+#[derive(Clone)]
+pub struct DeviceMetrics {
+    device: String,
+    pub inference: Histogram,
+}
+
+impl DeviceMetrics {
+    pub fn new(device: &str) -> DeviceMetrics {
+        DeviceMetrics { device: device.to_string(), inference: histogram!(INFERENCE, "device" => device.to_string()) }
+    }
+
+    pub fn record_inference(&self, took: Duration) {
+        self.inference.record(took.as_secs_f64());
+    }
+
+    /// The gauge worker `worker` sets to its busy fraction (0..=1); call once
+    /// per worker and keep it.
+    pub fn worker_busy(&self, worker: usize) -> Gauge {
+        gauge!(WORKER_BUSY, "device" => self.device.clone(), "worker" => worker.to_string())
+    }
+}
+
+/// Counts one fall-back of inference from device `from` to device `to`
+/// (rare, so the handle is looked up each time).
+pub fn device_fallback(from: &str, to: &str) {
+    counter!(DEVICE_FALLBACK, "from" => from.to_string(), "to" => to.to_string()).increment(1);
+}
+
+/// Drives `roadseg_model_loaded`; see [`Health::set_model_loaded`].
+pub(super) fn set_model_loaded(loaded: bool) {
+    gauge!(MODEL_LOADED).set(if loaded { 1.0 } else { 0.0 });
+}
+
+/// Drives `roadseg_stream_up`; see [`Health::set_stream_up`].
+pub(super) fn set_stream_up(stream: &str, up: bool) {
+    gauge!(STREAM_UP, "stream" => stream.to_string()).set(if up { 1.0 } else { 0.0 });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value of the series whose line starts with `prefix` (name and labels).
+    pub(crate) fn sample(text: &str, prefix: &str) -> Option<f64> {
+        text.lines().find_map(|l| l.strip_prefix(prefix)?.trim().parse().ok())
+    }
+
+    #[test]
+    fn dashboard_queries_only_real_metrics() {
+        // Rule: every roadseg_* name in docs/grafana-roadseg.json is defined here, and every name here is charted.
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/grafana-roadseg.json");
+        let text = std::fs::read_to_string(path).unwrap();
+        let mut used = std::collections::BTreeSet::new();
+        for (i, _) in text.match_indices("roadseg_") {
+            let name: String = text[i..].chars().take_while(|c| c.is_ascii_lowercase() || *c == '_').collect();
+            used.insert(name.strip_suffix("_bucket").unwrap_or(&name).to_string());
+        }
+        let defined: std::collections::BTreeSet<String> = ALL_NAMES.iter().map(|n| n.to_string()).collect();
+        assert_eq!(used, defined);
+    }
+
+    #[test]
+    fn install_is_idempotent() {
+        // Rule: a second install() returns the same recorder instead of failing.
+        let a = install().unwrap();
+        let b = install().unwrap();
+        counter!("roadseg_test_idempotent_total").increment(2);
+        assert!(a.render().contains("roadseg_test_idempotent_total 2"));
+        assert!(b.render().contains("roadseg_test_idempotent_total 2"));
+    }
+
+    #[test]
+    fn stream_series_are_labelled_by_stream_and_reason() {
+        // Rule: stream metrics carry stream=, drops reason=, writes sink=; build info is exported.
+        let handle = install().unwrap();
+        let m = StreamMetrics::new("metrics-test");
+        m.frames_decoded.increment(3);
+        m.dropped(DropReason::RingFull).increment(1);
+        m.written(Sink::Rtsp).increment(2);
+        m.ring_depth.set(4.0);
+        let text = handle.render();
+        assert_eq!(sample(&text, "roadseg_frames_decoded_total{stream=\"metrics-test\"}"), Some(3.0), "{text}");
+        assert_eq!(sample(&text, "roadseg_frames_dropped_total{stream=\"metrics-test\",reason=\"ring_full\"}"), Some(1.0));
+        assert_eq!(sample(&text, "roadseg_frames_dropped_total{stream=\"metrics-test\",reason=\"decode_error\"}"), Some(0.0));
+        assert_eq!(sample(&text, "roadseg_frames_written_total{stream=\"metrics-test\",sink=\"rtsp\"}"), Some(2.0));
+        assert_eq!(sample(&text, "roadseg_ring_depth{stream=\"metrics-test\"}"), Some(4.0));
+        let build = format!("roadseg_build_info{{version=\"{}\"}}", env!("CARGO_PKG_VERSION"));
+        assert_eq!(sample(&text, &build), Some(1.0), "{text}");
+    }
+
+    #[test]
+    fn histograms_have_the_configured_buckets() {
+        // Rule: latency and inference are Prometheus histograms with explicit buckets.
+        let handle = install().unwrap();
+        StreamMetrics::new("buckets-test").record_latency(Duration::from_millis(30));
+        let d = DeviceMetrics::new("test-device");
+        d.record_inference(Duration::from_millis(3));
+        d.worker_busy(1).set(0.5);
+        let text = handle.render();
+        assert_eq!(sample(&text, "roadseg_latency_seconds_bucket{stream=\"buckets-test\",le=\"0.05\"}"), Some(1.0), "{text}");
+        assert_eq!(sample(&text, "roadseg_latency_seconds_bucket{stream=\"buckets-test\",le=\"0.025\"}"), Some(0.0));
+        assert_eq!(sample(&text, "roadseg_inference_seconds_bucket{device=\"test-device\",le=\"0.005\"}"), Some(1.0));
+        assert_eq!(sample(&text, "roadseg_worker_busy_ratio{device=\"test-device\",worker=\"1\"}"), Some(0.5));
+    }
+}

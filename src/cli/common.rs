@@ -76,25 +76,41 @@ pub fn load_engine(args: &ModelArgs, size: (usize, usize), threshold: f32) -> Re
 }
 
 pub fn load_engine_with(args: &ModelArgs, size: (usize, usize), threshold: f32, backend: CpuBackend) -> Result<Loaded> {
+    let mut engines = load_engines(args, size, threshold, backend, 1)?;
+    let engine = engines.engines.pop().expect("one engine");
+    Ok(Loaded { engine, device: engines.device, precision: engines.precision })
+}
+
+pub struct LoadedMany {
+    pub engines: Vec<Engine<CpuBackend>>,
+    pub device: &'static str,
+    pub precision: Precision,
+}
+
+/// Loads the model once and builds `count` engines sharing its weights.
+pub fn load_engines(args: &ModelArgs, size: (usize, usize), threshold: f32, backend: CpuBackend, count: usize) -> Result<LoadedMany> {
     let resolved = device::resolve(&args.device, args.precision)?;
     for w in &resolved.warnings {
         tracing::warn!("{w}");
+    }
+    if !(0.0..=1.0).contains(&threshold) {
+        bail!("--threshold {threshold} is outside 0..=1");
     }
     let mut ckpt = Checkpoint::open(&args.model).with_context(|| format!("loading model {}", args.model.display()))?;
     let backend = Arc::new(backend);
     let weights = SegformerWeights::load(&mut ckpt, &*backend).with_context(|| format!("loading model {}", args.model.display()))?;
     let road_classes = road_class_ids(&weights.labels, &args.road_classes);
     let options = EngineOptions { width: size.0, height: size.1, scales: args.preset.scales(), road_classes, confidence_threshold: threshold };
-    let engine = Engine::new(backend, weights, options)?;
-    if !(0.0..=1.0).contains(&threshold) {
-        bail!("--threshold {threshold} is outside 0..=1");
-    }
+    let engines = (0..count.max(1))
+        .map(|_| Engine::new(backend.clone(), weights.clone(), options.clone()))
+        .collect::<Result<Vec<_>, _>>()?;
     tracing::info!(
         model = %args.model.display(),
-        backend = %engine.backend().describe(),
+        backend = %backend.describe(),
         size = %format!("{}x{}", size.0, size.1),
         preset = ?args.preset,
+        engines = engines.len(),
         "model loaded"
     );
-    Ok(Loaded { engine, device: resolved.device, precision: resolved.precision })
+    Ok(LoadedMany { engines, device: resolved.device, precision: resolved.precision })
 }

@@ -157,6 +157,11 @@ impl<B: Backend> Engine<B> {
         &self.logits
     }
 
+    /// The last frame's segmentation.
+    pub fn segmentation(&self) -> &Segmentation {
+        &self.segmentation
+    }
+
     pub fn timings(&self) -> FrameTimings {
         self.timings
     }

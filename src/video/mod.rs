@@ -8,3 +8,4 @@ pub mod ring;
 
 pub mod pool;
 pub mod output;
+pub mod stream;

@@ -41,6 +41,9 @@ pub enum OutputItem {
 /// Per-stream counters the workers update and the status line reads.
 #[derive(Debug, Default)]
 pub struct StreamCounters {
+    /// Raised before a worker looks in the ring and lowered once the frame is
+    /// handed on, so "ring empty and nothing in flight" really means drained.
+    pub in_flight: AtomicU64,
     pub inferred: AtomicU64,
     pub failed: AtomicU64,
     /// Output frame rate (frames/s * 1000), written by the output stage.
@@ -53,6 +56,13 @@ pub struct StreamInput {
     pub ring: Arc<FrameRing>,
     pub output: Sender<OutputItem>,
     pub counters: Arc<StreamCounters>,
+}
+
+impl StreamInput {
+    /// Frames taken from the ring and not yet handed to the output stage.
+    pub fn in_flight(&self) -> u64 {
+        self.counters.in_flight.load(Ordering::SeqCst)
+    }
 }
 
 /// Called by workers after each inference (metrics hook): stream, milliseconds.
@@ -72,23 +82,40 @@ pub struct WorkerPool {
     handles: Vec<JoinHandle<()>>,
 }
 
+impl Default for WorkerPool {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl WorkerPool {
-    pub fn start<B: Backend>(
-        engines: Vec<Engine<B>>,
-        annotator: Annotator,
-        on_inference: InferenceObserver,
-        on_busy: BusyObserver,
-    ) -> Self {
+    /// A pool with no workers yet: streams can be registered (and sources
+    /// started) before the model is loaded, which needs their frame size.
+    pub fn new() -> Self {
         let shared = Arc::new(Shared {
             streams: RwLock::new(Vec::new()),
             generation: AtomicU64::new(0),
             work: Doorbell::default(),
             stop: AtomicBool::new(false),
         });
-        let handles = engines
+        WorkerPool { shared, handles: Vec::new() }
+    }
+
+    /// One worker thread per engine.
+    pub fn spawn_workers<B: Backend>(
+        &mut self,
+        engines: Vec<Engine<B>>,
+        annotator: Annotator,
+        on_inference: InferenceObserver,
+        on_busy: BusyObserver,
+    ) {
+        let shared = &self.shared;
+        let first = self.handles.len();
+        let spawned: Vec<JoinHandle<()>> = engines
             .into_iter()
             .enumerate()
-            .map(|(index, engine)| {
+            .map(|(i, engine)| {
+                let index = first + i;
                 let worker = Worker {
                     index,
                     engine,
@@ -103,7 +130,11 @@ impl WorkerPool {
                     .expect("spawning a worker thread")
             })
             .collect();
-        WorkerPool { shared, handles }
+        self.handles.extend(spawned);
+    }
+
+    pub fn workers(&self) -> usize {
+        self.handles.len()
     }
 
     pub fn add_stream(&self, stream: Arc<StreamInput>) {
@@ -160,16 +191,20 @@ impl<B: Backend> Worker<B> {
             let mut job = None;
             for k in 0..streams.len() {
                 let i = (next + k) % streams.len();
+                let counters = &streams[i].counters;
+                counters.in_flight.fetch_add(1, Ordering::SeqCst);
                 if let Some(buf) = streams[i].ring.pop() {
                     next = i + 1;
                     job = Some((streams[i].clone(), buf));
                     break;
                 }
+                counters.in_flight.fetch_sub(1, Ordering::SeqCst);
             }
             match job {
                 Some((stream, buf)) => {
                     let t = Instant::now();
                     self.process(&stream, buf);
+                    stream.counters.in_flight.fetch_sub(1, Ordering::SeqCst);
                     busy += t.elapsed();
                 }
                 None => {
@@ -185,9 +220,8 @@ impl<B: Backend> Worker<B> {
 
     fn process(&mut self, stream: &StreamInput, mut buf: FrameBuf) {
         let frame = FrameRef::packed(&buf.data, buf.width as usize, buf.height as usize, PixelFormat::Rgba);
-        let seg = match self.engine.run_frame(&frame) {
-            Ok(seg) => seg,
-            Err(err) => {
+        if let Err(err) = self.engine.run_frame(&frame) {
+            {
                 tracing::warn!(stream = %stream.name, seq = buf.seq, "frame dropped: inference failed: {err}");
                 stream.counters.failed.fetch_add(1, Ordering::Relaxed);
                 let seq = buf.seq;
@@ -195,7 +229,8 @@ impl<B: Backend> Worker<B> {
                 let _ = stream.output.send(OutputItem::Skipped { seq, reason: SkipReason::InferenceError });
                 return;
             }
-        };
+        }
+        let seg = self.engine.segmentation();
         let t = self.engine.timings();
         let inference_ms = t.preprocess_ms + t.inference_ms + t.postprocess_ms;
         let stats = FrameStats {

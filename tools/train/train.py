@@ -313,6 +313,11 @@ def main(argv=None):
     ap.add_argument("--log", default=None,
                     help="log file (default: tools/train/logs/<basename of --out>.log)")
     ap.add_argument("--arch", default="b0-d128", choices=sorted(ARCHS))
+    ap.add_argument("--init-from", default=None,
+                    help="start from an exported checkpoint folder (config.json + "
+                         "model.safetensors, e.g. a previous --out) instead of random "
+                         "init; its config wins over --arch.  Use a lower --lr and a "
+                         "short --warmup-iters to continue training.")
     ap.add_argument("--epochs", type=int, default=200,
                     help="max epochs (the time budget usually stops training first)")
     ap.add_argument("--time-budget-min", type=float, default=0.0,
@@ -412,11 +417,17 @@ def main(argv=None):
         log("class weights " + " ".join(f"{n}={v:.2f}" for n, v in zip(CLASSES, w)), fh)
 
     from transformers import SegformerForSemanticSegmentation
-    cfg = build_config(args.arch, args.drop_path)
-    model = SegformerForSemanticSegmentation(cfg).to(device)
+    if args.init_from:
+        model = SegformerForSemanticSegmentation.from_pretrained(args.init_from).float().to(device)
+        model.config.drop_path_rate = args.drop_path
+        arch_desc = f"init from {args.init_from}: hidden {model.config.hidden_sizes} " \
+                    f"decoder {model.config.decoder_hidden_size}"
+    else:
+        cfg = build_config(args.arch, args.drop_path)
+        model = SegformerForSemanticSegmentation(cfg).to(device)
+        arch_desc = f"arch {args.arch}, config {json.dumps(ARCHS[args.arch])}"
     nparams = sum(p.numel() for p in model.parameters())
-    log(f"arch {args.arch}: {nparams / 1e6:.2f} M params "
-        f"(~{nparams * 2 / 1e6:.1f} MB fp16), config {json.dumps(ARCHS[args.arch])}", fh)
+    log(f"{arch_desc}: {nparams / 1e6:.2f} M params (~{nparams * 2 / 1e6:.1f} MB fp16)", fh)
 
     # AdamW; no weight decay on norms / biases / position-free 1-d params
     decay, no_decay = [], []

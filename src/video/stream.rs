@@ -1,0 +1,245 @@
+//! One stream end to end: a GStreamer source feeding its ring, the shared
+//! worker pool, and an output stage writing its sinks. Used by `process`
+//! (one file, every frame) and by the daemon's per-stream supervisor.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+
+use super::annotate::FrameStats;
+use super::frame::{DecodedFrame, FrameTiming, VideoInfo};
+use super::output::{FrameSink, OutputObserver, OutputParts, OutputStage, OutputSummary, StatsWriter};
+use super::pool::{OutputItem, SkipReason, StreamCounters, StreamInput, WorkerPool};
+use super::ring::{FrameBuf, FrameRing, Pushed};
+use super::rtsp::RtspFeed;
+use super::sink::{FileSink, FileSinkSettings};
+use super::source::{FlowAction, FrameHandler, Source, SourceError, SourceSettings};
+
+/// What a source reports to whoever supervises it.
+#[derive(Debug)]
+pub enum SourceEvent {
+    Eos,
+    Error(SourceError),
+}
+
+/// Called for every decoded frame (metrics): was it queued, did it push out an older one.
+pub type DecodeObserver = Arc<dyn Fn(&Pushed, usize) + Send + Sync>;
+
+/// The source side of a stream: copies frames into the ring and announces
+/// dropped ones to the output stage so reordering never waits for them.
+pub struct RingFeeder {
+    ring: Arc<FrameRing>,
+    output: Sender<OutputItem>,
+    wake_workers: Box<dyn Fn() + Send + Sync>,
+    events: Sender<SourceEvent>,
+    /// Live streams are re-timed on arrival (a reconnected camera restarts
+    /// its clock; sinks need one rising timeline).
+    retime_from: Option<Instant>,
+    last_frame: Mutex<Instant>,
+    decoded: AtomicU64,
+    on_decoded: DecodeObserver,
+    stopped: AtomicBool,
+}
+
+impl RingFeeder {
+    pub fn new(
+        ring: Arc<FrameRing>,
+        output: Sender<OutputItem>,
+        wake_workers: Box<dyn Fn() + Send + Sync>,
+        events: Sender<SourceEvent>,
+        retime_from: Option<Instant>,
+        on_decoded: DecodeObserver,
+    ) -> Self {
+        RingFeeder {
+            ring,
+            output,
+            wake_workers,
+            events,
+            retime_from,
+            last_frame: Mutex::new(Instant::now()),
+            decoded: AtomicU64::new(0),
+            on_decoded,
+            stopped: AtomicBool::new(false),
+        }
+    }
+
+    pub fn decoded(&self) -> u64 {
+        self.decoded.load(Ordering::Relaxed)
+    }
+
+    /// When the last frame arrived (silence detection for live sources).
+    pub fn last_frame(&self) -> Instant {
+        *self.last_frame.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stops accepting frames (the stream is being shut down).
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+    }
+}
+
+impl FrameHandler for RingFeeder {
+    fn on_frame(&self, frame: DecodedFrame<'_>) -> FlowAction {
+        if self.stopped.load(Ordering::SeqCst) {
+            return FlowAction::Stop;
+        }
+        let mut frame = frame;
+        if let Some(start) = self.retime_from {
+            frame.pts = Some(start.elapsed().as_nanos() as u64);
+            frame.duration = None;
+        }
+        *self.last_frame.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        self.decoded.fetch_add(1, Ordering::Relaxed);
+        let pushed = self.ring.push(&frame);
+        (self.on_decoded)(&pushed, self.ring.depth());
+        match pushed {
+            Pushed::Queued { .. } => {}
+            Pushed::QueuedDroppingOldest { dropped_seq: seq, .. } | Pushed::DroppedIncoming { seq } => {
+                let _ = self.output.send(OutputItem::Skipped { seq, reason: SkipReason::RingFull });
+            }
+            Pushed::Closed => return FlowAction::Stop,
+        }
+        (self.wake_workers)();
+        FlowAction::Continue
+    }
+
+    fn on_eos(&self) {
+        let _ = self.events.send(SourceEvent::Eos);
+    }
+
+    fn on_error(&self, err: SourceError) {
+        let _ = self.events.send(SourceEvent::Error(err));
+    }
+}
+
+/// Writes frames into an MP4 (one file or rotating segments).
+pub struct FileOutput(pub FileSink);
+
+impl FrameSink for FileOutput {
+    fn kind(&self) -> &'static str {
+        "file"
+    }
+    fn write(&mut self, f: &FrameBuf) -> Result<(), String> {
+        self.0.push(&f.data, f.width as usize * 4, f.timing).map_err(|e| e.to_string())
+    }
+    fn finish(self: Box<Self>, timeout: Duration) -> Result<(), String> {
+        let files = self.0.finish(timeout).map_err(|e| e.to_string())?;
+        for f in &files.files {
+            tracing::info!(file = %f.display(), frames = files.frames, "recording finalised");
+        }
+        Ok(())
+    }
+}
+
+/// Serves frames to RTSP clients (dropped when nobody watches).
+pub struct RtspOutput(pub RtspFeed);
+
+impl FrameSink for RtspOutput {
+    fn kind(&self) -> &'static str {
+        "rtsp"
+    }
+    fn write(&mut self, f: &FrameBuf) -> Result<(), String> {
+        self.0.push(&f.data, f.width as usize * 4, f.timing).map(|_| ()).map_err(|e| e.to_string())
+    }
+    fn finish(self: Box<Self>, _timeout: Duration) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// The running parts of one stream between its source and its sinks.
+pub struct StreamPipeline {
+    pub name: String,
+    pub ring: Arc<FrameRing>,
+    pub input: Arc<StreamInput>,
+    pub counters: Arc<StreamCounters>,
+    output: Option<OutputStage>,
+}
+
+pub struct PipelineParts {
+    pub name: String,
+    pub ring: Arc<FrameRing>,
+    pub output_tx: Sender<OutputItem>,
+    pub output_rx: crossbeam_channel::Receiver<OutputItem>,
+    pub sinks: Vec<Box<dyn FrameSink>>,
+    pub stats: Option<StatsWriter>,
+    pub observer: Arc<dyn OutputObserver>,
+    pub finish_timeout: Duration,
+    pub on_frame: Option<Box<dyn FnMut(&FrameBuf, &FrameStats) + Send>>,
+}
+
+impl StreamPipeline {
+    /// Starts the output stage and registers the stream with the pool.
+    pub fn start(parts: PipelineParts, pool: &WorkerPool) -> Self {
+        let counters = Arc::new(StreamCounters::default());
+        let input = Arc::new(StreamInput {
+            name: parts.name.clone(),
+            ring: parts.ring.clone(),
+            output: parts.output_tx,
+            counters: counters.clone(),
+        });
+        let output = OutputStage::start(OutputParts {
+            stream: parts.name.clone(),
+            items: parts.output_rx,
+            ring: parts.ring.clone(),
+            sinks: parts.sinks,
+            stats: parts.stats,
+            counters: counters.clone(),
+            observer: parts.observer,
+            finish_timeout: parts.finish_timeout,
+            on_frame: parts.on_frame,
+        });
+        pool.add_stream(input.clone());
+        StreamPipeline { name: parts.name, ring: parts.ring, input, counters, output: Some(output) }
+    }
+
+    /// Waits (up to `deadline`) for queued and in-flight frames to be
+    /// processed, then detaches from the pool and finalises the sinks.
+    pub fn drain_and_finish(mut self, pool: &WorkerPool, deadline: Instant) -> OutputSummary {
+        self.ring.close();
+        while (self.ring.depth() > 0 || self.input.in_flight() > 0) && Instant::now() < deadline {
+            pool.notify();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        pool.remove_stream(&self.name);
+        // Our handle on the output channel goes with `input`; the workers drop
+        // theirs when they next look at the stream list.
+        let output = self.output.take();
+        drop(self);
+        output.map(OutputStage::join).unwrap_or_default()
+    }
+}
+
+/// Where a stream's file output goes.
+#[derive(Clone, Debug)]
+pub struct FileTarget {
+    pub path: PathBuf,
+    pub segment_seconds: Option<u32>,
+}
+
+/// Opens the file sink for frames of `info`, making its folder.
+pub fn open_file_sink(target: &FileTarget, info: VideoInfo) -> Result<FileSink, String> {
+    if let Some(dir) = target.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    let fps = if info.fps_num > 0 && info.fps_den > 0 { (info.fps_num, info.fps_den) } else { (25, 1) };
+    let mut settings = FileSinkSettings::new(target.path.clone(), info.width, info.height, fps);
+    settings.segment_seconds = target.segment_seconds;
+    FileSink::start(settings).map_err(|e| e.to_string())
+}
+
+/// Starts `settings` feeding `feeder`.
+pub fn start_source(settings: SourceSettings, feeder: Arc<RingFeeder>) -> Result<Source, SourceError> {
+    Source::start(settings, feeder)
+}
+
+/// Nothing observed: for callers without metrics.
+pub fn no_decode_observer() -> DecodeObserver {
+    Arc::new(|_, _| {})
+}
+
+pub fn timing_of(buf: &FrameBuf) -> FrameTiming {
+    buf.timing
+}

@@ -6,3 +6,4 @@ mod launch;
 pub mod source;
 mod rgba;
 pub mod sink;
+pub mod rtsp;

@@ -42,7 +42,8 @@ pub struct FileSinkSettings {
     pub height: u32,
     /// Frame rate as (numerator, denominator).
     pub fps: (i32, i32),
-    /// Fragment length: the most a crash can lose.
+    /// About the most a crash can lose: the fragment length (in segment mode,
+    /// half of it, with keyframes at least that often; see `start`).
     pub fragment_ms: u32,
     pub encoder: EncoderSettings,
 }
@@ -147,8 +148,14 @@ impl FileSink {
         };
         let mut enc = settings.encoder.clone();
         if let Some(s) = settings.segment_seconds {
-            // A segment can only start at a keyframe.
-            enc.keyframe_interval = enc.keyframe_interval.min(Duration::from_secs(s as u64));
+            // A segment can only start at a keyframe. And splitmuxsink holds each
+            // GOP in memory until the next keyframe shows where it ends, on top of
+            // the fragment mp4mux is filling: with both at half of fragment_ms, a
+            // crash still loses at most about fragment_ms.
+            enc.keyframe_interval = enc
+                .keyframe_interval
+                .min(Duration::from_secs(s as u64))
+                .min(Duration::from_millis(segment_fragment_ms(settings.fragment_ms) as u64));
         }
         let choice = encoder::choose(&enc, &info)?;
         match FileSink::launch(&settings, choice.clone()) {
@@ -166,7 +173,11 @@ impl FileSink {
         let packed = Packed { width: settings.width, height: settings.height };
         let max_bytes = (packed.size() * QUEUED_FRAMES).to_string();
         let caps = packed.caps_desc(settings.fps.0, settings.fps.1);
-        let fragment_ms = settings.fragment_ms.max(1).to_string();
+        let fragment_ms = match settings.segment_seconds {
+            None => settings.fragment_ms.max(1),
+            Some(_) => segment_fragment_ms(settings.fragment_ms),
+        }
+        .to_string();
         let description = match settings.segment_seconds {
             None => fill(
                 FILE,
@@ -338,6 +349,11 @@ impl Drop for FileSink {
             }
         }
     }
+}
+
+/// Fragment length, and keyframe interval cap, in segment mode (see `start`).
+fn segment_fragment_ms(fragment_ms: u32) -> u32 {
+    (fragment_ms / 2).max(1)
 }
 
 fn validate(s: &FileSinkSettings) -> Result<(), SinkError> {

@@ -241,7 +241,9 @@ impl Source {
 
     /// Stops the pipeline and joins the bus thread; no handler call starts after
     /// this returns. A frame callback in progress is waited for, so a handler
-    /// blocked on back-pressure must be released (e.g. its ring closed) first.
+    /// blocked on back-pressure must be released (e.g. its ring closed) first,
+    /// and `on_frame` must not stop its own source (return `FlowAction::Stop`).
+    /// Stopping from `on_eos` / `on_error` is fine.
     pub fn stop(mut self) {
         self.shutdown();
     }
@@ -254,7 +256,11 @@ impl Source {
             if let Some(b) = self.pipeline.bus() {
                 let _ = b.post(stop);
             }
-            let _ = t.join();
+            // A handler may drop its source from on_eos/on_error, i.e. on this very
+            // thread, which is about to return anyway.
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
         }
         let _ = self.pipeline.set_state(gst::State::Null);
     }

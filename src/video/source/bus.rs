@@ -106,6 +106,11 @@ pub(super) fn classify(uri: &str, kind: Kind, f: &Failure) -> SourceError {
             _ => SourceError::CannotOpen { uri, detail },
         };
     }
+    // souphttpsrc (1.22) reports a refused or dropped connection only as its
+    // streaming task failing, with no resource error of its own.
+    if network && f.element == "source" && f.error.kind::<StreamError>() == Some(StreamError::Failed) {
+        return SourceError::Unreachable { uri, detail: format!("no data from the server ({detail})") };
+    }
     if let Some(e) = f.error.kind::<StreamError>() {
         return match e {
             StreamError::TypeNotFound | StreamError::WrongType => SourceError::NotMedia { uri, detail },

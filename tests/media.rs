@@ -51,7 +51,9 @@ impl Collector {
     fn wait_end(&self, timeout: Duration) -> End {
         let seen = self.seen.lock().unwrap();
         let (seen, _) = self.changed.wait_timeout_while(seen, timeout, |s| s.end.is_none()).unwrap();
-        seen.end.clone().unwrap_or_else(|| panic!("source did not end within {timeout:?} ({} frames so far)", seen.frames))
+        seen.end
+            .clone()
+            .unwrap_or_else(|| panic!("source did not end within {timeout:?} ({} frames so far)", seen.frames))
     }
 
     fn wait_frames(&self, n: u64, timeout: Duration) -> u64 {
@@ -67,7 +69,10 @@ impl FrameHandler for Collector {
         s.frames += 1;
         s.pts.push(f.pts);
         s.sizes.push((f.width, f.height));
-        assert!(f.stride >= f.width as usize * 4 && f.data.len() >= f.stride * (f.height as usize - 1) + f.width as usize * 4);
+        assert!(
+            f.stride >= f.width as usize * 4
+                && f.data.len() >= f.stride * (f.height as usize - 1) + f.width as usize * 4
+        );
         s.checksum += f.data[f.data.len() / 2] as u64;
         self.changed.notify_all();
         match self.stop_after {
@@ -132,7 +137,8 @@ fn ffprobe(target: &str, extra: &[&str]) -> Probe {
         target,
     ]);
     let (_, out, err) = run(&mut cmd, Duration::from_secs(20));
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("ffprobe output {out:?}: {e}; {err}"));
+    let v: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("ffprobe output {out:?}: {e}; {err}"));
     let s = &v["streams"][0];
     let num = |k: &str| s[k].as_u64().or_else(|| s[k].as_str().and_then(|x| x.parse().ok())).unwrap_or(0);
     Probe {
@@ -215,7 +221,10 @@ fn test_source_is_live_and_sized() {
     settings.live = true;
     let t0 = Instant::now();
     let src = Source::start(settings, handler.clone()).unwrap();
-    assert_eq!(src.wait_info(Duration::from_secs(5)), Some(VideoInfo { width: 176, height: 144, fps_num: 50, fps_den: 1 }));
+    assert_eq!(
+        src.wait_info(Duration::from_secs(5)),
+        Some(VideoInfo { width: 176, height: 144, fps_num: 50, fps_den: 1 })
+    );
     assert_eq!(handler.wait_end(Duration::from_secs(10)), End::Eos);
     let took = t0.elapsed();
     src.stop();
@@ -241,9 +250,12 @@ fn file_sink_keeps_every_frame_and_the_rate() {
     assert_eq!((p.frames, p.rate.as_str(), p.width, p.height), (50, "25/1", 320, 240), "{p:?}");
     assert!(p.errors.is_empty(), "{}", p.errors);
 
-    // Read back through our own source: same frames, same timestamps.
+    // Read back through our own source (software decoders only, which also runs
+    // the autoplug-select path): same frames, same timestamps.
     let handler = Arc::new(Collector::default());
-    let src = Source::start(SourceSettings::new(file_uri(&path)), handler.clone()).unwrap();
+    let mut settings = SourceSettings::new(file_uri(&path));
+    settings.prefer_hardware = false;
+    let src = Source::start(settings, handler.clone()).unwrap();
     assert_eq!(handler.wait_end(Duration::from_secs(10)), End::Eos);
     src.stop();
     let pts: Vec<Option<u64>> = (0..50).map(|i| Some(i * FRAME_NS)).collect();
@@ -303,7 +315,8 @@ fn http_source_decodes_a_served_file() {
     });
 
     let handler = Arc::new(Collector::default());
-    let src = Source::start(SourceSettings::new(format!("http://127.0.0.1:{port}/served.mp4")), handler.clone()).unwrap();
+    let src =
+        Source::start(SourceSettings::new(format!("http://127.0.0.1:{port}/served.mp4")), handler.clone()).unwrap();
     assert_eq!(handler.wait_end(Duration::from_secs(10)), End::Eos);
     src.stop();
     assert_eq!(handler.seen.lock().unwrap().frames, 30);
@@ -341,7 +354,8 @@ fn segments_cut_every_second_and_each_plays() {
 fn file_sink_rejects_bad_input_without_panicking() {
     // Rule: bad settings and bad frames are errors that name the problem.
     let dir = tempfile::tempdir().unwrap();
-    let e = FileSink::start(FileSinkSettings::new(dir.path().join("no/such/dir/x.mp4"), 64, 48, (25, 1))).err().unwrap();
+    let e =
+        FileSink::start(FileSinkSettings::new(dir.path().join("no/such/dir/x.mp4"), 64, 48, (25, 1))).err().unwrap();
     assert!(e.to_string().contains("does not exist"), "{e}");
     let mut seg = FileSinkSettings::new(dir.path().join("seg.mp4"), 64, 48, (25, 1));
     seg.segment_seconds = Some(2);
@@ -363,6 +377,7 @@ fn file_sink_rejects_bad_input_without_panicking() {
 mod rtsp_helpers {
     use super::*;
     use roadseg::video::rtsp::RtspFeed;
+    pub use roadseg::video::source::RtspTransport;
     use std::sync::atomic::{AtomicBool, Ordering};
 
     /// Pushes a moving pattern into `feed` at 25 fps until dropped.
@@ -407,9 +422,13 @@ mod rtsp_helpers {
 
     /// A GStreamer client (our own Source) that takes `n` frames; returns the end.
     pub fn watch(url: &str, n: u64) -> (u64, End) {
+        watch_over(url, n, RtspTransport::Tcp)
+    }
+
+    pub fn watch_over(url: &str, n: u64, transport: RtspTransport) -> (u64, End) {
         let handler = Collector::stopping_after(n);
         let mut settings = SourceSettings::new(url);
-        settings.rtsp_transport = roadseg::video::source::RtspTransport::Tcp;
+        settings.rtsp_transport = transport;
         settings.live = true;
         let src = match Source::start(settings, handler.clone()) {
             Ok(s) => s,
@@ -449,10 +468,10 @@ fn rtsp_clients_come_and_go() {
     assert_eq!((p.width, p.height), (320, 240), "{p:?}");
     assert!(p.frames > 0, "{p:?}");
 
-    for round in 0..2 {
+    for transport in [RtspTransport::Tcp, RtspTransport::Tcp, RtspTransport::Udp] {
         let t0 = Instant::now();
-        let (frames, end) = watch(&url, 10);
-        eprintln!("client {round}: {frames} frames, {end:?} in {:?}", t0.elapsed());
+        let (frames, end) = watch_over(&url, 10, transport);
+        eprintln!("{transport:?} client: {frames} frames, {end:?} in {:?}", t0.elapsed());
         assert_eq!((frames, end), (10, End::Eos));
     }
     // Two at once share the media; meanwhile the server counts them.
@@ -551,6 +570,7 @@ fn source_error(uri: &str, timeout: Duration) -> (String, u64, Duration) {
         }
     };
     let frames = handler.seen.lock().unwrap().frames;
+    eprintln!("{uri} -> {msg} ({frames} frames, {:?})", t0.elapsed());
     (msg, frames, t0.elapsed())
 }
 
@@ -563,7 +583,8 @@ fn source_errors_are_clear() {
     assert!(m.contains("missing.mp4") && m.contains("no such file"), "{m}");
 
     let garbage = dir.path().join("garbage.mp4");
-    std::fs::write(&garbage, (0..20_000u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect::<Vec<_>>()).unwrap();
+    std::fs::write(&garbage, (0..20_000u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect::<Vec<_>>())
+        .unwrap();
     let (m, ..) = source_error(&file_uri(&garbage), Duration::from_secs(10));
     assert!(m.contains("garbage.mp4") && m.contains("not a media file"), "{m}");
 
@@ -617,7 +638,8 @@ fn crash_child() {
     // Rule: none here; this is the writer process the kill -9 test starts (it does nothing without its env var).
     let Ok(spec) = std::env::var(CHILD_ENV) else { return };
     let mut parts = spec.split('|');
-    let (mode, path, frames) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap().parse::<u64>().unwrap());
+    let (mode, path, frames) =
+        (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap().parse::<u64>().unwrap());
     let mut settings = FileSinkSettings::new(path, 320, 240, (25, 1));
     settings.fragment_ms = 500;
     if mode.starts_with("segments") {

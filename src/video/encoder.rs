@@ -128,7 +128,9 @@ fn candidates(settings: &EncoderSettings, info: &VideoInfo) -> Vec<EncoderChoice
 }
 
 fn usable(candidate: &EncoderChoice, info: &VideoInfo) -> bool {
-    static PROBED: OnceLock<Mutex<HashMap<(String, u32, u32), bool>>> = OnceLock::new();
+    /// (encoder, width, height) -> usable
+    type Probed = Mutex<HashMap<(String, u32, u32), bool>>;
+    static PROBED: OnceLock<Probed> = OnceLock::new();
     let probed = PROBED.get_or_init(Default::default);
     let key = (candidate.name.clone(), info.width, info.height);
     if let Some(ok) = probed.lock().ok().and_then(|m| m.get(&key).copied()) {
@@ -145,11 +147,10 @@ fn usable(candidate: &EncoderChoice, info: &VideoInfo) -> bool {
 
 fn probe(candidate: &EncoderChoice, info: &VideoInfo) -> bool {
     let (w, h) = (info.width.max(16).to_string(), info.height.max(16).to_string());
-    let fps = if info.fps_num > 0 && info.fps_den > 0 { format!("{}/{}", info.fps_num, info.fps_den) } else { "30/1".into() };
-    let desc = launch::fill(
-        PROBE,
-        &[("width", &w), ("height", &h), ("fps", &fps), ("encoder", candidate.description())],
-    );
+    let fps =
+        if info.fps_num > 0 && info.fps_den > 0 { format!("{}/{}", info.fps_num, info.fps_den) } else { "30/1".into() };
+    let desc =
+        launch::fill(PROBE, &[("width", &w), ("height", &h), ("fps", &fps), ("encoder", candidate.description())]);
     let Ok(pipeline) = launch::launch(&desc) else {
         return false;
     };

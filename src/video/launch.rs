@@ -10,11 +10,7 @@ use gstreamer::prelude::*;
 /// Fills `{name}` placeholders of a `pipelines/*.txt` description. Lines starting
 /// with `#` are notes for the reader; gst-launch syntax has no comments, so they go.
 pub(crate) fn fill(template: &str, vars: &[(&str, &str)]) -> String {
-    let mut out: String = template
-        .lines()
-        .filter(|l| !l.trim_start().starts_with('#'))
-        .collect::<Vec<_>>()
-        .join("\n");
+    let mut out: String = template.lines().filter(|l| !l.trim_start().starts_with('#')).collect::<Vec<_>>().join("\n");
     for (name, value) in vars {
         out = out.replace(&format!("{{{name}}}"), value);
     }
@@ -64,9 +60,7 @@ pub(crate) struct Failure {
 impl Failure {
     pub(crate) fn from_message(e: &gst::message::Error) -> Self {
         let element = e.src().map(|s| s.name().to_string()).unwrap_or_else(|| "pipeline".into());
-        // The debug text opens with a source-file location; the cause is on the last line.
-        let debug = e.debug().map(|d| d.lines().last().unwrap_or("").trim().to_string()).unwrap_or_default();
-        Failure { element, error: e.error(), debug }
+        Failure { element, error: e.error(), debug: cause(e.debug().as_deref()) }
     }
 
     /// "element: message (cause)", for error messages.
@@ -79,11 +73,25 @@ impl Failure {
     }
 }
 
+/// The cause in a message's debug text: it opens with a source-file location
+/// ("../gstfoo.c(123): func (): /GstPipeline:p0/...:") and the cause, when there
+/// is one, follows on the next line.
+fn cause(debug: Option<&str>) -> String {
+    let last = debug.and_then(|d| d.lines().last()).unwrap_or("").trim();
+    if last.contains("(): /") {
+        return String::new();
+    }
+    // Some causes carry whole caps strings (codec_data and all): keep the gist.
+    match last.char_indices().nth(160) {
+        Some((cut, _)) => format!("{}…", &last[..cut]),
+        None => last.to_string(),
+    }
+}
+
 /// A WARNING message as one line, for logs.
 pub(crate) fn describe_warning(w: &gst::message::Warning) -> String {
     let element = w.src().map(|s| s.name().to_string()).unwrap_or_else(|| "pipeline".into());
-    let debug = w.debug().map(|d| d.lines().last().unwrap_or("").trim().to_string()).unwrap_or_default();
-    format!("{element}: {} ({debug})", w.error().message())
+    format!("{element}: {} ({})", w.error().message(), cause(w.debug().as_deref()))
 }
 
 /// How a wait on a bus ended.

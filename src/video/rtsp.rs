@@ -160,12 +160,18 @@ impl RtspServer {
         self.add_stream_with(path, info, &settings)
     }
 
-    pub fn add_stream_with(&self, path: &str, info: VideoInfo, encoder: &EncoderSettings) -> Result<RtspFeed, RtspError> {
+    pub fn add_stream_with(
+        &self,
+        path: &str,
+        info: VideoInfo,
+        encoder: &EncoderSettings,
+    ) -> Result<RtspFeed, RtspError> {
         if !path.starts_with('/') {
             return Err(RtspError::BadPath { path: path.into() });
         }
         if info.width == 0 || info.height == 0 || info.fps_num <= 0 || info.fps_den <= 0 {
-            let detail = format!("{}x{} at {}/{} fps (all must be > 0)", info.width, info.height, info.fps_num, info.fps_den);
+            let detail =
+                format!("{}x{} at {}/{} fps (all must be > 0)", info.width, info.height, info.fps_num, info.fps_den);
             return Err(RtspError::Format { path: path.into(), detail });
         }
         let mut feeds = self.feeds.lock().map_err(|_| glib::bool_error!("feed table poisoned"))?;

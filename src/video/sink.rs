@@ -293,7 +293,12 @@ impl FileSink {
                 if left.is_zero() {
                     break;
                 }
-                end = self.shared.changed.wait_timeout(end, left).map_err(|_| SinkError::Stopped { path: self.path.clone() })?.0;
+                end = self
+                    .shared
+                    .changed
+                    .wait_timeout(end, left)
+                    .map_err(|_| SinkError::Stopped { path: self.path.clone() })?
+                    .0;
             }
             (end.eos, end.failure.clone(), end.closed_segments.clone())
         };
@@ -343,10 +348,10 @@ impl FileSink {
 
 impl Drop for FileSink {
     fn drop(&mut self) {
-        if !self.closed {
-            if let Err(e) = self.close(DROP_FINISH) {
-                tracing::warn!("file sink dropped without finish: {e}");
-            }
+        if !self.closed
+            && let Err(e) = self.close(DROP_FINISH)
+        {
+            tracing::warn!("file sink dropped without finish: {e}");
         }
     }
 }
@@ -436,10 +441,10 @@ fn watch_bus(bus: gst::Bus, pipeline: glib::WeakRef<gst::Pipeline>, shared: Arc<
             }
             gst::MessageView::Element(e) => {
                 let Some(s) = e.structure() else { continue };
-                if s.name() == "splitmuxsink-fragment-closed" {
-                    if let (Ok(location), Ok(mut end)) = (s.get::<String>("location"), shared.end.lock()) {
-                        end.closed_segments.push(PathBuf::from(location));
-                    }
+                if s.name() == "splitmuxsink-fragment-closed"
+                    && let (Ok(location), Ok(mut end)) = (s.get::<String>("location"), shared.end.lock())
+                {
+                    end.closed_segments.push(PathBuf::from(location));
                 }
             }
             gst::MessageView::Application(a) if a.structure().is_some_and(|s| s.name() == STOP) => return,

@@ -82,7 +82,9 @@ pub trait FrameHandler: Send + Sync + 'static {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
-    #[error("unsupported source uri {uri:?}: use file://, http(s)://, rtsp(s)://, v4l2:///dev/videoN or test://PATTERN")]
+    #[error(
+        "unsupported source uri {uri:?}: use file://, http(s)://, rtsp(s)://, v4l2:///dev/videoN or test://PATTERN"
+    )]
     UnsupportedScheme { uri: String },
     #[error("bad source uri {uri:?}: {reason}")]
     BadUri { uri: String, reason: String },
@@ -133,11 +135,11 @@ struct State {
 
 impl Shared {
     fn set_info(&self, info: VideoInfo) {
-        if let Ok(mut s) = self.state.lock() {
-            if s.info != Some(info) {
-                s.info = Some(info);
-                self.changed.notify_all();
-            }
+        if let Ok(mut s) = self.state.lock()
+            && s.info != Some(info)
+        {
+            s.info = Some(info);
+            self.changed.notify_all();
         }
     }
 
@@ -161,7 +163,8 @@ impl Source {
         gst::init()?;
         let plan = uri::plan(&settings)?;
         let pipeline = launch::launch(&plan.description)?;
-        let shared = Arc::new(Shared { state: Mutex::default(), changed: Condvar::new(), stopping: AtomicBool::new(false) });
+        let shared =
+            Arc::new(Shared { state: Mutex::default(), changed: Condvar::new(), stopping: AtomicBool::new(false) });
 
         let sink = pipeline
             .by_name("sink")
@@ -187,9 +190,14 @@ impl Source {
         if let Err(e) = pipeline.set_state(gst::State::Playing) {
             // The bus usually holds the reason (no such device, refused connection...).
             let reason = bus
-                .timed_pop_filtered(gst::ClockTime::from_mseconds(START_ERROR_WAIT.as_millis() as u64), &[gst::MessageType::Error])
+                .timed_pop_filtered(
+                    gst::ClockTime::from_mseconds(START_ERROR_WAIT.as_millis() as u64),
+                    &[gst::MessageType::Error],
+                )
                 .and_then(|m| match m.view() {
-                    gst::MessageView::Error(err) => Some(bus::classify(&plan.shown, plan.kind, &Failure::from_message(err))),
+                    gst::MessageView::Error(err) => {
+                        Some(bus::classify(&plan.shown, plan.kind, &Failure::from_message(err)))
+                    }
                     _ => None,
                 });
             let _ = pipeline.set_state(gst::State::Null);
@@ -336,12 +344,17 @@ fn link_video_only(pipeline: &gst::Pipeline, dec: &gst::Element, conv: &gst::Ele
             }
             if media.starts_with("video/") && !linked.swap(true, Ordering::AcqRel) {
                 if let Err(e) = pad.link(&conv_sink) {
-                    gst::element_error!(dec, gst::CoreError::Negotiation, ("cannot link decoded {caps} to videoconvert: {e:?}"));
+                    gst::element_error!(
+                        dec,
+                        gst::CoreError::Negotiation,
+                        ("cannot link decoded {caps} to videoconvert: {e:?}")
+                    );
                 }
                 return;
             }
             let Some(pipeline) = weak.upgrade() else { return };
-            let Ok(fake) = gst::ElementFactory::make("fakesink").property("sync", false).property("async", false).build()
+            let Ok(fake) =
+                gst::ElementFactory::make("fakesink").property("sync", false).property("async", false).build()
             else {
                 return;
             };
@@ -372,7 +385,8 @@ fn link_video_only(pipeline: &gst::Pipeline, dec: &gst::Element, conv: &gst::Ele
         }
         let streams = seen.lock().map(|v| v.join(", ")).unwrap_or_default();
         let undecodable = undecodable.lock().map(|v| v.join(", ")).unwrap_or_default();
-        let s = gst::Structure::builder(bus::NO_VIDEO).field("streams", streams).field("undecodable", undecodable).build();
+        let s =
+            gst::Structure::builder(bus::NO_VIDEO).field("streams", streams).field("undecodable", undecodable).build();
         let _ = dec.post_message(gst::message::Application::builder(s).src(dec).build());
     });
     Ok(())

@@ -83,8 +83,12 @@ impl RtspFeed {
         let weak = Arc::downgrade(&inner);
         factory.connect_media_configure(move |_, media| {
             let Some(inner) = weak.upgrade() else { return };
-            let Some(appsrc) =
-                media.element().downcast::<gst::Bin>().ok().and_then(|b| b.by_name("src")).and_then(|e| e.downcast::<gst_app::AppSrc>().ok())
+            let Some(appsrc) = media
+                .element()
+                .downcast::<gst::Bin>()
+                .ok()
+                .and_then(|b| b.by_name("src"))
+                .and_then(|e| e.downcast::<gst_app::AppSrc>().ok())
             else {
                 tracing::error!(path = %inner.path, "RTSP media has no appsrc named src");
                 return;
@@ -93,10 +97,10 @@ impl RtspFeed {
             let weak = Arc::downgrade(&inner);
             media.connect_unprepared(move |_| {
                 let Some(inner) = weak.upgrade() else { return };
-                if let Ok(mut live) = inner.live.lock() {
-                    if live.as_ref().is_some_and(|l| Some(&l.appsrc) == this.upgrade().as_ref()) {
-                        *live = None;
-                    }
+                if let Ok(mut live) = inner.live.lock()
+                    && live.as_ref().is_some_and(|l| Some(&l.appsrc) == this.upgrade().as_ref())
+                {
+                    *live = None;
                 }
             });
             if let Ok(mut live) = inner.live.lock() {
@@ -121,7 +125,10 @@ impl RtspFeed {
     /// the normal case between clients. Never blocks on the network or encoder.
     pub fn push(&self, rgba: &[u8], stride: usize, timing: FrameTiming) -> Result<bool, RtspError> {
         let inner = &self.inner;
-        inner.packed.check(rgba.len(), stride).map_err(|detail| RtspError::FrameSize { path: inner.path.clone(), detail })?;
+        inner
+            .packed
+            .check(rgba.len(), stride)
+            .map_err(|detail| RtspError::FrameSize { path: inner.path.clone(), detail })?;
         if inner.removed.load(Ordering::Acquire) {
             return Ok(false);
         }

@@ -15,9 +15,23 @@ use gstreamer::prelude::*;
 
 /// Decoders that are hardware even where their klass does not say so.
 const KNOWN: &[&str] = &[
-    "nvh264dec", "nvh265dec", "nvav1dec", "nvvp9dec", "nvjpegdec", "nvv4l2decoder", "vah264dec", "vah265dec",
-    "vaav1dec", "vavp9dec", "vaapih264dec", "vaapih265dec", "vaapidecodebin", "v4l2h264dec", "v4l2h265dec",
-    "qsvh264dec", "qsvh265dec",
+    "nvh264dec",
+    "nvh265dec",
+    "nvav1dec",
+    "nvvp9dec",
+    "nvjpegdec",
+    "nvv4l2decoder",
+    "vah264dec",
+    "vah265dec",
+    "vaav1dec",
+    "vavp9dec",
+    "vaapih264dec",
+    "vaapih265dec",
+    "vaapidecodebin",
+    "v4l2h264dec",
+    "v4l2h265dec",
+    "qsvh264dec",
+    "qsvh265dec",
 ];
 
 pub(super) fn is_hardware(f: &gst::ElementFactory) -> bool {

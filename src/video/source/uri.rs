@@ -100,7 +100,9 @@ fn test_description(rest: &str, live: bool) -> Result<String, String> {
     let (mut width, mut height, mut fps, mut num_buffers) = (640u32, 480u32, "25/1".to_string(), -1i64);
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').ok_or_else(|| format!("query item {pair:?} is not key=value"))?;
-        let num = |v: &str| v.parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| format!("{k}={v:?} is not a positive number"));
+        let num = |v: &str| {
+            v.parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| format!("{k}={v:?} is not a positive number"))
+        };
         match k {
             "width" => width = num(v)?,
             "height" => height = num(v)?,

@@ -370,6 +370,17 @@ fn file_sink_rejects_bad_input_without_panicking() {
     let e = sink.push(&vec![0u8; 64 * 48 * 4], 64 * 4, timing(5)).unwrap_err();
     assert!(e.to_string().contains("not after"), "{e}");
     sink.finish(Duration::from_secs(10)).unwrap();
+
+    // A disk that is full: pushes fail with the cause instead of blocking forever.
+    if Path::new("/dev/full").exists() {
+        let sink = FileSink::start(FileSinkSettings::new("/dev/full", 64, 48, (25, 1))).unwrap();
+        let frame = synth_frame(64, 48, 256, 0);
+        let t0 = Instant::now();
+        let e = (0..500).find_map(|i| sink.push(&frame, 256, timing(i)).err()).expect("writing to /dev/full failed");
+        eprintln!("/dev/full -> {e} after {:?}", t0.elapsed());
+        assert!(e.to_string().contains("cannot write /dev/full"), "{e}");
+        assert!(sink.finish(Duration::from_secs(5)).is_err());
+    }
 }
 
 // ---------------------------------------------------------------- RTSP
@@ -489,8 +500,21 @@ fn rtsp_clients_come_and_go() {
     assert_eq!(most, 2, "client_count never showed both clients");
 
     assert_eq!(wait_clients(&server, 0), 0, "clients still counted after leaving");
-    assert!(pump.finish() > 0);
+
+    // Shutting down with a client watching disconnects it promptly.
+    let watcher = std::thread::spawn({
+        let url = url.clone();
+        move || watch(&url, 10_000)
+    });
+    assert_eq!(wait_clients(&server, 1), 1);
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
     server.shutdown();
+    let (frames, end) = watcher.join().unwrap();
+    eprintln!("shutdown took {:?}; the watcher got {frames} frames, then {end:?}", t0.elapsed());
+    assert!(frames > 0 && frames < 10_000);
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    assert!(pump.finish() > 0);
 }
 
 #[test]

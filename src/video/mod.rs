@@ -1,11 +1,17 @@
-//! Video in and out (GStreamer) and the streaming pipeline between them.
+//! Video in and out (GStreamer) and the streaming pipeline between them:
+//! source -> ring -> worker pool -> reorder -> annotate -> sinks.
 
-pub mod frame;
 pub mod annotate;
+pub mod encoder;
 mod font;
-pub mod reorder;
-pub mod ring;
-
-pub mod pool;
+pub mod frame;
+mod launch;
 pub mod output;
+pub mod pool;
+pub mod reorder;
+mod rgba;
+pub mod ring;
+pub mod rtsp;
+pub mod sink;
+pub mod source;
 pub mod stream;

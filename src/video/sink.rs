@@ -1,0 +1,471 @@
+//! Video out to MP4: one file, or numbered segments of a set length.
+//!
+//! Files are fragmented MP4 written unbuffered, so a crash (even kill -9) leaves
+//! every finished segment intact and the open file playable up to its last
+//! complete fragment; `finish` ends the stream so the last fragment is written too.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use gstreamer as gst;
+use gstreamer::glib;
+use gstreamer::prelude::*;
+use gstreamer_app as gst_app;
+
+use super::encoder::{self, EncoderChoice, EncoderError, EncoderSettings};
+use super::frame::{FrameTiming, Nanos, VideoInfo};
+use super::launch::{self, Failure, fill, quote};
+use super::rgba::Packed;
+
+const FILE: &str = include_str!("../../pipelines/sink-file.txt");
+const SEGMENTS: &str = include_str!("../../pipelines/sink-segments.txt");
+
+/// Posted by the owner so the bus thread wakes without polling.
+const STOP: &str = "roadseg-sink-stop";
+/// Frames the appsrc may queue before `push` blocks.
+const QUEUED_FRAMES: usize = 4;
+/// How long `drop` waits for an unfinished file to be finalised.
+const DROP_FINISH: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileSinkSettings {
+    /// The file; with `segment_seconds`, a pattern with one number in it, e.g.
+    /// `/rec/cam1-%05d.mp4`. Its directory must exist.
+    pub path: PathBuf,
+    /// Cut a new file every this many seconds (at the next keyframe, which the
+    /// encoder is asked for).
+    pub segment_seconds: Option<u32>,
+    pub width: u32,
+    pub height: u32,
+    /// Frame rate as (numerator, denominator).
+    pub fps: (i32, i32),
+    /// About the most a crash can lose: the fragment length (in segment mode,
+    /// half of it, with keyframes at least that often; see `start`).
+    pub fragment_ms: u32,
+    pub encoder: EncoderSettings,
+}
+
+impl FileSinkSettings {
+    /// One file, 1 s fragments, the default encoder.
+    pub fn new(path: impl Into<PathBuf>, width: u32, height: u32, fps: (i32, i32)) -> Self {
+        FileSinkSettings {
+            path: path.into(),
+            segment_seconds: None,
+            width,
+            height,
+            fps,
+            fragment_ms: 1000,
+            encoder: EncoderSettings::default(),
+        }
+    }
+}
+
+/// What `finish` wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FinishedFiles {
+    /// Complete files, in order.
+    pub files: Vec<PathBuf>,
+    pub frames: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    #[error("bad file sink settings for {path}: {reason}")]
+    Settings { path: PathBuf, reason: String },
+    #[error("frame does not fit the file sink: {0}")]
+    FrameSize(String),
+    #[error("frame at {pts} ns is not after the previous one at {last} ns (frames must reach the sink in order)")]
+    OutOfOrder { pts: Nanos, last: Nanos },
+    #[error("cannot write {path}: {detail} (check free space and the directory's permissions)")]
+    Write { path: PathBuf, detail: String },
+    #[error("the file sink for {path} failed: {detail}")]
+    Pipeline { path: PathBuf, detail: String },
+    #[error("the file sink for {path} has already stopped")]
+    Stopped { path: PathBuf },
+    #[error("finalising {path} took longer than {secs:.1} s; it keeps what its complete fragments hold")]
+    Timeout { path: PathBuf, secs: f64 },
+    #[error(transparent)]
+    Encoder(#[from] EncoderError),
+    #[error("cannot build the file sink pipeline: {0}")]
+    Launch(#[from] glib::Error),
+    #[error("GStreamer call failed in the file sink: {0}")]
+    Glib(#[from] glib::BoolError),
+    #[error("the file sink pipeline refused to start: {0}")]
+    StateChange(#[from] gst::StateChangeError),
+}
+
+/// A running MP4 writer fed with RGBA frames. Dropping it finishes the file
+/// (waiting up to 5 s); call [`FileSink::finish`] to know how that went.
+pub struct FileSink {
+    pipeline: gst::Pipeline,
+    appsrc: gst_app::AppSrc,
+    pool: gst::BufferPool,
+    packed: Packed,
+    frame_ns: Option<Nanos>,
+    /// Held from stamping to push so concurrent pushers cannot reorder frames.
+    order: Mutex<Timing>,
+    frames: AtomicU64,
+    shared: Arc<Shared>,
+    bus_thread: Option<JoinHandle<()>>,
+    path: PathBuf,
+    segments: bool,
+    encoder: EncoderChoice,
+    closed: bool,
+}
+
+#[derive(Default)]
+struct Timing {
+    last_pts: Option<Nanos>,
+    next_pts: Nanos,
+}
+
+/// Written by the bus thread, read by pushers and `finish`.
+#[derive(Default)]
+struct Shared {
+    end: Mutex<End>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct End {
+    eos: bool,
+    failure: Option<Failure>,
+    closed_segments: Vec<PathBuf>,
+}
+
+impl FileSink {
+    pub fn start(settings: FileSinkSettings) -> Result<FileSink, SinkError> {
+        gst::init()?;
+        validate(&settings)?;
+        let info = VideoInfo {
+            width: settings.width,
+            height: settings.height,
+            fps_num: settings.fps.0,
+            fps_den: settings.fps.1,
+        };
+        let mut enc = settings.encoder.clone();
+        if let Some(s) = settings.segment_seconds {
+            // A segment can only start at a keyframe. And splitmuxsink holds each
+            // GOP in memory until the next keyframe shows where it ends, on top of
+            // the fragment mp4mux is filling: with both at half of fragment_ms, a
+            // crash still loses at most about fragment_ms.
+            enc.keyframe_interval = enc
+                .keyframe_interval
+                .min(Duration::from_secs(s as u64))
+                .min(Duration::from_millis(segment_fragment_ms(settings.fragment_ms) as u64));
+        }
+        let choice = encoder::choose(&enc, &info)?;
+        match FileSink::launch(&settings, choice.clone()) {
+            Err(e) if choice.is_hardware() => {
+                tracing::warn!(encoder = %choice, "hardware encoder failed to start ({e}); using software");
+                FileSink::launch(&settings, encoder::software(&enc, &info)?)
+            }
+            other => other,
+        }
+    }
+
+    fn launch(settings: &FileSinkSettings, encoder: EncoderChoice) -> Result<FileSink, SinkError> {
+        let bad = |reason: &str| SinkError::Settings { path: settings.path.clone(), reason: reason.into() };
+        let path_str = settings.path.to_str().ok_or_else(|| bad("the path is not valid UTF-8"))?;
+        let packed = Packed { width: settings.width, height: settings.height };
+        let max_bytes = (packed.size() * QUEUED_FRAMES).to_string();
+        let caps = packed.caps_desc(settings.fps.0, settings.fps.1);
+        let fragment_ms = match settings.segment_seconds {
+            None => settings.fragment_ms.max(1),
+            Some(_) => segment_fragment_ms(settings.fragment_ms),
+        }
+        .to_string();
+        let description = match settings.segment_seconds {
+            None => fill(
+                FILE,
+                &[
+                    ("max_bytes", &max_bytes),
+                    ("caps", &caps),
+                    ("encoder", encoder.description()),
+                    ("fragment_ms", &fragment_ms),
+                    ("path", &quote(path_str)),
+                ],
+            ),
+            Some(secs) => fill(
+                SEGMENTS,
+                &[
+                    ("max_bytes", &max_bytes),
+                    ("caps", &caps),
+                    ("encoder", encoder.description()),
+                    ("fragment_ms", &fragment_ms),
+                    ("pattern", &quote(path_str)),
+                    ("max_time_ns", &(secs as u64 * 1_000_000_000).to_string()),
+                ],
+            ),
+        };
+        let pipeline = launch::launch(&description)?;
+        let appsrc = pipeline
+            .by_name("src")
+            .and_then(|e| e.downcast::<gst_app::AppSrc>().ok())
+            .ok_or_else(|| glib::bool_error!("sink description has no appsrc named src"))?;
+        let bus = pipeline.bus().ok_or_else(|| glib::bool_error!("pipeline has no bus"))?;
+        let shared = Arc::new(Shared::default());
+        let watch = (bus, pipeline.downgrade(), shared.clone());
+        let bus_thread = std::thread::Builder::new()
+            .name("sink-bus".into())
+            .spawn(move || watch_bus(watch.0, watch.1, watch.2))
+            .map_err(|e| glib::bool_error!("cannot start the sink's bus thread: {e}"))?;
+        let frame_ns = (settings.fps.0 > 0 && settings.fps.1 > 0)
+            .then(|| 1_000_000_000u64 * settings.fps.1 as u64 / settings.fps.0 as u64);
+        let mut sink = FileSink {
+            pool: packed.pool()?,
+            pipeline,
+            appsrc,
+            packed,
+            frame_ns,
+            order: Mutex::default(),
+            frames: AtomicU64::new(0),
+            shared,
+            bus_thread: Some(bus_thread),
+            path: settings.path.clone(),
+            segments: settings.segment_seconds.is_some(),
+            encoder,
+            closed: false,
+        };
+        if let Err(e) = sink.pipeline.set_state(gst::State::Playing) {
+            sink.abort();
+            return Err(sink.failure().map(|f| sink.error_from(f)).unwrap_or(SinkError::StateChange(e)));
+        }
+        tracing::info!(path = %sink.path.display(), encoder = %sink.encoder, "file sink started");
+        Ok(sink)
+    }
+
+    /// The encoder in use, for logs.
+    pub fn encoder(&self) -> &EncoderChoice {
+        &self.encoder
+    }
+
+    /// Copies one RGBA frame (`stride` bytes per row) into the file. Blocks while
+    /// the encoder is a few frames behind. A missing PTS continues from the last
+    /// frame; a missing duration is one frame at the configured rate.
+    pub fn push(&self, rgba: &[u8], stride: usize, timing: FrameTiming) -> Result<(), SinkError> {
+        self.packed.check(rgba.len(), stride).map_err(SinkError::FrameSize)?;
+        if let Some(f) = self.failure() {
+            return Err(self.error_from(f));
+        }
+        let mut order = self.order.lock().map_err(|_| SinkError::Stopped { path: self.path.clone() })?;
+        let pts = timing.pts.unwrap_or(order.next_pts);
+        if let Some(last) = order.last_pts.filter(|last| pts <= *last) {
+            return Err(SinkError::OutOfOrder { pts, last });
+        }
+        let duration = timing.duration.or(self.frame_ns);
+        let buffer = self.packed.buffer(&self.pool, rgba, stride, Some(pts), duration)?;
+        order.last_pts = Some(pts);
+        order.next_pts = pts + duration.unwrap_or(1).max(1);
+        match self.appsrc.push_buffer(buffer) {
+            Ok(_) => {
+                self.frames.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(flow) => {
+                drop(order);
+                // The bus thread may be a moment behind the flow error that stopped us.
+                Err(self.wait_failure(Duration::from_secs(1)).map(|f| self.error_from(f)).unwrap_or_else(|| {
+                    SinkError::Pipeline { path: self.path.clone(), detail: format!("stopped with {flow:?}") }
+                }))
+            }
+        }
+    }
+
+    /// Ends the stream and waits (up to `timeout`) until every file is finalised.
+    pub fn finish(mut self, timeout: Duration) -> Result<FinishedFiles, SinkError> {
+        self.close(timeout)
+    }
+
+    fn close(&mut self, timeout: Duration) -> Result<FinishedFiles, SinkError> {
+        if std::mem::replace(&mut self.closed, true) {
+            return Err(SinkError::Stopped { path: self.path.clone() });
+        }
+        let _ = self.appsrc.end_of_stream();
+        let deadline = Instant::now() + timeout;
+        let (eos, failure, closed_segments) = {
+            let mut end = self.shared.end.lock().map_err(|_| SinkError::Stopped { path: self.path.clone() })?;
+            while !end.eos && end.failure.is_none() {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                end = self
+                    .shared
+                    .changed
+                    .wait_timeout(end, left)
+                    .map_err(|_| SinkError::Stopped { path: self.path.clone() })?
+                    .0;
+            }
+            (end.eos, end.failure.clone(), end.closed_segments.clone())
+        };
+        self.abort();
+        if let Some(f) = failure {
+            return Err(self.error_from(f));
+        }
+        if !eos {
+            return Err(SinkError::Timeout { path: self.path.clone(), secs: timeout.as_secs_f64() });
+        }
+        let files = if self.segments { closed_segments } else { vec![self.path.clone()] };
+        Ok(FinishedFiles { files, frames: self.frames.load(Ordering::Relaxed) })
+    }
+
+    /// Stops the bus thread and the pipeline without finalising anything more.
+    fn abort(&mut self) {
+        self.closed = true;
+        if let Some(t) = self.bus_thread.take() {
+            if let Some(bus) = self.pipeline.bus() {
+                let _ = bus.post(gst::message::Application::new(gst::Structure::new_empty(STOP)));
+            }
+            let _ = t.join();
+        }
+        let _ = self.pipeline.set_state(gst::State::Null);
+        let _ = self.pool.set_active(false);
+    }
+
+    fn failure(&self) -> Option<Failure> {
+        self.shared.end.lock().ok().and_then(|e| e.failure.clone())
+    }
+
+    fn wait_failure(&self, timeout: Duration) -> Option<Failure> {
+        let end = self.shared.end.lock().ok()?;
+        let (end, _) = self.shared.changed.wait_timeout_while(end, timeout, |e| e.failure.is_none()).ok()?;
+        end.failure.clone()
+    }
+
+    fn error_from(&self, f: Failure) -> SinkError {
+        let (path, detail) = (self.path.clone(), f.describe());
+        if f.error.kind::<gst::ResourceError>().is_some() {
+            SinkError::Write { path, detail }
+        } else {
+            SinkError::Pipeline { path, detail }
+        }
+    }
+}
+
+impl Drop for FileSink {
+    fn drop(&mut self) {
+        if !self.closed
+            && let Err(e) = self.close(DROP_FINISH)
+        {
+            tracing::warn!("file sink dropped without finish: {e}");
+        }
+    }
+}
+
+/// Fragment length, and keyframe interval cap, in segment mode (see `start`).
+fn segment_fragment_ms(fragment_ms: u32) -> u32 {
+    (fragment_ms / 2).max(1)
+}
+
+fn validate(s: &FileSinkSettings) -> Result<(), SinkError> {
+    let bad = |reason: String| SinkError::Settings { path: s.path.clone(), reason };
+    if s.width == 0 || s.height == 0 {
+        return Err(bad(format!("frame size {}x{} (both must be > 0)", s.width, s.height)));
+    }
+    if s.fps.0 <= 0 || s.fps.1 <= 0 {
+        return Err(bad(format!("frame rate {}/{} (both must be > 0)", s.fps.0, s.fps.1)));
+    }
+    if s.segment_seconds == Some(0) {
+        return Err(bad("segment_seconds is 0 (leave it unset for one file)".into()));
+    }
+    let dir = match s.path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(bad(format!("directory {} does not exist (create it first)", dir.display())));
+    }
+    let name = s.path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    if s.segment_seconds.is_some() {
+        // splitmuxsink formats the name printf-style with the segment number: exactly
+        // one integer conversion, or the name is wrong (or worse).
+        if count_conversions(name) != Some(1) {
+            return Err(bad("segment names need one number conversion, e.g. cam1-%05d.mp4".into()));
+        }
+    } else if name.is_empty() {
+        return Err(bad("no file name".into()));
+    }
+    Ok(())
+}
+
+/// Number of `%d` / `%05d` conversions, or None if any other `%` appears.
+fn count_conversions(name: &str) -> Option<usize> {
+    let b = name.as_bytes();
+    let (mut i, mut n) = (0, 0);
+    while i < b.len() {
+        if b[i] != b'%' {
+            i += 1;
+            continue;
+        }
+        let mut j = i + 1;
+        while j < b.len() && j - i <= 2 && b[j].is_ascii_digit() {
+            j += 1;
+        }
+        if b.get(j) != Some(&b'd') {
+            return None;
+        }
+        n += 1;
+        i = j + 1;
+    }
+    Some(n)
+}
+
+fn watch_bus(bus: gst::Bus, pipeline: glib::WeakRef<gst::Pipeline>, shared: Arc<Shared>) {
+    loop {
+        let Some(msg) = bus.timed_pop(gst::ClockTime::NONE) else {
+            continue;
+        };
+        match msg.view() {
+            gst::MessageView::Eos(_) => {
+                if let Ok(mut end) = shared.end.lock() {
+                    end.eos = true;
+                }
+                shared.changed.notify_all();
+                return;
+            }
+            gst::MessageView::Error(e) => {
+                if let Ok(mut end) = shared.end.lock() {
+                    end.failure = Some(Failure::from_message(e));
+                }
+                shared.changed.notify_all();
+                // The streaming thread has stopped, so a push() blocked on the full
+                // appsrc would wait forever; leaving PLAYING releases it.
+                if let Some(p) = pipeline.upgrade() {
+                    let _ = p.set_state(gst::State::Null);
+                }
+                return;
+            }
+            gst::MessageView::Element(e) => {
+                let Some(s) = e.structure() else { continue };
+                if s.name() == "splitmuxsink-fragment-closed"
+                    && let (Ok(location), Ok(mut end)) = (s.get::<String>("location"), shared.end.lock())
+                {
+                    end.closed_segments.push(PathBuf::from(location));
+                }
+            }
+            gst::MessageView::Application(a) if a.structure().is_some_and(|s| s.name() == STOP) => return,
+            gst::MessageView::Warning(w) => tracing::warn!("file sink: {}", launch::describe_warning(w)),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_patterns() {
+        assert_eq!(count_conversions("cam-%05d.mp4"), Some(1));
+        assert_eq!(count_conversions("cam-%d.mp4"), Some(1));
+        assert_eq!(count_conversions("cam.mp4"), Some(0));
+        assert_eq!(count_conversions("cam-%s.mp4"), None);
+        assert_eq!(count_conversions("%d-%d.mp4"), Some(2));
+        assert_eq!(count_conversions("cam%"), None);
+        assert_eq!(count_conversions("cam%123d"), None);
+    }
+}

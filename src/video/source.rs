@@ -1,0 +1,414 @@
+//! Video in: decodes a file, stream, camera or test pattern to RGBA frames and
+//! hands each one, borrowed, to a [`FrameHandler`].
+//!
+//! Contract: once [`Source::start`] returns `Ok`, the handler gets frames and then
+//! exactly one of `on_eos` / `on_error`, unless [`Source::stop`] came first. When
+//! `start` returns `Err` the handler is never called.
+
+mod bus;
+mod decoders;
+mod uri;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use gstreamer as gst;
+use gstreamer::glib;
+use gstreamer::prelude::*;
+use gstreamer_app as gst_app;
+use gstreamer_video as gst_video;
+use gstreamer_video::prelude::*;
+
+use super::frame::{DecodedFrame, VideoInfo};
+use super::launch::{self, Failure};
+use uri::Kind;
+
+/// How a source is opened. `SourceSettings::new(uri)` gives the defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceSettings {
+    /// file:///path, a bare path, http(s)://, rtsp(s)://, v4l2:///dev/videoN,
+    /// test://PATTERN?width=W&height=H&fps=N[&num-buffers=N] (PATTERN: smpte, ball, ...).
+    pub uri: String,
+    /// The source keeps producing whether or not frames are taken (a camera), so the
+    /// handler must not block. For file and http sources `live = true` paces frames
+    /// at the clip's frame rate; test sources then run on the clock.
+    pub live: bool,
+    /// RTSP jitter-buffer size: more survives a bad network, less is fresher.
+    pub latency_ms: u32,
+    pub rtsp_transport: RtspTransport,
+    /// Let decodebin use hardware decoders (see `source/decoders.rs` for how).
+    pub prefer_hardware: bool,
+}
+
+impl SourceSettings {
+    pub fn new(uri: impl Into<String>) -> Self {
+        SourceSettings {
+            uri: uri.into(),
+            live: false,
+            latency_ms: 200,
+            rtsp_transport: RtspTransport::Auto,
+            prefer_hardware: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RtspTransport {
+    /// RTP interleaved in the RTSP connection: works through NAT and firewalls.
+    Tcp,
+    Udp,
+    /// UDP first, TCP when no UDP data comes within 5 s.
+    #[default]
+    Auto,
+}
+
+/// What a handler wants after a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlowAction {
+    Continue,
+    /// No more frames; the source winds down and `on_eos` follows.
+    Stop,
+}
+
+/// Receives a source's frames on its streaming thread. For file sources `on_frame`
+/// may block to apply back-pressure; for live sources it should copy and return.
+pub trait FrameHandler: Send + Sync + 'static {
+    fn on_frame(&self, frame: DecodedFrame<'_>) -> FlowAction;
+    fn on_eos(&self);
+    fn on_error(&self, err: SourceError);
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error(
+        "unsupported source uri {uri:?}: use file://, http(s)://, rtsp(s)://, v4l2:///dev/videoN or test://PATTERN"
+    )]
+    UnsupportedScheme { uri: String },
+    #[error("bad source uri {uri:?}: {reason}")]
+    BadUri { uri: String, reason: String },
+    #[error("cannot open {uri}: no such file or stream (check the path in the source uri)")]
+    NotFound { uri: String },
+    #[error("cannot open {uri}: {detail} (check that it exists and is readable)")]
+    CannotOpen { uri: String, detail: String },
+    #[error("cannot connect to {uri}: {detail} (check the address and port, and that the camera or server is up)")]
+    Unreachable { uri: String, detail: String },
+    #[error("{uri} refused the credentials: {detail} (check user:password in the uri)")]
+    Unauthorized { uri: String, detail: String },
+    #[error("cannot decode {uri}: not a media file, or a damaged one ({detail})")]
+    NotMedia { uri: String, detail: String },
+    #[error("no video stream in {uri} (it has only: {streams})")]
+    NoVideo { uri: String, streams: String },
+    #[error("cannot decode {uri}: {detail} (install the GStreamer plugin for it, e.g. gstreamer1.0-libav)")]
+    MissingPlugin { uri: String, detail: String },
+    #[error("error while decoding {uri}: {detail}")]
+    Stream { uri: String, detail: String },
+    #[error("cannot build the source pipeline: {0}")]
+    Launch(#[from] glib::Error),
+    #[error("GStreamer call failed while setting up the source: {0}")]
+    Glib(#[from] glib::BoolError),
+    #[error("the source pipeline refused to start: {0}")]
+    StateChange(#[from] gst::StateChangeError),
+}
+
+/// A running source. Dropping it stops it, like [`Source::stop`].
+pub struct Source {
+    pipeline: gst::Pipeline,
+    shared: Arc<Shared>,
+    bus_thread: Option<JoinHandle<()>>,
+    uri: String,
+}
+
+/// What the streaming thread, the bus thread and the owner share.
+struct Shared {
+    state: Mutex<State>,
+    changed: Condvar,
+    stopping: AtomicBool,
+}
+
+#[derive(Default)]
+struct State {
+    info: Option<VideoInfo>,
+    ended: bool,
+}
+
+impl Shared {
+    fn set_info(&self, info: VideoInfo) {
+        if let Ok(mut s) = self.state.lock()
+            && s.info != Some(info)
+        {
+            s.info = Some(info);
+            self.changed.notify_all();
+        }
+    }
+
+    fn mark_ended(&self) {
+        if let Ok(mut s) = self.state.lock() {
+            s.ended = true;
+            self.changed.notify_all();
+        }
+    }
+
+    fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+}
+
+/// How long `start` waits for the bus to explain a failed state change.
+const START_ERROR_WAIT: Duration = Duration::from_secs(2);
+
+impl Source {
+    pub fn start(settings: SourceSettings, handler: Arc<dyn FrameHandler>) -> Result<Source, SourceError> {
+        gst::init()?;
+        let plan = uri::plan(&settings)?;
+        let pipeline = launch::launch(&plan.description)?;
+        let shared =
+            Arc::new(Shared { state: Mutex::default(), changed: Condvar::new(), stopping: AtomicBool::new(false) });
+
+        let sink = pipeline
+            .by_name("sink")
+            .and_then(|e| e.downcast::<gst_app::AppSink>().ok())
+            .ok_or_else(|| glib::bool_error!("source description has no appsink named sink"))?;
+        sink.set_callbacks(frame_callbacks(handler.clone(), shared.clone()));
+
+        if plan.kind.dynamic() {
+            let dec = pipeline.by_name("dec").ok_or_else(|| glib::bool_error!("no uridecodebin named dec"))?;
+            let conv = pipeline.by_name("conv").ok_or_else(|| glib::bool_error!("no videoconvert named conv"))?;
+            link_video_only(&pipeline, &dec, &conv)?;
+            if plan.kind == Kind::Rtsp {
+                configure_rtspsrc(&dec, &settings);
+            }
+            if settings.prefer_hardware {
+                decoders::raise_ranks_once();
+            } else {
+                decoders::skip_hardware(&dec);
+            }
+        }
+
+        let bus = pipeline.bus().ok_or_else(|| glib::bool_error!("pipeline has no bus"))?;
+        if let Err(e) = pipeline.set_state(gst::State::Playing) {
+            // The bus usually holds the reason (no such device, refused connection...).
+            let reason = bus
+                .timed_pop_filtered(
+                    gst::ClockTime::from_mseconds(START_ERROR_WAIT.as_millis() as u64),
+                    &[gst::MessageType::Error],
+                )
+                .and_then(|m| match m.view() {
+                    gst::MessageView::Error(err) => {
+                        Some(bus::classify(&plan.shown, plan.kind, &Failure::from_message(err)))
+                    }
+                    _ => None,
+                });
+            let _ = pipeline.set_state(gst::State::Null);
+            return Err(reason.unwrap_or(SourceError::StateChange(e)));
+        }
+
+        let watch = bus::Watch {
+            bus,
+            pipeline: pipeline.downgrade(),
+            uri: plan.shown.clone(),
+            kind: plan.kind,
+            handler,
+            shared: shared.clone(),
+        };
+        let bus_thread = std::thread::Builder::new()
+            .name("source-bus".into())
+            .spawn(move || watch.run())
+            .map_err(|e| glib::bool_error!("cannot start the source's bus thread: {e}"))?;
+        tracing::info!(source = %plan.shown, "source started");
+        Ok(Source { pipeline, shared, bus_thread: Some(bus_thread), uri: plan.shown })
+    }
+
+    /// The negotiated size and frame rate, once the first frame has arrived.
+    pub fn info(&self) -> Option<VideoInfo> {
+        self.shared.state.lock().ok().and_then(|s| s.info)
+    }
+
+    /// Waits up to `timeout` for [`Source::info`]; None if the stream ended (or
+    /// failed) first, or time ran out.
+    pub fn wait_info(&self, timeout: Duration) -> Option<VideoInfo> {
+        let deadline = Instant::now() + timeout;
+        let mut s = self.shared.state.lock().ok()?;
+        loop {
+            if s.info.is_some() || s.ended {
+                return s.info;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            s = self.shared.changed.wait_timeout(s, left).ok()?.0;
+        }
+    }
+
+    /// The source URI with any password masked.
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    /// Stops the pipeline and joins the bus thread; no handler call starts after
+    /// this returns. A frame callback in progress is waited for, so a handler
+    /// blocked on back-pressure must be released (e.g. its ring closed) first,
+    /// and `on_frame` must not stop its own source (return `FlowAction::Stop`).
+    /// Stopping from `on_eos` / `on_error` is fine.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.shared.stopping.store(true, Ordering::Release);
+        if let Some(t) = self.bus_thread.take() {
+            // Posted before NULL: a pipeline going to NULL flushes its bus.
+            let stop = gst::message::Application::new(gst::Structure::new_empty(bus::STOP));
+            if let Some(b) = self.pipeline.bus() {
+                let _ = b.post(stop);
+            }
+            // A handler may drop its source from on_eos/on_error, i.e. on this very
+            // thread, which is about to return anyway.
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
+        }
+        let _ = self.pipeline.set_state(gst::State::Null);
+    }
+}
+
+impl Drop for Source {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn frame_callbacks(handler: Arc<dyn FrameHandler>, shared: Arc<Shared>) -> gst_app::AppSinkCallbacks {
+    gst_app::AppSinkCallbacks::builder()
+        .new_sample(move |sink| {
+            if shared.is_stopping() {
+                return Err(gst::FlowError::Flushing);
+            }
+            let sample = sink.pull_sample().map_err(|_| gst::FlowError::Flushing)?;
+            let (Some(buffer), Some(caps)) = (sample.buffer(), sample.caps()) else {
+                gst::element_error!(sink, gst::StreamError::Format, ("decoded sample without buffer or caps"));
+                return Err(gst::FlowError::Error);
+            };
+            let vinfo = gst_video::VideoInfo::from_caps(caps).map_err(|e| {
+                gst::element_error!(sink, gst::StreamError::Format, ("unusable decoded caps {caps}: {e}"));
+                gst::FlowError::NotNegotiated
+            })?;
+            let fps = vinfo.fps();
+            shared.set_info(VideoInfo {
+                width: vinfo.width(),
+                height: vinfo.height(),
+                fps_num: fps.numer(),
+                fps_den: fps.denom(),
+            });
+            let frame = gst_video::VideoFrameRef::from_buffer_ref_readable(buffer, &vinfo).map_err(|e| {
+                gst::element_error!(sink, gst::ResourceError::Read, ("cannot map a decoded frame: {e}"));
+                gst::FlowError::Error
+            })?;
+            let data = frame.plane_data(0).map_err(|_| gst::FlowError::Error)?;
+            let decoded = DecodedFrame {
+                data,
+                width: vinfo.width(),
+                height: vinfo.height(),
+                stride: frame.plane_stride()[0] as usize,
+                pts: buffer.pts().map(|t| t.nseconds()),
+                duration: buffer.duration().map(|t| t.nseconds()),
+            };
+            match handler.on_frame(decoded) {
+                FlowAction::Continue => Ok(gst::FlowSuccess::Ok),
+                // EOS upstream: demuxers and sources then send EOS down, which the bus
+                // thread reports as the end of the stream.
+                FlowAction::Stop => Err(gst::FlowError::Eos),
+            }
+        })
+        .build()
+}
+
+/// Links uridecodebin's first video pad to `conv`; every other stream goes to a
+/// fakesink so it cannot stall or fail the pipeline as not-linked. When decodebin
+/// is done exposing pads without any video, a NO_VIDEO message tells the bus thread.
+fn link_video_only(pipeline: &gst::Pipeline, dec: &gst::Element, conv: &gst::Element) -> Result<(), SourceError> {
+    let conv_sink = conv.static_pad("sink").ok_or_else(|| glib::bool_error!("videoconvert has no sink pad"))?;
+    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+    let undecodable = Arc::new(Mutex::new(Vec::<String>::new()));
+    let linked = Arc::new(AtomicBool::new(false));
+    let weak = pipeline.downgrade();
+    {
+        let (seen, linked) = (seen.clone(), linked.clone());
+        dec.connect_pad_added(move |dec, pad| {
+            let caps = pad.current_caps().unwrap_or_else(|| pad.query_caps(None));
+            let media = caps.structure(0).map(|s| s.name().to_string()).unwrap_or_else(|| "unknown".into());
+            if let Ok(mut v) = seen.lock() {
+                v.push(media.clone());
+            }
+            if media.starts_with("video/") && !linked.swap(true, Ordering::AcqRel) {
+                if let Err(e) = pad.link(&conv_sink) {
+                    gst::element_error!(
+                        dec,
+                        gst::CoreError::Negotiation,
+                        ("cannot link decoded {caps} to videoconvert: {e:?}")
+                    );
+                }
+                return;
+            }
+            let Some(pipeline) = weak.upgrade() else { return };
+            let Ok(fake) =
+                gst::ElementFactory::make("fakesink").property("sync", false).property("async", false).build()
+            else {
+                return;
+            };
+            if pipeline.add(&fake).is_ok() {
+                let _ = fake.sync_state_with_parent();
+                if let Some(p) = fake.static_pad("sink") {
+                    let _ = pad.link(&p);
+                }
+            }
+        });
+    }
+    {
+        let undecodable = undecodable.clone();
+        dec.connect("unknown-type", false, move |args| {
+            let caps = args.get(2).and_then(|v| v.get::<gst::Caps>().ok());
+            if let (Some(caps), Ok(mut v)) = (caps, undecodable.lock()) {
+                let name = caps.structure(0).map(|s| s.name().to_string()).unwrap_or_default();
+                if name.starts_with("video/") {
+                    v.push(name);
+                }
+            }
+            None
+        });
+    }
+    dec.connect_no_more_pads(move |dec| {
+        if linked.load(Ordering::Acquire) {
+            return;
+        }
+        let streams = seen.lock().map(|v| v.join(", ")).unwrap_or_default();
+        let undecodable = undecodable.lock().map(|v| v.join(", ")).unwrap_or_default();
+        let s =
+            gst::Structure::builder(bus::NO_VIDEO).field("streams", streams).field("undecodable", undecodable).build();
+        let _ = dec.post_message(gst::message::Application::builder(s).src(dec).build());
+    });
+    Ok(())
+}
+
+/// Transport, jitter buffer and timeouts for the rtspsrc uridecodebin creates. The
+/// default TCP timeout is 20 s; a camera that is down should be reported sooner.
+fn configure_rtspsrc(dec: &gst::Element, settings: &SourceSettings) {
+    let latency = settings.latency_ms;
+    let protocols = match settings.rtsp_transport {
+        RtspTransport::Tcp => "tcp",
+        RtspTransport::Udp => "udp",
+        RtspTransport::Auto => "tcp+udp+udp-mcast",
+    };
+    dec.connect("source-setup", false, move |args| {
+        let src = args.get(1).and_then(|v| v.get::<gst::Element>().ok())?;
+        if src.factory().is_some_and(|f| f.name() == "rtspsrc") {
+            src.set_property("latency", latency);
+            src.set_property_from_str("protocols", protocols);
+            src.set_property("tcp-timeout", 5_000_000u64);
+            src.set_property("timeout", 5_000_000u64);
+        }
+        None
+    });
+}

@@ -1,0 +1,166 @@
+//! From a source URI to the pipeline description that decodes it.
+
+use std::path::Path;
+
+use gstreamer::glib;
+
+use super::{SourceError, SourceSettings};
+use crate::video::launch::{fill, quote};
+
+const URI: &str = include_str!("../../../pipelines/source-uri.txt");
+const TEST: &str = include_str!("../../../pipelines/source-test.txt");
+const V4L2: &str = include_str!("../../../pipelines/source-v4l2.txt");
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// file:// and http(s)://, through uridecodebin.
+    Uri,
+    /// rtsp(s)://, through uridecodebin and its rtspsrc.
+    Rtsp,
+    V4l2,
+    Test,
+}
+
+impl Kind {
+    /// Whether `dec` (uridecodebin) is in the pipeline and its pads are linked in code.
+    pub(super) fn dynamic(self) -> bool {
+        matches!(self, Kind::Uri | Kind::Rtsp)
+    }
+}
+
+pub(super) struct Plan {
+    pub kind: Kind,
+    pub description: String,
+    /// The URI as it may appear in logs and errors: credentials masked.
+    pub shown: String,
+}
+
+pub(super) fn plan(settings: &SourceSettings) -> Result<Plan, SourceError> {
+    let raw = settings.uri.trim();
+    let shown = redact(raw);
+    let Some((scheme, rest)) = raw.split_once("://") else {
+        return plan_path(raw, &shown, settings);
+    };
+    let bad = |reason: &str| SourceError::BadUri { uri: shown.clone(), reason: reason.into() };
+    let sync = if settings.live { "true" } else { "false" };
+    match scheme.to_ascii_lowercase().as_str() {
+        "file" => {
+            let (path, _) = glib::filename_from_uri(raw).map_err(|e| bad(e.message()))?;
+            if !path.exists() {
+                return Err(SourceError::NotFound { uri: shown });
+            }
+            let description = fill(URI, &[("uri", &quote(raw)), ("sync", sync)]);
+            Ok(Plan { kind: Kind::Uri, description, shown })
+        }
+        "http" | "https" => {
+            let description = fill(URI, &[("uri", &quote(raw)), ("sync", sync)]);
+            Ok(Plan { kind: Kind::Uri, description, shown })
+        }
+        "rtsp" | "rtsps" | "rtspt" | "rtsph" => {
+            // Frames go out as they arrive: a network camera already paces them.
+            let description = fill(URI, &[("uri", &quote(raw)), ("sync", "false")]);
+            Ok(Plan { kind: Kind::Rtsp, description, shown })
+        }
+        "v4l2" => {
+            if !rest.starts_with('/') {
+                return Err(bad("expected v4l2:///dev/videoN"));
+            }
+            let description = fill(V4L2, &[("device", &quote(rest))]);
+            Ok(Plan { kind: Kind::V4l2, description, shown })
+        }
+        "test" => {
+            let description = test_description(rest, settings.live).map_err(|r| bad(&r))?;
+            Ok(Plan { kind: Kind::Test, description, shown })
+        }
+        _ => Err(SourceError::UnsupportedScheme { uri: shown }),
+    }
+}
+
+/// A bare path is taken as a file, so `roadseg run clip.mp4` works.
+fn plan_path(raw: &str, shown: &str, settings: &SourceSettings) -> Result<Plan, SourceError> {
+    if raw.is_empty() {
+        return Err(SourceError::BadUri { uri: shown.into(), reason: "empty".into() });
+    }
+    let path = Path::new(raw);
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let uri = glib::filename_to_uri(&abs, None)
+        .map_err(|e| SourceError::BadUri { uri: shown.into(), reason: e.message().into() })?;
+    plan(&SourceSettings { uri: uri.to_string(), ..settings.clone() })
+}
+
+/// `test://smpte?width=640&height=480&fps=25&num-buffers=100`
+fn test_description(rest: &str, live: bool) -> Result<String, String> {
+    let (pattern, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let pattern = pattern.trim_end_matches('/');
+    let pattern = if pattern.is_empty() { "smpte" } else { pattern };
+    // Only a pattern nick can go into the description, nothing that could add elements.
+    if !pattern.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+        return Err(format!("bad pattern {pattern:?} (a videotestsrc pattern name such as smpte or ball)"));
+    }
+    let (mut width, mut height, mut fps, mut num_buffers) = (640u32, 480u32, "25/1".to_string(), -1i64);
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').ok_or_else(|| format!("query item {pair:?} is not key=value"))?;
+        let num = |v: &str| {
+            v.parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| format!("{k}={v:?} is not a positive number"))
+        };
+        match k {
+            "width" => width = num(v)?,
+            "height" => height = num(v)?,
+            "fps" => {
+                fps = match v.split_once('/') {
+                    Some((n, d)) => format!("{}/{}", num(n)?, num(d)?),
+                    None => format!("{}/1", num(v)?),
+                }
+            }
+            "num-buffers" => num_buffers = num(v)? as i64,
+            _ => return Err(format!("unknown query key {k:?} (width, height, fps, num-buffers)")),
+        }
+    }
+    Ok(fill(
+        TEST,
+        &[
+            ("live", if live { "true" } else { "false" }),
+            ("pattern", pattern),
+            ("num_buffers", &num_buffers.to_string()),
+            ("width", &width.to_string()),
+            ("height", &height.to_string()),
+            ("fps", &fps),
+        ],
+    ))
+}
+
+/// `rtsp://user:secret@cam/x` -> `rtsp://user:***@cam/x`: errors and logs must not leak passwords.
+pub(crate) fn redact(uri: &str) -> String {
+    let Some((scheme, rest)) = uri.split_once("://") else {
+        return uri.to_string();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            format!("{scheme}://{user}:***@{host}{tail}")
+        }
+        None => uri.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_passwords_only() {
+        assert_eq!(redact("rtsp://u:p@h:554/x"), "rtsp://u:***@h:554/x");
+        assert_eq!(redact("rtsp://h/x@y"), "rtsp://h/x@y");
+        assert_eq!(redact("file:///a/b.mp4"), "file:///a/b.mp4");
+    }
+
+    #[test]
+    fn test_uris_are_checked() {
+        assert!(test_description("ball?width=64&height=48&fps=30000/1001", true).unwrap().contains("30000/1001"));
+        assert!(test_description("smpte ! filesink", true).is_err());
+        assert!(test_description("smpte?width=0", true).is_err());
+        assert!(test_description("smpte?colour=red", true).is_err());
+    }
+}

@@ -485,7 +485,9 @@ fn rtsp_clients_come_and_go() {
         eprintln!("{transport:?} client: {frames} frames, {end:?} in {:?}", t0.elapsed());
         assert_eq!((frames, end), (10, End::Eos));
     }
-    // Two at once share the media; meanwhile the server counts them.
+    // Two at once share the media; meanwhile the server counts them. (Earlier
+    // clients' connections close asynchronously: wait for them first.)
+    assert_eq!(wait_clients(&server, 0), 0);
     let (frames_a, frames_b, most) = std::thread::scope(|s| {
         let a = s.spawn(|| watch(&url, 25));
         let b = s.spawn(|| watch(&url, 25));

@@ -136,7 +136,11 @@ impl RtspFeed {
         let (appsrc, pts) = {
             let Ok(mut guard) = inner.live.lock() else { return Ok(false) };
             let Some(live) = guard.as_mut() else { return Ok(false) };
-            // No running time yet: the media is still starting up.
+            // Until the media is PLAYING its base time may still be unset, which
+            // makes the "running time" the raw clock (hours): drop frames till then.
+            if live.appsrc.current_state() != gst::State::Playing || live.appsrc.base_time().is_none() {
+                return Ok(false);
+            }
             let Some(now) = live.appsrc.current_running_time() else { return Ok(false) };
             (live.appsrc.clone(), live.stamp(timing.pts, now.nseconds()))
         };
@@ -171,8 +175,13 @@ impl Live {
             Some(out) if ok(out) => out as Nanos,
             _ => {
                 self.offset = pts.map(|p| now as i128 - p as i128);
-                // Never at or before the previous frame, even when re-anchored.
-                now.max(self.last_out.map_or(0, |l| l + 1))
+                match self.last_out {
+                    // Never at or before the previous frame, even when re-anchored...
+                    Some(l) if l >= now && ((l - now) as i128) < MAX_DRIFT_NS => l + 1,
+                    // ...unless that frame was far ahead of the clock: waiting for it
+                    // would freeze the stream, one discontinuity is the lesser harm.
+                    _ => now,
+                }
             }
         };
         self.last_out = Some(out);
@@ -207,5 +216,10 @@ mod tests {
         assert_eq!(l.stamp(Some(40_000_000), 10_090_000_000), 10_090_000_000);
         // A 10 s stall: re-anchored instead of stamping 10 s in the past.
         assert_eq!(l.stamp(Some(80_000_000), 20_090_000_000), 20_090_000_000);
+        // A stamp far ahead of the clock does not hold every later frame back.
+        let mut l = live();
+        assert_eq!(l.stamp(Some(0), 3_600_000_000_000), 3_600_000_000_000);
+        assert_eq!(l.stamp(Some(40_000_000), 100_000_000), 100_000_000);
+        assert_eq!(l.stamp(Some(80_000_000), 140_000_000), 140_000_000);
     }
 }

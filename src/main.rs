@@ -19,6 +19,9 @@ enum Command {
     Eval(cli::eval::EvalArgs),
     /// Time full frames (preprocess + model + postprocess) and print one JSON line.
     Bench(cli::bench::BenchArgs),
+    /// Segment a video file (or URI) into an annotated MP4, every frame in order.
+    #[cfg(feature = "video")]
+    Process(cli::process::ProcessArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -31,6 +34,8 @@ fn main() -> std::process::ExitCode {
         Command::Infer(a) => cli::infer::run(a),
         Command::Eval(a) => cli::eval::run(a),
         Command::Bench(a) => cli::bench::run(a),
+        #[cfg(feature = "video")]
+        Command::Process(a) => cli::process::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -157,6 +157,7 @@ fn run(mut p: OutputParts) -> OutputSummary {
                 summary.skipped += 1;
                 reorder.insert(seq, Slot::Skipped);
             }
+            OutputItem::End => break,
         }
         reorder.drain_ready(|x| emit(x, &mut p, &mut summary));
     }

@@ -36,6 +36,10 @@ impl SkipReason {
 pub enum OutputItem {
     Frame { buf: FrameBuf, stats: FrameStats },
     Skipped { seq: u64, reason: SkipReason },
+    /// Everything before this has been sent: finish the sinks. Sent once the
+    /// ring is closed and drained, since the source side may still hold a
+    /// sender and the channel would never disconnect.
+    End,
 }
 
 /// Per-stream counters the workers update and the status line reads.

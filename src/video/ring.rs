@@ -173,20 +173,26 @@ impl FrameRing {
         buf.dropped_before = self.dropped_pending.swap(0, Ordering::Relaxed);
         let seq = buf.seq;
         let mut pending = buf;
-        // The queue has room for every buffer the pool does not hold, except
-        // when a live push took its buffer from the pool while the queue was
-        // full: then make room by dropping the oldest.
         loop {
             match self.queue.push(pending) {
                 Ok(()) => break,
-                Err(back) => {
-                    pending = back;
-                    if let Some(oldest) = self.queue.pop() {
-                        dropped_seq = Some(oldest.seq);
-                        pending.dropped_before += 1;
-                        let _ = self.pool.push(oldest);
-                    }
+                Err(back) => pending = back,
+            }
+            if self.live {
+                // The buffer came from the pool while the queue was full:
+                // make room by dropping the oldest (latency must not grow).
+                if let Some(oldest) = self.queue.pop() {
+                    dropped_seq = Some(oldest.seq);
+                    pending.dropped_before += 1;
+                    let _ = self.pool.push(oldest);
                 }
+            } else {
+                // Files never drop: wait for a worker to take a frame.
+                if self.is_closed() {
+                    let _ = self.pool.push(pending);
+                    return Pushed::Closed;
+                }
+                self.space.wait(Duration::from_millis(20));
             }
         }
         match dropped_seq {
@@ -197,7 +203,11 @@ impl FrameRing {
 
     /// The oldest queued frame, if any.
     pub fn pop(&self) -> Option<FrameBuf> {
-        self.queue.pop()
+        let buf = self.queue.pop();
+        if buf.is_some() && !self.live {
+            self.space.ring();
+        }
+        buf
     }
 
     /// Gives a buffer back once its frame has been written (or dropped).

@@ -204,8 +204,7 @@ impl StreamPipeline {
             std::thread::sleep(Duration::from_millis(5));
         }
         pool.remove_stream(&self.name);
-        // Our handle on the output channel goes with `input`; the workers drop
-        // theirs when they next look at the stream list.
+        let _ = self.input.output.send(OutputItem::End);
         let output = self.output.take();
         drop(self);
         output.map(OutputStage::join).unwrap_or_default()

@@ -22,6 +22,9 @@ enum Command {
     /// Segment a video file (or URI) into an annotated MP4, every frame in order.
     #[cfg(feature = "video")]
     Process(cli::process::ProcessArgs),
+    /// Render a deterministic synthetic drive (MP4 + ground-truth road masks).
+    #[cfg(feature = "video")]
+    Synth(cli::synth::SynthArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -36,6 +39,8 @@ fn main() -> std::process::ExitCode {
         Command::Bench(a) => cli::bench::run(a),
         #[cfg(feature = "video")]
         Command::Process(a) => cli::process::run(a),
+        #[cfg(feature = "video")]
+        Command::Synth(a) => cli::synth::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

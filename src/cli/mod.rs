@@ -4,3 +4,5 @@ pub mod eval;
 pub mod infer;
 #[cfg(feature = "video")]
 pub mod process;
+#[cfg(feature = "video")]
+pub mod synth;

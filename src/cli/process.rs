@@ -44,6 +44,9 @@ pub struct ProcessArgs {
     /// Tint every class with its palette colour, not only the road.
     #[arg(long)]
     pub full_palette: bool,
+    /// Folder for per-frame road masks (PNG, 255 = road, frame-sized), named by frame number.
+    #[arg(long)]
+    pub masks_out: Option<PathBuf>,
 }
 
 /// A path becomes a file:// URI; URIs pass through.
@@ -115,6 +118,10 @@ pub fn run(args: ProcessArgs) -> Result<()> {
     progress.set_style(ProgressStyle::with_template("{spinner} {pos} frames  {per_sec}  {elapsed}  {msg}").expect("valid template"));
     progress.enable_steady_tick(Duration::from_millis(200));
     let bar = progress.clone();
+    if let Some(dir) = &args.masks_out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let masks_dir = args.masks_out.clone();
     let started = Instant::now();
     let pipeline = StreamPipeline::start(
         PipelineParts {
@@ -126,10 +133,19 @@ pub fn run(args: ProcessArgs) -> Result<()> {
             stats,
             observer: Arc::new(NoObserver),
             finish_timeout: Duration::from_secs(30),
-            on_frame: Some(Box::new(move |_, stats| {
+            on_frame: Some(Box::new(move |frame, stats| {
                 bar.inc(1);
                 bar.set_message(format!("road {:.1}%", stats.road_coverage * 100.0));
+                if let Some(dir) = &masks_dir {
+                    let png: Vec<u8> = frame.road_mask.iter().map(|&m| m * 255).collect();
+                    let path = dir.join(format!("{:05}.png", frame.seq));
+                    let saved = image::GrayImage::from_raw(frame.width, frame.height, png).map(|img| img.save(&path));
+                    if !matches!(saved, Some(Ok(()))) {
+                        tracing::error!("cannot write mask {}", path.display());
+                    }
+                }
             })),
+            want_masks: args.masks_out.is_some(),
         },
         &pool,
     );

@@ -13,7 +13,7 @@ use crossbeam_channel::Sender;
 use super::annotate::{Annotator, FrameStats};
 use super::ring::{Doorbell, FrameBuf, FrameRing};
 use crate::backend::Backend;
-use crate::engine::{Engine, FrameRef, PixelFormat};
+use crate::engine::{Engine, FrameRef, PixelFormat, UNKNOWN};
 
 /// Why a frame never reached the output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,6 +60,8 @@ pub struct StreamInput {
     pub ring: Arc<FrameRing>,
     pub output: Sender<OutputItem>,
     pub counters: Arc<StreamCounters>,
+    /// Fill each frame's `road_mask` (costs a pass over the class map).
+    pub want_masks: bool,
 }
 
 impl StreamInput {
@@ -244,6 +246,11 @@ impl<B: Backend> Worker<B> {
             fps: stream.counters.fps_milli.load(Ordering::Relaxed) as f64 / 1000.0,
         };
         (self.on_inference)(&stream.name, inference_ms, seg);
+        if stream.want_masks {
+            let road = &self.engine.options().road_classes;
+            buf.road_mask.clear();
+            buf.road_mask.extend(seg.classes.iter().map(|&c| u8::from(c != UNKNOWN && road.contains(&(c as usize)))));
+        }
         self.annotator.draw(&mut buf.data, seg, &stats);
         stream.counters.inferred.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = stream.output.send(OutputItem::Frame { buf, stats }) {

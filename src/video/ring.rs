@@ -31,12 +31,15 @@ pub struct FrameBuf {
     pub data: Vec<u8>,
     /// Frames of this stream dropped since the previous frame that made it.
     pub dropped_before: u64,
+    /// Road mask (1 = road) at frame size, filled only for streams that ask
+    /// for masks (`process --masks-out`); the allocation is reused.
+    pub road_mask: Vec<u8>,
     pub decoded_at: Instant,
 }
 
 impl FrameBuf {
     fn empty() -> Self {
-        FrameBuf { seq: 0, timing: FrameTiming::default(), width: 0, height: 0, data: Vec::new(), dropped_before: 0, decoded_at: Instant::now() }
+        FrameBuf { seq: 0, timing: FrameTiming::default(), width: 0, height: 0, data: Vec::new(), dropped_before: 0, road_mask: Vec::new(), decoded_at: Instant::now() }
     }
 
     /// Copies `src` in, reusing the allocation when the size is unchanged.

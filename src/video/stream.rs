@@ -168,6 +168,7 @@ pub struct PipelineParts {
     pub observer: Arc<dyn OutputObserver>,
     pub finish_timeout: Duration,
     pub on_frame: Option<Box<dyn FnMut(&FrameBuf, &FrameStats) + Send>>,
+    pub want_masks: bool,
 }
 
 impl StreamPipeline {
@@ -179,6 +180,7 @@ impl StreamPipeline {
             ring: parts.ring.clone(),
             output: parts.output_tx,
             counters: counters.clone(),
+            want_masks: parts.want_masks,
         });
         let output = OutputStage::start(OutputParts {
             stream: parts.name.clone(),

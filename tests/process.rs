@@ -1,0 +1,132 @@
+//! Rule: `roadseg process` turns a video into an annotated MP4 holding every
+//! input frame, in order, with the input's timestamps, plus one sidecar line
+//! per frame; bad inputs fail with a clear message and no panic.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+
+/// A small model and input size so the whole clip runs in seconds.
+const MODEL: &str = "tests/data/odd-bf16-203x141";
+
+fn ffprobe_stream(path: &Path) -> serde_json::Value {
+    let out = std::process::Command::new("ffprobe")
+        .args(["-v", "error", "-count_frames", "-select_streams", "v:0", "-show_entries"])
+        .arg("stream=nb_read_frames,r_frame_rate,width,height,duration")
+        .args(["-of", "json"])
+        .arg(path)
+        .output()
+        .expect("ffprobe runs (apt install ffmpeg)");
+    assert!(out.status.success(), "ffprobe failed on {}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+    assert!(out.stderr.is_empty(), "ffprobe complained about {}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    json["streams"][0].clone()
+}
+
+fn process(args: &[&str]) -> (i32, String, String) {
+    let mut all = vec!["process", "--model", MODEL, "--device", "cpu", "--size", "224x128"];
+    all.extend_from_slice(args);
+    roadseg(&all)
+}
+
+#[test]
+fn every_frame_of_the_dashcam_clip_comes_out_in_order_with_its_timestamps() {
+    let Some(clip) = shared("data/dashcam/solidWhiteRight.mp4") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out.mp4");
+    let stats = tmp.path().join("stats.jsonl");
+    let (code, stdout, stderr) =
+        process(&[clip.to_str().unwrap(), "-o", out.to_str().unwrap(), "--stats-out", stats.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("221 frames"), "{stdout}");
+    let input = ffprobe_stream(&clip);
+    let output = ffprobe_stream(&out);
+    assert_eq!(output["nb_read_frames"], "221");
+    assert_eq!(output["r_frame_rate"], input["r_frame_rate"]);
+    assert_eq!((output["width"].as_u64(), output["height"].as_u64()), (Some(960), Some(540)));
+    let (din, dout): (f64, f64) = (input["duration"].as_str().unwrap().parse().unwrap(), output["duration"].as_str().unwrap().parse().unwrap());
+    assert!((din - dout).abs() < 0.05, "duration {dout} vs input {din}");
+    let lines: Vec<serde_json::Value> =
+        std::fs::read_to_string(&stats).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 221);
+    for (i, line) in lines.iter().enumerate() {
+        assert_eq!(line["frame"].as_u64(), Some(i as u64), "frames in order");
+        let pts = line["pts"].as_f64().unwrap();
+        assert!((pts - i as f64 * 0.04).abs() < 1e-3, "frame {i} pts {pts}: input timestamps kept");
+        for key in ["road_coverage", "mean_confidence", "inference_ms", "dropped_before"] {
+            assert!(!line[key].is_null(), "{key} in {line}");
+        }
+        assert_eq!(line["dropped_before"], 0, "a file never drops frames");
+    }
+}
+
+#[test]
+fn a_synthetic_clip_goes_through_and_masks_match_the_frames() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clip = tmp.path().join("synth.mp4");
+    let (code, _, stderr) = roadseg(&["synth", "-o", clip.to_str().unwrap(), "--frames", "20", "--size", "320x180"]);
+    assert_eq!(code, 0, "{stderr}");
+    let out = tmp.path().join("out.mp4");
+    let masks = tmp.path().join("masks");
+    let (code, _, stderr) =
+        process(&[clip.to_str().unwrap(), "-o", out.to_str().unwrap(), "--masks-out", masks.to_str().unwrap(), "--road-class", "label_0"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(ffprobe_stream(&out)["nb_read_frames"], "20");
+    let mask = image::open(masks.join("00019.png")).unwrap().to_luma8();
+    assert_eq!(mask.dimensions(), (320, 180));
+    assert!(mask.pixels().all(|p| p.0[0] == 0 || p.0[0] == 255));
+}
+
+fn assert_clean_failure(args: &[&str], needle: &str) {
+    let (code, _, stderr) = process(args);
+    assert_ne!(code, 0, "{args:?} should fail");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let line = stderr.lines().find(|l| l.starts_with("roadseg: error:")).unwrap_or_else(|| panic!("no error line in {stderr}"));
+    assert!(line.to_lowercase().contains(needle), "{args:?}: expected '{needle}' in: {line}");
+}
+
+#[test]
+fn bad_inputs_fail_clearly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out.mp4");
+    let o = out.to_str().unwrap();
+    assert_clean_failure(&["/nonexistent/clip.mp4", "-o", o], "does not exist");
+
+    let garbage = tmp.path().join("garbage.mp4");
+    std::fs::write(&garbage, (0..200_000u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect::<Vec<_>>()).unwrap();
+    assert_clean_failure(&[garbage.to_str().unwrap(), "-o", o], "not a media file");
+
+    let audio = tmp.path().join("audio.ogg");
+    let made = std::process::Command::new("gst-launch-1.0")
+        .args(["-q", "audiotestsrc", "num-buffers=20", "!", "vorbisenc", "!", "oggmux", "!", "filesink"])
+        .arg(format!("location={}", audio.display()))
+        .status()
+        .expect("gst-launch-1.0 runs");
+    assert!(made.success());
+    assert_clean_failure(&[audio.to_str().unwrap(), "-o", o], "no video stream");
+
+    assert_clean_failure(&["rtsp://127.0.0.1:1/cam", "-o", o], "cannot connect");
+}
+
+#[test]
+fn a_truncated_clip_keeps_what_could_be_decoded() {
+    let Some(clip) = shared("data/dashcam/solidWhiteRight.mp4") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(&clip).unwrap();
+    let cut = tmp.path().join("cut.mp4");
+    std::fs::write(&cut, &bytes[..bytes.len() * 3 / 10]).unwrap();
+    let out = tmp.path().join("out.mp4");
+    let (code, stdout, stderr) = process(&[cut.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    // Either a clean end after the readable part or a clear error; the output
+    // must hold every frame that was decoded, finalised and playable.
+    if code != 0 {
+        assert!(stderr.contains("roadseg: error:"), "{stderr}");
+    } else {
+        assert!(stdout.contains("frames"), "{stdout}");
+    }
+    let frames: u64 = ffprobe_stream(&out)["nb_read_frames"].as_str().unwrap().parse().unwrap();
+    assert!(frames > 10 && frames < 221, "{frames} frames from the first 30% of the clip");
+}

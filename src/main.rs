@@ -25,6 +25,12 @@ enum Command {
     /// Render a deterministic synthetic drive (MP4 + ground-truth road masks).
     #[cfg(feature = "video")]
     Synth(cli::synth::SynthArgs),
+    /// Run the daemon: every configured stream, until SIGTERM (SIGHUP reloads).
+    #[cfg(feature = "video")]
+    Run(cli::run::RunArgs),
+    /// Check a daemon configuration file (and the model folder) and describe it.
+    #[cfg(feature = "video")]
+    CheckConfig(cli::run::CheckConfigArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -39,6 +45,10 @@ fn main() -> std::process::ExitCode {
         Command::Bench(a) => cli::bench::run(a),
         #[cfg(feature = "video")]
         Command::Process(a) => cli::process::run(a),
+        #[cfg(feature = "video")]
+        Command::Run(a) => cli::run::run(a),
+        #[cfg(feature = "video")]
+        Command::CheckConfig(a) => cli::run::check_config(a),
         #[cfg(feature = "video")]
         Command::Synth(a) => cli::synth::run(a),
     };

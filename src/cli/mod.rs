@@ -6,3 +6,5 @@ pub mod infer;
 pub mod process;
 #[cfg(feature = "video")]
 pub mod synth;
+#[cfg(feature = "video")]
+pub mod run;

@@ -7,3 +7,7 @@ pub mod health;
 pub mod http;
 pub mod metrics;
 pub mod notify;
+#[cfg(feature = "video")]
+pub mod run;
+#[cfg(feature = "video")]
+pub mod supervisor;

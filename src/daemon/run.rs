@@ -53,11 +53,10 @@ pub fn check_config(path: &Path) -> Result<Summary> {
     Ok(check(Some(path))?)
 }
 
-/// Loads and checks everything `run` needs before it starts anything.
+/// Loads and checks everything `run` needs before it starts anything
+/// (every problem at once, the model folder included).
 fn load_config(path: Option<&Path>) -> Result<DaemonConfig> {
-    let config = DaemonConfig::load(path)?;
-    config.validate()?;
-    config.validate_model_path()?;
+    let config = check(path)?.config;
     if config.streams.is_empty() {
         bail!("no streams configured: add at least one [[streams]] section");
     }

@@ -1,0 +1,322 @@
+//! `roadseg run` and `roadseg check-config` end to end: the real binary, real
+//! GStreamer sources and sinks, the small test model (224x128 input so CPU
+//! inference is quick). Outputs are checked with ffprobe; every wait is
+//! bounded and a daemon that outlives its test is killed.
+#![cfg(feature = "video")]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_roadseg");
+
+fn model() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/odd-bf16-203x141")
+}
+
+/// A port nothing listens on (bound, then released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// `[model]` for the small test model, metrics on `metrics` (0: disabled), RTSP on `rtsp`.
+fn header(metrics: u16, rtsp: u16) -> String {
+    let metrics = if metrics == 0 { String::new() } else { format!("127.0.0.1:{metrics}") };
+    format!(
+        "[model]\npath = {:?}\nwidth = 224\nheight = 128\ndevice = \"cpu\"\nroad_classes = [\"label_0\"]\n\n\
+         [metrics]\nlisten = \"{metrics}\"\n\n[rtsp]\nlisten = \"127.0.0.1:{rtsp}\"\n\n[daemon]\nshutdown_timeout_s = 10\n",
+        model().display().to_string()
+    )
+}
+
+/// A live test-pattern stream with the given `[streams.output]` lines.
+fn test_stream(name: &str, output: &str) -> String {
+    format!(
+        "\n[[streams]]\nname = \"{name}\"\nuri = \"test://smpte?width=320&height=240&fps=10\"\nlive = true\n\n[streams.output]\n{output}\n"
+    )
+}
+
+/// A running `roadseg run`; killed on drop. Its log goes to `log`.
+struct Daemon {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Daemon {
+    fn start(config: &Path, log: &Path) -> Daemon {
+        let err = std::fs::File::create(log).unwrap();
+        let child = Command::new(BIN)
+            .args(["run", "--config"])
+            .arg(config)
+            .env("ROADSEG_LOG", "info")
+            .env_remove("NOTIFY_SOCKET")
+            .stdout(Stdio::null())
+            .stderr(err)
+            .spawn()
+            .expect("spawning roadseg run");
+        Daemon { child, log: log.to_path_buf() }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill").args([sig, &self.child.id().to_string()]).status().unwrap().success();
+        assert!(ok, "kill {sig} failed");
+    }
+
+    /// Waits for the exit; None if it did not come within `timeout`.
+    fn wait(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return Some(s);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Panics with the log unless `cond` holds within `timeout`.
+    fn wait_for(&mut self, what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+        let deadline = Instant::now() + timeout;
+        while !cond() {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                panic!("daemon exited ({s}) while waiting for {what}; log:\n{}", self.log());
+            }
+            if Instant::now() > deadline {
+                panic!("timed out after {timeout:?} waiting for {what}; log:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// GET /metrics from `port` ("" when nothing answers).
+fn scrape(port: u16) -> String {
+    let Ok(mut s) = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2)) else {
+        return String::new();
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(3)));
+    let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+/// The value of `name{stream="stream"}` (plain counters/gauges with one label).
+fn metric(port: u16, name: &str, stream: &str) -> f64 {
+    let prefix = format!("{name}{{stream=\"{stream}\"}}");
+    scrape(port).lines().find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok()).unwrap_or(-1.0)
+}
+
+/// Runs a command to completion within `timeout` (killed and panicking after): (success, stdout, stderr).
+fn run_cmd(cmd: &mut Command, timeout: Duration) -> (bool, String, String) {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let out = child.wait_with_output().unwrap();
+            let s = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+            return (status.success(), s(out.stdout), s(out.stderr));
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!("{cmd:?} timed out after {timeout:?}; stderr: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Frames ffprobe decodes from the first video stream of `target`, and its error output.
+fn probe_frames(target: &str, extra: &[&str]) -> (u64, String) {
+    let mut cmd = Command::new("ffprobe");
+    cmd.args(["-v", "error"]).args(extra).args([
+        "-count_frames",
+        "-select_streams",
+        "v:0",
+        "-show_entries",
+        "stream=nb_read_frames",
+        "-of",
+        "csv=p=0",
+        target,
+    ]);
+    let (_, out, err) = run_cmd(&mut cmd, Duration::from_secs(20));
+    (out.trim().trim_end_matches(',').parse().unwrap_or(0), err)
+}
+
+fn mp4s(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|e| e == "mp4")).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+#[test]
+fn live_stream_is_inferred_served_recorded_and_stops_cleanly() {
+    // Rule: a live stream is inferred (metrics rise), served over RTSP and recorded in segments; SIGTERM exits 0 and every segment plays to its end.
+    let dir = tempfile::tempdir().unwrap();
+    let (mport, rport) = (free_port(), free_port());
+    let rec = dir.path().join("rec");
+    let output = format!(
+        "file = \"{}/{{stream}}-{{start}}.mp4\"\nsegment_seconds = 2\nrtsp = \"{{stream}}\"\nstats = \"{}/{{stream}}.jsonl\"",
+        rec.display(),
+        rec.display()
+    );
+    let config = dir.path().join("roadseg.toml");
+    std::fs::write(&config, header(mport, rport) + &test_stream("cam", &output)).unwrap();
+    let mut d = Daemon::start(&config, &dir.path().join("log"));
+
+    d.wait_for("frames_inferred > 5", Duration::from_secs(30), || metric(mport, "roadseg_frames_inferred_total", "cam") > 5.0);
+    let first = metric(mport, "roadseg_frames_inferred_total", "cam");
+    d.wait_for("frames_inferred rising", Duration::from_secs(10), || {
+        metric(mport, "roadseg_frames_inferred_total", "cam") > first
+    });
+    let url = format!("rtsp://127.0.0.1:{rport}/cam");
+    let (frames, err) = probe_frames(&url, &["-rtsp_transport", "tcp", "-read_intervals", "%+3"]);
+    assert!(frames > 0, "RTSP client got no frames from {url}: {err}\nlog:\n{}", d.log());
+    // At least one segment boundary passed.
+    d.wait_for("a second segment", Duration::from_secs(15), || mp4s(&rec).len() >= 2);
+
+    d.signal("-TERM");
+    let status = d.wait(Duration::from_secs(15)).unwrap_or_else(|| panic!("no exit within 15 s of SIGTERM; log:\n{}", d.log()));
+    assert!(status.success(), "exit {status}; log:\n{}", d.log());
+    let files = mp4s(&rec);
+    assert!(files.len() >= 2, "{files:?}");
+    for f in &files {
+        let (frames, err) = probe_frames(f.to_str().unwrap(), &[]);
+        assert!(frames > 0 && err.is_empty(), "{}: {frames} frames, errors {err:?}", f.display());
+    }
+    let stats = std::fs::read_to_string(rec.join("cam.jsonl")).unwrap();
+    assert!(stats.lines().count() > 5, "{stats}");
+}
+
+#[test]
+fn kill_9_leaves_every_completed_segment_playable() {
+    // Rule: after kill -9 mid-recording, every completed segment plays (frames > 0, no errors).
+    let dir = tempfile::tempdir().unwrap();
+    let (mport, rport) = (free_port(), free_port());
+    let rec = dir.path().join("rec");
+    let output = format!("file = \"{}/{{stream}}.mp4\"\nsegment_seconds = 1", rec.display());
+    let config = dir.path().join("roadseg.toml");
+    std::fs::write(&config, header(mport, rport) + &test_stream("cam", &output)).unwrap();
+    let mut d = Daemon::start(&config, &dir.path().join("log"));
+    d.wait_for("three segments started", Duration::from_secs(40), || mp4s(&rec).len() >= 4);
+    d.signal("-KILL");
+    assert!(d.wait(Duration::from_secs(5)).is_some(), "kill -9 did not end the daemon");
+    let files = mp4s(&rec);
+    // The newest file was open at the kill; every one before it was complete.
+    for f in &files[..files.len() - 1] {
+        let (frames, err) = probe_frames(f.to_str().unwrap(), &[]);
+        assert!(frames > 0 && err.is_empty(), "{}: {frames} frames, errors {err:?}", f.display());
+    }
+}
+
+#[test]
+fn a_lost_camera_is_reconnected_while_other_streams_keep_running() {
+    // Rule: when an RTSP camera goes away the stream reconnects with backoff (reconnects counted) while other streams keep inferring; when it comes back, frames flow again.
+    let dir = tempfile::tempdir().unwrap();
+    let camera_port = free_port();
+    let camera_config = dir.path().join("camera.toml");
+    std::fs::write(&camera_config, header(0, camera_port) + &test_stream("cam", "rtsp = \"{stream}\"")).unwrap();
+    let mut camera = Daemon::start(&camera_config, &dir.path().join("camera.log"));
+
+    let mport = free_port();
+    let remote = format!(
+        "\n[[streams]]\nname = \"remote\"\nuri = \"rtsp://127.0.0.1:{camera_port}/cam\"\nlatency_ms = 100\n\
+         reconnect_initial_ms = 200\nreconnect_max_ms = 1000\n\n[streams.output]\nstats = \"{}/remote.jsonl\"\n",
+        dir.path().display()
+    );
+    let local = test_stream("local", &format!("stats = \"{}/local.jsonl\"", dir.path().display()));
+    let config = dir.path().join("roadseg.toml");
+    std::fs::write(&config, header(mport, free_port()) + &remote + &local).unwrap();
+    let mut d = Daemon::start(&config, &dir.path().join("log"));
+    let inferred = |s: &str| metric(mport, "roadseg_frames_inferred_total", s);
+
+    d.wait_for("remote frames inferred", Duration::from_secs(40), || inferred("remote") > 5.0);
+    camera.signal("-KILL");
+    assert!(camera.wait(Duration::from_secs(5)).is_some());
+    d.wait_for("reconnect attempts", Duration::from_secs(30), || metric(mport, "roadseg_reconnects_total", "remote") >= 2.0);
+    let local_before = inferred("local");
+    d.wait_for("local stream still inferring", Duration::from_secs(10), || inferred("local") > local_before + 5.0);
+    assert!(d.log().contains("reconnecting"), "{}", d.log());
+
+    let before = inferred("remote");
+    let camera = Daemon::start(&camera_config, &dir.path().join("camera2.log"));
+    d.wait_for("remote frames again after the camera came back", Duration::from_secs(40), || inferred("remote") > before + 5.0);
+    camera.signal("-TERM");
+    d.signal("-TERM");
+    let status = d.wait(Duration::from_secs(15)).expect("exit after SIGTERM");
+    assert!(status.success(), "exit {status}; log:\n{}", d.log());
+}
+
+#[test]
+fn bad_configs_are_reported_clearly_without_panicking() {
+    // Rule: check-config and run reject an unknown key, a wrongly typed value and a missing model folder with a message naming the problem, exit 1 and no panic.
+    let dir = tempfile::tempdir().unwrap();
+    let good_stream = test_stream("cam", "stats = \"/tmp/x.jsonl\"");
+    let head = header(0, free_port());
+    let cases = [
+        ("unknown key", head.replace("width = 224", "widht = 224"), "widht"),
+        ("bad type", head.replace("width = 224", "width = \"wide\""), "width"),
+        ("missing model", head.replace(&format!("{:?}", model().display().to_string()), "\"/nonexistent/model\""), "/nonexistent/model"),
+    ];
+    for (what, text, needle) in cases {
+        let path = dir.path().join("bad.toml");
+        std::fs::write(&path, text + &good_stream).unwrap();
+        for args in [vec!["check-config", path.to_str().unwrap()], vec!["run", "--config", path.to_str().unwrap()]] {
+            let (ok, _, err) = run_cmd(Command::new(BIN).args(&args).env_remove("NOTIFY_SOCKET"), Duration::from_secs(20));
+            assert!(!ok, "{what}: {args:?} succeeded");
+            assert!(err.contains(needle), "{what}: {args:?}: message does not name {needle:?}: {err}");
+            assert!(!err.contains("panicked"), "{what}: {args:?} panicked: {err}");
+        }
+    }
+    // And a good one passes check-config with its summary.
+    let path = dir.path().join("good.toml");
+    std::fs::write(&path, head + &good_stream).unwrap();
+    let (ok, out, err) = run_cmd(Command::new(BIN).args(["check-config", path.to_str().unwrap()]), Duration::from_secs(20));
+    assert!(ok && out.contains("cam: test://smpte"), "{out}{err}");
+}
+
+#[test]
+fn sighup_adds_a_stream_and_leaves_the_running_one_alone() {
+    // Rule: SIGHUP reloads the file: an added stream starts (its metrics appear) while an unchanged stream keeps counting.
+    let dir = tempfile::tempdir().unwrap();
+    let mport = free_port();
+    let head = header(mport, free_port());
+    let one = test_stream("one", &format!("stats = \"{}/one.jsonl\"", dir.path().display()));
+    let two = test_stream("two", &format!("stats = \"{}/two.jsonl\"", dir.path().display()));
+    let config = dir.path().join("roadseg.toml");
+    std::fs::write(&config, head.clone() + &one).unwrap();
+    let mut d = Daemon::start(&config, &dir.path().join("log"));
+    let inferred = |s: &str| metric(mport, "roadseg_frames_inferred_total", s);
+    d.wait_for("stream one inferring", Duration::from_secs(30), || inferred("one") > 3.0);
+    assert_eq!(inferred("two"), -1.0, "stream two exists before the reload");
+
+    std::fs::write(&config, head + &one + &two).unwrap();
+    let before = inferred("one");
+    d.signal("-HUP");
+    d.wait_for("stream two inferring after SIGHUP", Duration::from_secs(30), || inferred("two") > 3.0);
+    assert!(inferred("one") > before + 3.0, "stream one stalled across the reload");
+    let starts = d.log().lines().filter(|l| l.contains("starting stream") && l.contains("one")).count();
+    assert_eq!(starts, 1, "stream one was restarted:\n{}", d.log());
+    d.signal("-TERM");
+    let status = d.wait(Duration::from_secs(15)).expect("exit after SIGTERM");
+    assert!(status.success(), "exit {status}; log:\n{}", d.log());
+}

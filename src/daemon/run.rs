@@ -128,6 +128,8 @@ struct Daemon {
     health: Arc<Health>,
     stream_metrics: StreamMetricMap,
     streams: Vec<StreamSupervisor>,
+    /// Start-up is over: streams started from now on are named for their own start.
+    running: bool,
 }
 
 impl Daemon {
@@ -139,8 +141,7 @@ impl Daemon {
             rtsp: self.rtsp.clone(),
             health: self.health.clone(),
             metrics,
-            start_time: self.start_time,
-            start_instant: self.start_instant,
+            start_time: if self.running { SystemTime::now() } else { self.start_time },
             in_flight: self.config.workers.count + IN_FLIGHT_SLACK,
             finish_timeout: Duration::from_secs(self.config.daemon.shutdown_timeout_s),
         }
@@ -331,12 +332,14 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
         health: health.clone(),
         stream_metrics: Arc::default(),
         streams: Vec::new(),
+        running: false,
     };
     daemon.ensure_rtsp(&config)?;
     // Sources start before the model: the model's height may come from the first frame.
     for s in &config.streams {
         daemon.start_stream(s);
     }
+    daemon.running = true;
 
     let width = config.model.width;
     let height = if config.model.height > 0 {

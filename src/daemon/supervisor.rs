@@ -50,10 +50,11 @@ pub struct StreamContext {
     pub rtsp: Option<Arc<RtspServer>>,
     pub health: Arc<Health>,
     pub metrics: StreamMetrics,
-    /// The daemon's start: `{start}` in output names of the first recording,
-    /// and the origin live frames are re-timed from.
+    /// `{start}` in the names of the stream's first outputs: the daemon's
+    /// start, or the stream's own for one added or restarted by a reload (so
+    /// it cannot overwrite the earlier recording). Outputs re-opened for a new
+    /// frame size use the time they are opened.
     pub start_time: SystemTime,
-    pub start_instant: Instant,
     /// Buffers for frames being inferred, reordered and written (workers + slack).
     pub in_flight: usize,
     /// How long finalising the sinks may take when a stream ends by itself.
@@ -383,7 +384,8 @@ impl Supervisor {
             output_tx.clone(),
             Box::new(waker),
             events_tx,
-            live.then_some(self.ctx.start_instant),
+            // Each recording's timeline starts near 0 and rises across reconnects.
+            live.then(Instant::now),
             on_decoded,
         ));
 

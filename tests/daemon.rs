@@ -51,6 +51,7 @@ impl Daemon {
             .args(["run", "--config"])
             .arg(config)
             .env("ROADSEG_LOG", "info")
+            .env("NO_COLOR", "1")
             .env_remove("NOTIFY_SOCKET")
             .stdout(Stdio::null())
             .stderr(err)
@@ -295,8 +296,50 @@ fn bad_configs_are_reported_clearly_without_panicking() {
 }
 
 #[test]
+fn a_file_stream_is_finalised_at_its_end_and_a_missing_one_stays_down() {
+    // Rule: a file stream is recorded whole and finalised at its end, then stays down; a missing file is a clear error that stops only its own stream.
+    let dir = tempfile::tempdir().unwrap();
+    let clip = dir.path().join("clip.mp4");
+    let mut gst = Command::new("gst-launch-1.0");
+    gst.args(["-q", "videotestsrc", "num-buffers=40", "!", "video/x-raw,width=320,height=180,framerate=20/1", "!", "x264enc"])
+        .args(["!", "mp4mux", "!", "filesink"])
+        .arg(format!("location={}", clip.display()));
+    assert!(run_cmd(&mut gst, Duration::from_secs(30)).0, "making the test clip");
+    let mport = free_port();
+    let rec = dir.path().join("rec");
+    let streams = format!(
+        "\n[[streams]]\nname = \"clip\"\nuri = \"file://{}\"\n\n[streams.output]\nfile = \"{}/{{stream}}.mp4\"\n\
+         \n[[streams]]\nname = \"missing\"\nuri = \"file://{}/nothere.mp4\"\n\n[streams.output]\nstats = \"{}/missing.jsonl\"\n",
+        clip.display(),
+        rec.display(),
+        dir.path().display(),
+        rec.display()
+    ) + &test_stream("live", &format!("stats = \"{}/live.jsonl\"", rec.display()));
+    let config = dir.path().join("roadseg.toml");
+    std::fs::write(&config, header(mport, free_port()) + &streams).unwrap();
+    let mut d = Daemon::start(&config, &dir.path().join("log"));
+    let log = d.log.clone();
+    let read = move || std::fs::read_to_string(&log).unwrap_or_default();
+    d.wait_for("the clip finalised", Duration::from_secs(30), || read().contains("outputs finalised stream=clip"));
+    let files = mp4s(&rec);
+    assert_eq!(files.len(), 1, "{files:?}");
+    let (frames, err) = probe_frames(files[0].to_str().unwrap(), &[]);
+    assert!(frames == 40 && err.is_empty(), "{}: {frames} frames, errors {err:?}", files[0].display());
+    assert!(d.log().contains("nothere.mp4") && d.log().contains("no such file"), "{}", d.log());
+    let live = metric(mport, "roadseg_frames_inferred_total", "live");
+    d.wait_for("the live stream still inferring", Duration::from_secs(10), || {
+        metric(mport, "roadseg_frames_inferred_total", "live") > live + 3.0
+    });
+    assert_eq!(metric(mport, "roadseg_stream_up", "clip"), 0.0);
+    assert_eq!(metric(mport, "roadseg_stream_up", "missing"), 0.0);
+    d.signal("-TERM");
+    let status = d.wait(Duration::from_secs(15)).expect("exit after SIGTERM");
+    assert!(status.success(), "exit {status}; log:\n{}", d.log());
+}
+
+#[test]
 fn sighup_adds_a_stream_and_leaves_the_running_one_alone() {
-    // Rule: SIGHUP reloads the file: an added stream starts (its metrics appear) while an unchanged stream keeps counting.
+    // Rule: SIGHUP reloads the file: a broken file keeps the running config, an added stream starts (its metrics appear) while an unchanged stream keeps counting, a removed one stops.
     let dir = tempfile::tempdir().unwrap();
     let mport = free_port();
     let head = header(mport, free_port());
@@ -309,13 +352,28 @@ fn sighup_adds_a_stream_and_leaves_the_running_one_alone() {
     d.wait_for("stream one inferring", Duration::from_secs(30), || inferred("one") > 3.0);
     assert_eq!(inferred("two"), -1.0, "stream two exists before the reload");
 
-    std::fs::write(&config, head + &one + &two).unwrap();
+    // A broken file is logged and the running configuration stays.
+    std::fs::write(&config, head.clone() + &one + "\n[bogus]\nx = 1\n").unwrap();
+    d.signal("-HUP");
+    let log = d.log.clone();
+    d.wait_for("the failed reload logged", Duration::from_secs(10), || std::fs::read_to_string(&log).unwrap_or_default().contains("reload failed"));
+    assert!(d.log().contains("bogus"), "{}", d.log());
+
+    std::fs::write(&config, head.clone() + &one + &two).unwrap();
     let before = inferred("one");
     d.signal("-HUP");
     d.wait_for("stream two inferring after SIGHUP", Duration::from_secs(30), || inferred("two") > 3.0);
     assert!(inferred("one") > before + 3.0, "stream one stalled across the reload");
-    let starts = d.log().lines().filter(|l| l.contains("starting stream") && l.contains("one")).count();
+    let starts = d.log().lines().filter(|l| l.contains("starting stream") && l.contains("stream=one")).count();
     assert_eq!(starts, 1, "stream one was restarted:\n{}", d.log());
+
+    // Removing a stream stops it; the other keeps going.
+    std::fs::write(&config, head + &two).unwrap();
+    d.signal("-HUP");
+    d.wait_for("stream one down after its removal", Duration::from_secs(20), || metric(mport, "roadseg_stream_up", "one") == 0.0);
+    let (one_after, two_after) = (inferred("one"), inferred("two"));
+    d.wait_for("stream two still inferring", Duration::from_secs(10), || inferred("two") > two_after + 3.0);
+    assert_eq!(inferred("one"), one_after, "removed stream one still counts");
     d.signal("-TERM");
     let status = d.wait(Duration::from_secs(15)).expect("exit after SIGTERM");
     assert!(status.success(), "exit {status}; log:\n{}", d.log());

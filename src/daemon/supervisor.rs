@@ -256,6 +256,7 @@ impl Supervisor {
     /// first attempt, so wait out the backoff first.
     fn connect(
         &self,
+        ring: &FrameRing,
         feeder: &Arc<RingFeeder>,
         events: &Receiver<SourceEvent>,
         backoff: &mut Backoff,
@@ -282,10 +283,17 @@ impl Supervisor {
                 Ok(source) => match self.first_frame(&source, events) {
                     Ok(info) => return Ok((source, info)),
                     Err(None) => {
+                        // A file source may be blocked on back-pressure: release it first.
+                        if !live {
+                            ring.close();
+                        }
                         source.stop();
                         return Err(Gave::Stopped);
                     }
                     Err(Some(reason)) => {
+                        if !live {
+                            ring.close();
+                        }
                         source.stop();
                         events.try_iter().for_each(drop);
                         reason
@@ -389,7 +397,7 @@ impl Supervisor {
             on_decoded,
         ));
 
-        let (source, info) = match self.connect(&feeder, &events_rx, backoff, false) {
+        let (source, info) = match self.connect(&ring, &feeder, &events_rx, backoff, false) {
             Ok(x) => x,
             Err(Gave::Stopped) => return SessionEnd::Stopped,
             Err(Gave::Down) => return SessionEnd::Down,
@@ -495,7 +503,7 @@ impl Supervisor {
                 s.stop();
             }
             events_rx.try_iter().for_each(drop);
-            match self.connect(&feeder, &events_rx, backoff, true) {
+            match self.connect(&ring, &feeder, &events_rx, backoff, true) {
                 Ok((s, new_info)) => {
                     source_started = Instant::now();
                     if (new_info.width, new_info.height) != (info.width, info.height) {

@@ -273,6 +273,18 @@ impl Daemon {
         tracing::info!("reload done");
     }
 
+    /// `roadseg_rtsp_clients`: the server counts clients for all mounts
+    /// together, so the gauge is exact (and set) only while one stream is mounted.
+    fn update_rtsp_clients(&self) {
+        let Some(server) = &self.rtsp else { return };
+        let mut mounted = self.streams.iter().filter(|s| s.config.output.rtsp.is_some());
+        if let (Some(only), None) = (mounted.next(), mounted.next())
+            && let Some(m) = self.stream_metrics.read().unwrap_or_else(PoisonError::into_inner).get(&only.name)
+        {
+            m.rtsp_clients.set(server.client_count() as f64);
+        }
+    }
+
     fn status_line(&self) -> String {
         let (ready, reason) = self.health.is_ready();
         format!("{} stream(s); {}", self.streams.len(), if ready { "all up".to_string() } else { reason })
@@ -424,6 +436,7 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
         if reload.swap(false, Ordering::SeqCst) {
             daemon.reload();
         }
+        daemon.update_rtsp_clients();
         if last_status.elapsed() >= Duration::from_secs(5) {
             note(notify::status(&daemon.status_line()));
             last_status = Instant::now();
@@ -457,4 +470,19 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_height_follows_the_frame_aspect_in_multiples_of_32() {
+        // Rule: height = width * frame aspect, rounded to a multiple of 32; unknown sizes give 576.
+        let info = |width, height| VideoInfo { width, height, fps_num: 25, fps_den: 1 };
+        assert_eq!(derived_height(1024, info(1920, 1080)), 576);
+        assert_eq!(derived_height(224, info(320, 240)), 160);
+        assert_eq!(derived_height(64, info(1000, 10)), 32);
+        assert_eq!(derived_height(1024, info(0, 0)), FALLBACK_HEIGHT);
+    }
 }

@@ -528,3 +528,18 @@ impl Supervisor {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_maximum_and_resets() {
+        // Rule: reconnect delays double from reconnect_initial_ms, cap at reconnect_max_ms, and reset.
+        let mut b = Backoff::new(500, 3000);
+        let ms: Vec<u128> = (0..5).map(|_| b.take().as_millis()).collect();
+        assert_eq!(ms, [500, 1000, 2000, 3000, 3000]);
+        b.reset();
+        assert_eq!(b.take().as_millis(), 500);
+    }
+}

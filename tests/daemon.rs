@@ -18,12 +18,20 @@ fn model() -> PathBuf {
 
 /// A port nothing listens on (bound, then released).
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// `[model]` for the small test model, metrics on `metrics` (0: disabled), RTSP on `rtsp`.
 fn header(metrics: u16, rtsp: u16) -> String {
-    let metrics = if metrics == 0 { String::new() } else { format!("127.0.0.1:{metrics}") };
+    let metrics = if metrics == 0 {
+        String::new()
+    } else {
+        format!("127.0.0.1:{metrics}")
+    };
     format!(
         "[model]\npath = {:?}\nwidth = 224\nheight = 128\ndevice = \"cpu\"\nroad_classes = [\"label_0\"]\n\n\
          [metrics]\nlisten = \"{metrics}\"\n\n[rtsp]\nlisten = \"127.0.0.1:{rtsp}\"\n\n[daemon]\nshutdown_timeout_s = 10\n",
@@ -57,7 +65,10 @@ impl Daemon {
             .stderr(err)
             .spawn()
             .expect("spawning roadseg run");
-        Daemon { child, log: log.to_path_buf() }
+        Daemon {
+            child,
+            log: log.to_path_buf(),
+        }
     }
 
     fn log(&self) -> String {
@@ -65,7 +76,11 @@ impl Daemon {
     }
 
     fn signal(&self, sig: &str) {
-        let ok = Command::new("kill").args([sig, &self.child.id().to_string()]).status().unwrap().success();
+        let ok = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
         assert!(ok, "kill {sig} failed");
     }
 
@@ -122,12 +137,19 @@ fn scrape(port: u16) -> String {
 /// The value of `name{stream="stream"}` (plain counters/gauges with one label).
 fn metric(port: u16, name: &str, stream: &str) -> f64 {
     let prefix = format!("{name}{{stream=\"{stream}\"}}");
-    scrape(port).lines().find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok()).unwrap_or(-1.0)
+    scrape(port)
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok())
+        .unwrap_or(-1.0)
 }
 
 /// Runs a command to completion within `timeout` (killed and panicking after): (success, stdout, stderr).
 fn run_cmd(cmd: &mut Command, timeout: Duration) -> (bool, String, String) {
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(status) = child.try_wait().unwrap() {
@@ -138,7 +160,10 @@ fn run_cmd(cmd: &mut Command, timeout: Duration) -> (bool, String, String) {
         if Instant::now() > deadline {
             let _ = child.kill();
             let out = child.wait_with_output().unwrap();
-            panic!("{cmd:?} timed out after {timeout:?}; stderr: {}", String::from_utf8_lossy(&out.stderr));
+            panic!(
+                "{cmd:?} timed out after {timeout:?}; stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -163,7 +188,11 @@ fn probe_frames(target: &str, extra: &[&str]) -> (u64, String) {
 
 fn mp4s(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|e| e == "mp4")).collect())
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|e| e == "mp4"))
+                .collect()
+        })
         .unwrap_or_default();
     v.sort();
     v
@@ -184,25 +213,37 @@ fn live_stream_is_inferred_served_recorded_and_stops_cleanly() {
     std::fs::write(&config, header(mport, rport) + &test_stream("cam", &output)).unwrap();
     let mut d = Daemon::start(&config, &dir.path().join("log"));
 
-    d.wait_for("frames_inferred > 5", Duration::from_secs(30), || metric(mport, "roadseg_frames_inferred_total", "cam") > 5.0);
+    d.wait_for("frames_inferred > 5", Duration::from_secs(30), || {
+        metric(mport, "roadseg_frames_inferred_total", "cam") > 5.0
+    });
     let first = metric(mport, "roadseg_frames_inferred_total", "cam");
     d.wait_for("frames_inferred rising", Duration::from_secs(10), || {
         metric(mport, "roadseg_frames_inferred_total", "cam") > first
     });
     let url = format!("rtsp://127.0.0.1:{rport}/cam");
     let (frames, err) = probe_frames(&url, &["-rtsp_transport", "tcp", "-read_intervals", "%+3"]);
-    assert!(frames > 0, "RTSP client got no frames from {url}: {err}\nlog:\n{}", d.log());
+    assert!(
+        frames > 0,
+        "RTSP client got no frames from {url}: {err}\nlog:\n{}",
+        d.log()
+    );
     // At least one segment boundary passed.
     d.wait_for("a second segment", Duration::from_secs(15), || mp4s(&rec).len() >= 2);
 
     d.signal("-TERM");
-    let status = d.wait(Duration::from_secs(15)).unwrap_or_else(|| panic!("no exit within 15 s of SIGTERM; log:\n{}", d.log()));
+    let status = d
+        .wait(Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("no exit within 15 s of SIGTERM; log:\n{}", d.log()));
     assert!(status.success(), "exit {status}; log:\n{}", d.log());
     let files = mp4s(&rec);
     assert!(files.len() >= 2, "{files:?}");
     for f in &files {
         let (frames, err) = probe_frames(f.to_str().unwrap(), &[]);
-        assert!(frames > 0 && err.is_empty(), "{}: {frames} frames, errors {err:?}", f.display());
+        assert!(
+            frames > 0 && err.is_empty(),
+            "{}: {frames} frames, errors {err:?}",
+            f.display()
+        );
     }
     let stats = std::fs::read_to_string(rec.join("cam.jsonl")).unwrap();
     assert!(stats.lines().count() > 5, "{stats}");
@@ -218,14 +259,23 @@ fn kill_9_leaves_every_completed_segment_playable() {
     let config = dir.path().join("roadseg.toml");
     std::fs::write(&config, header(mport, rport) + &test_stream("cam", &output)).unwrap();
     let mut d = Daemon::start(&config, &dir.path().join("log"));
-    d.wait_for("three segments started", Duration::from_secs(40), || mp4s(&rec).len() >= 4);
+    d.wait_for("three segments started", Duration::from_secs(40), || {
+        mp4s(&rec).len() >= 4
+    });
     d.signal("-KILL");
-    assert!(d.wait(Duration::from_secs(5)).is_some(), "kill -9 did not end the daemon");
+    assert!(
+        d.wait(Duration::from_secs(5)).is_some(),
+        "kill -9 did not end the daemon"
+    );
     let files = mp4s(&rec);
     // The newest file was open at the kill; every one before it was complete.
     for f in &files[..files.len() - 1] {
         let (frames, err) = probe_frames(f.to_str().unwrap(), &[]);
-        assert!(frames > 0 && err.is_empty(), "{}: {frames} frames, errors {err:?}", f.display());
+        assert!(
+            frames > 0 && err.is_empty(),
+            "{}: {frames} frames, errors {err:?}",
+            f.display()
+        );
     }
 }
 
@@ -235,7 +285,11 @@ fn a_lost_camera_is_reconnected_while_other_streams_keep_running() {
     let dir = tempfile::tempdir().unwrap();
     let camera_port = free_port();
     let camera_config = dir.path().join("camera.toml");
-    std::fs::write(&camera_config, header(0, camera_port) + &test_stream("cam", "rtsp = \"{stream}\"")).unwrap();
+    std::fs::write(
+        &camera_config,
+        header(0, camera_port) + &test_stream("cam", "rtsp = \"{stream}\""),
+    )
+    .unwrap();
     let mut camera = Daemon::start(&camera_config, &dir.path().join("camera.log"));
 
     let mport = free_port();
@@ -250,17 +304,27 @@ fn a_lost_camera_is_reconnected_while_other_streams_keep_running() {
     let mut d = Daemon::start(&config, &dir.path().join("log"));
     let inferred = |s: &str| metric(mport, "roadseg_frames_inferred_total", s);
 
-    d.wait_for("remote frames inferred", Duration::from_secs(40), || inferred("remote") > 5.0);
+    d.wait_for("remote frames inferred", Duration::from_secs(40), || {
+        inferred("remote") > 5.0
+    });
     camera.signal("-KILL");
     assert!(camera.wait(Duration::from_secs(5)).is_some());
-    d.wait_for("reconnect attempts", Duration::from_secs(30), || metric(mport, "roadseg_reconnects_total", "remote") >= 2.0);
+    d.wait_for("reconnect attempts", Duration::from_secs(30), || {
+        metric(mport, "roadseg_reconnects_total", "remote") >= 2.0
+    });
     let local_before = inferred("local");
-    d.wait_for("local stream still inferring", Duration::from_secs(10), || inferred("local") > local_before + 5.0);
+    d.wait_for("local stream still inferring", Duration::from_secs(10), || {
+        inferred("local") > local_before + 5.0
+    });
     assert!(d.log().contains("reconnecting"), "{}", d.log());
 
     let before = inferred("remote");
     let camera = Daemon::start(&camera_config, &dir.path().join("camera2.log"));
-    d.wait_for("remote frames again after the camera came back", Duration::from_secs(40), || inferred("remote") > before + 5.0);
+    d.wait_for(
+        "remote frames again after the camera came back",
+        Duration::from_secs(40),
+        || inferred("remote") > before + 5.0,
+    );
     camera.signal("-TERM");
     d.signal("-TERM");
     let status = d.wait(Duration::from_secs(15)).expect("exit after SIGTERM");
@@ -276,22 +340,41 @@ fn bad_configs_are_reported_clearly_without_panicking() {
     let cases = [
         ("unknown key", head.replace("width = 224", "widht = 224"), "widht"),
         ("bad type", head.replace("width = 224", "width = \"wide\""), "width"),
-        ("missing model", head.replace(&format!("{:?}", model().display().to_string()), "\"/nonexistent/model\""), "/nonexistent/model"),
+        (
+            "missing model",
+            head.replace(
+                &format!("{:?}", model().display().to_string()),
+                "\"/nonexistent/model\"",
+            ),
+            "/nonexistent/model",
+        ),
     ];
     for (what, text, needle) in cases {
         let path = dir.path().join("bad.toml");
         std::fs::write(&path, text + &good_stream).unwrap();
-        for args in [vec!["check-config", path.to_str().unwrap()], vec!["run", "--config", path.to_str().unwrap()]] {
-            let (ok, _, err) = run_cmd(Command::new(BIN).args(&args).env_remove("NOTIFY_SOCKET"), Duration::from_secs(20));
+        for args in [
+            vec!["check-config", path.to_str().unwrap()],
+            vec!["run", "--config", path.to_str().unwrap()],
+        ] {
+            let (ok, _, err) = run_cmd(
+                Command::new(BIN).args(&args).env_remove("NOTIFY_SOCKET"),
+                Duration::from_secs(20),
+            );
             assert!(!ok, "{what}: {args:?} succeeded");
-            assert!(err.contains(needle), "{what}: {args:?}: message does not name {needle:?}: {err}");
+            assert!(
+                err.contains(needle),
+                "{what}: {args:?}: message does not name {needle:?}: {err}"
+            );
             assert!(!err.contains("panicked"), "{what}: {args:?} panicked: {err}");
         }
     }
     // And a good one passes check-config with its summary.
     let path = dir.path().join("good.toml");
     std::fs::write(&path, head + &good_stream).unwrap();
-    let (ok, out, err) = run_cmd(Command::new(BIN).args(["check-config", path.to_str().unwrap()]), Duration::from_secs(20));
+    let (ok, out, err) = run_cmd(
+        Command::new(BIN).args(["check-config", path.to_str().unwrap()]),
+        Duration::from_secs(20),
+    );
     assert!(ok && out.contains("cam: test://smpte"), "{out}{err}");
 }
 
@@ -301,9 +384,17 @@ fn a_file_stream_is_finalised_at_its_end_and_a_missing_one_stays_down() {
     let dir = tempfile::tempdir().unwrap();
     let clip = dir.path().join("clip.mp4");
     let mut gst = Command::new("gst-launch-1.0");
-    gst.args(["-q", "videotestsrc", "num-buffers=40", "!", "video/x-raw,width=320,height=180,framerate=20/1", "!", "x264enc"])
-        .args(["!", "mp4mux", "!", "filesink"])
-        .arg(format!("location={}", clip.display()));
+    gst.args([
+        "-q",
+        "videotestsrc",
+        "num-buffers=40",
+        "!",
+        "video/x-raw,width=320,height=180,framerate=20/1",
+        "!",
+        "x264enc",
+    ])
+    .args(["!", "mp4mux", "!", "filesink"])
+    .arg(format!("location={}", clip.display()));
     assert!(run_cmd(&mut gst, Duration::from_secs(30)).0, "making the test clip");
     let mport = free_port();
     let rec = dir.path().join("rec");
@@ -320,12 +411,22 @@ fn a_file_stream_is_finalised_at_its_end_and_a_missing_one_stays_down() {
     let mut d = Daemon::start(&config, &dir.path().join("log"));
     let log = d.log.clone();
     let read = move || std::fs::read_to_string(&log).unwrap_or_default();
-    d.wait_for("the clip finalised", Duration::from_secs(30), || read().contains("outputs finalised stream=clip"));
+    d.wait_for("the clip finalised", Duration::from_secs(30), || {
+        read().contains("outputs finalised stream=clip")
+    });
     let files = mp4s(&rec);
     assert_eq!(files.len(), 1, "{files:?}");
     let (frames, err) = probe_frames(files[0].to_str().unwrap(), &[]);
-    assert!(frames == 40 && err.is_empty(), "{}: {frames} frames, errors {err:?}", files[0].display());
-    assert!(d.log().contains("nothere.mp4") && d.log().contains("no such file"), "{}", d.log());
+    assert!(
+        frames == 40 && err.is_empty(),
+        "{}: {frames} frames, errors {err:?}",
+        files[0].display()
+    );
+    assert!(
+        d.log().contains("nothere.mp4") && d.log().contains("no such file"),
+        "{}",
+        d.log()
+    );
     let live = metric(mport, "roadseg_frames_inferred_total", "live");
     d.wait_for("the live stream still inferring", Duration::from_secs(10), || {
         metric(mport, "roadseg_frames_inferred_total", "live") > live + 3.0
@@ -349,30 +450,46 @@ fn sighup_adds_a_stream_and_leaves_the_running_one_alone() {
     std::fs::write(&config, head.clone() + &one).unwrap();
     let mut d = Daemon::start(&config, &dir.path().join("log"));
     let inferred = |s: &str| metric(mport, "roadseg_frames_inferred_total", s);
-    d.wait_for("stream one inferring", Duration::from_secs(30), || inferred("one") > 3.0);
+    d.wait_for("stream one inferring", Duration::from_secs(30), || {
+        inferred("one") > 3.0
+    });
     assert_eq!(inferred("two"), -1.0, "stream two exists before the reload");
 
     // A broken file is logged and the running configuration stays.
     std::fs::write(&config, head.clone() + &one + "\n[bogus]\nx = 1\n").unwrap();
     d.signal("-HUP");
     let log = d.log.clone();
-    d.wait_for("the failed reload logged", Duration::from_secs(10), || std::fs::read_to_string(&log).unwrap_or_default().contains("reload failed"));
+    d.wait_for("the failed reload logged", Duration::from_secs(10), || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("reload failed")
+    });
     assert!(d.log().contains("bogus"), "{}", d.log());
 
     std::fs::write(&config, head.clone() + &one + &two).unwrap();
     let before = inferred("one");
     d.signal("-HUP");
-    d.wait_for("stream two inferring after SIGHUP", Duration::from_secs(30), || inferred("two") > 3.0);
+    d.wait_for("stream two inferring after SIGHUP", Duration::from_secs(30), || {
+        inferred("two") > 3.0
+    });
     assert!(inferred("one") > before + 3.0, "stream one stalled across the reload");
-    let starts = d.log().lines().filter(|l| l.contains("starting stream") && l.contains("stream=one")).count();
+    let starts = d
+        .log()
+        .lines()
+        .filter(|l| l.contains("starting stream") && l.contains("stream=one"))
+        .count();
     assert_eq!(starts, 1, "stream one was restarted:\n{}", d.log());
 
     // Removing a stream stops it; the other keeps going.
     std::fs::write(&config, head + &two).unwrap();
     d.signal("-HUP");
-    d.wait_for("stream one down after its removal", Duration::from_secs(20), || metric(mport, "roadseg_stream_up", "one") == 0.0);
+    d.wait_for("stream one down after its removal", Duration::from_secs(20), || {
+        metric(mport, "roadseg_stream_up", "one") == 0.0
+    });
     let (one_after, two_after) = (inferred("one"), inferred("two"));
-    d.wait_for("stream two still inferring", Duration::from_secs(10), || inferred("two") > two_after + 3.0);
+    d.wait_for("stream two still inferring", Duration::from_secs(10), || {
+        inferred("two") > two_after + 3.0
+    });
     assert_eq!(inferred("one"), one_after, "removed stream one still counts");
     d.signal("-TERM");
     let status = d.wait(Duration::from_secs(15)).expect("exit after SIGTERM");

@@ -69,14 +69,21 @@ pub fn derived_height(width: u32, info: VideoInfo) -> u32 {
     if info.width == 0 || info.height == 0 {
         return FALLBACK_HEIGHT;
     }
-    let h = (f64::from(width) * f64::from(info.height) / f64::from(info.width) / 32.0).round().max(1.0);
+    let h = (f64::from(width) * f64::from(info.height) / f64::from(info.width) / 32.0)
+        .round()
+        .max(1.0);
     h as u32 * 32
 }
 
 fn road_class_ids(labels: &[String], names: &[String]) -> Vec<usize> {
-    let ids: Vec<usize> = names.iter().filter_map(|n| labels.iter().position(|l| l.eq_ignore_ascii_case(n))).collect();
+    let ids: Vec<usize> = names
+        .iter()
+        .filter_map(|n| labels.iter().position(|l| l.eq_ignore_ascii_case(n)))
+        .collect();
     if ids.is_empty() {
-        tracing::warn!("none of the road classes {names:?} is a label of this model ({labels:?}); road coverage will be 0");
+        tracing::warn!(
+            "none of the road classes {names:?} is a label of this model ({labels:?}); road coverage will be 0"
+        );
     }
     ids
 }
@@ -135,13 +142,20 @@ struct Daemon {
 impl Daemon {
     fn context(&self, name: &str) -> StreamContext {
         let metrics = StreamMetrics::new(name);
-        self.stream_metrics.write().unwrap_or_else(PoisonError::into_inner).insert(name.to_string(), metrics.clone());
+        self.stream_metrics
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.to_string(), metrics.clone());
         StreamContext {
             pool: self.pool.clone(),
             rtsp: self.rtsp.clone(),
             health: self.health.clone(),
             metrics,
-            start_time: if self.running { SystemTime::now() } else { self.start_time },
+            start_time: if self.running {
+                SystemTime::now()
+            } else {
+                self.start_time
+            },
             in_flight: self.config.workers.count + IN_FLIGHT_SLACK,
             finish_timeout: Duration::from_secs(self.config.daemon.shutdown_timeout_s),
         }
@@ -155,7 +169,11 @@ impl Daemon {
         let Some(addr) = self.config.rtsp.listen_addr() else {
             bail!("a stream has rtsp output but rtsp.listen is empty");
         };
-        let auth = self.config.rtsp.credentials().map(|(u, p)| (u.to_string(), p.to_string()));
+        let auth = self
+            .config
+            .rtsp
+            .credentials()
+            .map(|(u, p)| (u.to_string(), p.to_string()));
         self.rtsp = Some(Arc::new(RtspServer::start(addr, auth)?));
         Ok(())
     }
@@ -178,8 +196,9 @@ impl Daemon {
     /// Stops the named streams (all at once) and waits for them until `deadline`.
     /// False if some did not finish in time.
     fn stop_streams(&mut self, names: &[String], deadline: Instant) -> bool {
-        let (mut stopping, keep): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut self.streams).into_iter().partition(|s| names.contains(&s.name));
+        let (mut stopping, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.streams)
+            .into_iter()
+            .partition(|s| names.contains(&s.name));
         self.streams = keep;
         for s in &stopping {
             s.request_stop(deadline);
@@ -242,7 +261,10 @@ impl Daemon {
             kept.push("annotate");
         }
         if !kept.is_empty() {
-            tracing::warn!("reload: [{}] changed; restart required to apply (keeping the running values)", kept.join("], ["));
+            tracing::warn!(
+                "reload: [{}] changed; restart required to apply (keeping the running values)",
+                kept.join("], [")
+            );
         }
         new.model = self.config.model.clone();
         new.workers = self.config.workers.clone();
@@ -279,7 +301,11 @@ impl Daemon {
         let Some(server) = &self.rtsp else { return };
         let mut mounted = self.streams.iter().filter(|s| s.config.output.rtsp.is_some());
         if let (Some(only), None) = (mounted.next(), mounted.next())
-            && let Some(m) = self.stream_metrics.read().unwrap_or_else(PoisonError::into_inner).get(&only.name)
+            && let Some(m) = self
+                .stream_metrics
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&only.name)
         {
             m.rtsp_clients.set(server.client_count() as f64);
         }
@@ -287,7 +313,11 @@ impl Daemon {
 
     fn status_line(&self) -> String {
         let (ready, reason) = self.health.is_ready();
-        format!("{} stream(s); {}", self.streams.len(), if ready { "all up".to_string() } else { reason })
+        format!(
+            "{} stream(s); {}",
+            self.streams.len(),
+            if ready { "all up".to_string() } else { reason }
+        )
     }
 }
 
@@ -308,7 +338,8 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
     let reload = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         // A second signal while the first is being handled exits at once (code 1).
-        signal_hook::flag::register_conditional_shutdown(signal, 1, terminate.clone()).context("installing signal handlers")?;
+        signal_hook::flag::register_conditional_shutdown(signal, 1, terminate.clone())
+            .context("installing signal handlers")?;
         signal_hook::flag::register(signal, terminate.clone()).context("installing signal handlers")?;
     }
     signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone()).context("installing signal handlers")?;
@@ -360,17 +391,29 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
         match daemon.first_frame_size(&terminate) {
             Some(info) => {
                 let h = derived_height(width, info);
-                tracing::info!("model height {h} from the first stream's {}x{} frames", info.width, info.height);
+                tracing::info!(
+                    "model height {h} from the first stream's {}x{} frames",
+                    info.width,
+                    info.height
+                );
                 h
             }
             None => {
-                tracing::warn!("no stream reported its frame size within {} s; model height {FALLBACK_HEIGHT}", SIZE_WAIT.as_secs());
+                tracing::warn!(
+                    "no stream reported its frame size within {} s; model height {FALLBACK_HEIGHT}",
+                    SIZE_WAIT.as_secs()
+                );
                 FALLBACK_HEIGHT
             }
         }
     };
     let workers = config.workers.count.max(1);
-    let loaded = load_engines(&config.model, (width as usize, height as usize), CpuBackend::new(), workers);
+    let loaded = load_engines(
+        &config.model,
+        (width as usize, height as usize),
+        CpuBackend::new(),
+        workers,
+    );
     let (engines, labels) = match loaded {
         Ok(x) => x,
         Err(e) => {
@@ -408,7 +451,11 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
             g.set(share);
         }
     });
-    daemon.pool.write().unwrap_or_else(PoisonError::into_inner).spawn_workers(engines, annotator, on_inference, on_busy);
+    daemon
+        .pool
+        .write()
+        .unwrap_or_else(PoisonError::into_inner)
+        .spawn_workers(engines, annotator, on_inference, on_busy);
     health.set_model_loaded(true);
     note(notify::ready());
     tracing::info!(streams = daemon.streams.len(), workers, "roadseg is running");
@@ -447,7 +494,10 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
     // Shutdown.
     note(notify::stopping());
     let timeout = Duration::from_secs(daemon.config.daemon.shutdown_timeout_s);
-    tracing::info!("stopping: draining and finalising every stream (at most {} s)", timeout.as_secs());
+    tracing::info!(
+        "stopping: draining and finalising every stream (at most {} s)",
+        timeout.as_secs()
+    );
     let deadline = Instant::now() + timeout;
     let names: Vec<String> = daemon.streams.iter().map(|s| s.name.clone()).collect();
     let clean = daemon.stop_streams(&names, deadline);
@@ -456,7 +506,10 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
         let _ = w.join();
     }
     if !clean {
-        bail!("shutdown timed out after {} s; some outputs may be incomplete", timeout.as_secs());
+        bail!(
+            "shutdown timed out after {} s; some outputs may be incomplete",
+            timeout.as_secs()
+        );
     }
     let Daemon { pool, rtsp, .. } = daemon;
     if let Ok(pool) = Arc::try_unwrap(pool) {
@@ -479,7 +532,12 @@ mod tests {
     #[test]
     fn model_height_follows_the_frame_aspect_in_multiples_of_32() {
         // Rule: height = width * frame aspect, rounded to a multiple of 32; unknown sizes give 576.
-        let info = |width, height| VideoInfo { width, height, fps_num: 25, fps_den: 1 };
+        let info = |width, height| VideoInfo {
+            width,
+            height,
+            fps_num: 25,
+            fps_den: 1,
+        };
         assert_eq!(derived_height(1024, info(1920, 1080)), 576);
         assert_eq!(derived_height(224, info(320, 240)), 160);
         assert_eq!(derived_height(64, info(1000, 10)), 32);

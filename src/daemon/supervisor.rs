@@ -80,9 +80,23 @@ impl StreamSupervisor {
             let (config, stop, info) = (config.clone(), stop.clone(), info.clone());
             std::thread::Builder::new()
                 .name(format!("roadseg-stream-{name}"))
-                .spawn(move || Supervisor { cfg: config, ctx, stop, info }.run())?
+                .spawn(move || {
+                    Supervisor {
+                        cfg: config,
+                        ctx,
+                        stop,
+                        info,
+                    }
+                    .run()
+                })?
         };
-        Ok(StreamSupervisor { name, config, stop, info, thread: Some(thread) })
+        Ok(StreamSupervisor {
+            name,
+            config,
+            stop,
+            info,
+            thread: Some(thread),
+        })
     }
 
     /// The source's frame size, once its first frame arrived.
@@ -130,7 +144,11 @@ impl Backoff {
     fn new(initial_ms: u64, max_ms: u64) -> Backoff {
         let initial = Duration::from_millis(initial_ms.max(1));
         let max = Duration::from_millis(max_ms.max(initial_ms).max(1));
-        Backoff { initial, max, next: initial }
+        Backoff {
+            initial,
+            max,
+            next: initial,
+        }
     }
 
     fn take(&mut self) -> Duration {
@@ -152,6 +170,13 @@ enum SessionEnd {
     Down,
     /// Start a new session (new frame size, or outputs could not be opened).
     Rebuild,
+}
+
+/// A session's sinks, its stats sidecar and its RTSP mount (to remove later).
+struct Outputs {
+    sinks: Vec<Box<dyn FrameSink>>,
+    stats: Option<StatsWriter>,
+    mount: Option<String>,
 }
 
 /// Why connecting gave up.
@@ -312,7 +337,11 @@ impl Supervisor {
     /// Waits for the first frame: Ok(size), Err(None) when asked to stop,
     /// Err(Some(reason)) on failure.
     fn first_frame(&self, source: &Source, events: &Receiver<SourceEvent>) -> Result<VideoInfo, Option<String>> {
-        let limit = if self.cfg.is_live() { self.silence() } else { FILE_FIRST_FRAME };
+        let limit = if self.cfg.is_live() {
+            self.silence()
+        } else {
+            FILE_FIRST_FRAME
+        };
         let deadline = Instant::now() + limit;
         loop {
             if self.stop_deadline().is_some() {
@@ -333,16 +362,15 @@ impl Supervisor {
     }
 
     /// The stream's sinks for frames of `info`; the RTSP mount to remove later.
-    fn open_sinks(
-        &self,
-        info: VideoInfo,
-        start: SystemTime,
-    ) -> Result<(Vec<Box<dyn FrameSink>>, Option<StatsWriter>, Option<String>), String> {
+    fn open_sinks(&self, info: VideoInfo, start: SystemTime) -> Result<Outputs, String> {
         let (o, name) = (&self.cfg.output, self.name());
         let mut sinks: Vec<Box<dyn FrameSink>> = Vec::new();
         if let Some(pattern) = o.segment_location(name, start) {
             let segment_seconds = Some(u32::try_from(o.segment_seconds).unwrap_or(u32::MAX));
-            let target = FileTarget { path: pattern.into(), segment_seconds };
+            let target = FileTarget {
+                path: pattern.into(),
+                segment_seconds,
+            };
             let sink = open_file_sink(&target, info).map_err(|e| format!("file output: {e}"))?;
             tracing::info!(stream = %name, file = %target.path.display(), "recording");
             sinks.push(Box::new(FileOutput(sink)));
@@ -360,11 +388,13 @@ impl Supervisor {
             if rtsp_info.fps_num <= 0 || rtsp_info.fps_den <= 0 {
                 (rtsp_info.fps_num, rtsp_info.fps_den) = (25, 1);
             }
-            let feed = server.add_stream(&path, rtsp_info).map_err(|e| format!("rtsp output: {e}"))?;
+            let feed = server
+                .add_stream(&path, rtsp_info)
+                .map_err(|e| format!("rtsp output: {e}"))?;
             sinks.push(Box::new(RtspOutput(feed)));
             mount = Some(path);
         }
-        Ok((sinks, stats, mount))
+        Ok(Outputs { sinks, stats, mount })
     }
 
     fn unmount(&self, mount: Option<String>) {
@@ -408,7 +438,7 @@ impl Supervisor {
             tracing::info!(stream = %name, "new outputs named for {}", format_start(start));
         }
 
-        let (sinks, stats, mount) = match self.open_sinks(info, start) {
+        let Outputs { sinks, stats, mount } = match self.open_sinks(info, start) {
             Ok(x) => x,
             Err(e) => {
                 tracing::error!(stream = %name, "cannot open the stream's outputs: {e}");
@@ -420,7 +450,11 @@ impl Supervisor {
                 }
                 let delay = backoff.take();
                 tracing::info!(stream = %name, "retrying in {} ms", delay.as_millis());
-                return if self.sleep_or_stop(delay) { SessionEnd::Stopped } else { SessionEnd::Rebuild };
+                return if self.sleep_or_stop(delay) {
+                    SessionEnd::Stopped
+                } else {
+                    SessionEnd::Rebuild
+                };
             }
         };
         let pipeline = {
@@ -461,8 +495,12 @@ impl Supervisor {
             self.unmount(mount.clone());
             self.ctx.health.set_stream_up(&name, false);
             match &summary.first_error {
-                None => tracing::info!(stream = %name, frames = summary.frames, dropped = summary.skipped, "outputs finalised"),
-                Some(e) => tracing::error!(stream = %name, frames = summary.frames, "outputs finalised with an error: {e}"),
+                None => {
+                    tracing::info!(stream = %name, frames = summary.frames, dropped = summary.skipped, "outputs finalised")
+                }
+                Some(e) => {
+                    tracing::error!(stream = %name, frames = summary.frames, "outputs finalised with an error: {e}")
+                }
             }
         };
 
@@ -520,7 +558,9 @@ impl Supervisor {
                     self.ctx.health.set_stream_up(&name, true);
                 }
                 Err(_) => {
-                    let deadline = self.stop_deadline().unwrap_or_else(|| Instant::now() + self.ctx.finish_timeout);
+                    let deadline = self
+                        .stop_deadline()
+                        .unwrap_or_else(|| Instant::now() + self.ctx.finish_timeout);
                     teardown(pipeline, None, deadline);
                     return SessionEnd::Stopped;
                 }

@@ -332,6 +332,50 @@ fn a_lost_camera_is_reconnected_while_other_streams_keep_running() {
 }
 
 #[test]
+fn a_stalled_camera_is_detected_by_silence_and_reconnected() {
+    // Rule: a live source that keeps its connection but sends nothing for max(5 s, 3 * latency) is restarted; frames flow again once it resumes.
+    let dir = tempfile::tempdir().unwrap();
+    let camera_port = free_port();
+    let camera_config = dir.path().join("camera.toml");
+    std::fs::write(
+        &camera_config,
+        header(0, camera_port) + &test_stream("cam", "rtsp = \"{stream}\""),
+    )
+    .unwrap();
+    let mut camera = Daemon::start(&camera_config, &dir.path().join("camera.log"));
+    let mport = free_port();
+    let remote = format!(
+        "\n[[streams]]\nname = \"remote\"\nuri = \"rtsp://127.0.0.1:{camera_port}/cam\"\nlatency_ms = 100\n\
+         reconnect_initial_ms = 200\nreconnect_max_ms = 1000\n\n[streams.output]\nstats = \"{}/remote.jsonl\"\n",
+        dir.path().display()
+    );
+    let config = dir.path().join("roadseg.toml");
+    std::fs::write(&config, header(mport, free_port()) + &remote).unwrap();
+    let mut d = Daemon::start(&config, &dir.path().join("log"));
+    let inferred = || metric(mport, "roadseg_frames_inferred_total", "remote");
+    d.wait_for("remote frames inferred", Duration::from_secs(40), || inferred() > 5.0);
+
+    camera.signal("-STOP");
+    let log = d.log.clone();
+    d.wait_for("the silence noticed", Duration::from_secs(15), || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("no frame for")
+    });
+    assert_eq!(metric(mport, "roadseg_stream_up", "remote"), 0.0);
+    camera.signal("-CONT");
+    let before = inferred();
+    d.wait_for("frames again after the camera resumed", Duration::from_secs(30), || {
+        inferred() > before + 5.0
+    });
+    assert!(metric(mport, "roadseg_reconnects_total", "remote") >= 1.0);
+    camera.signal("-TERM");
+    d.signal("-TERM");
+    let status = d.wait(Duration::from_secs(15)).expect("exit after SIGTERM");
+    assert!(status.success(), "exit {status}; log:\n{}", d.log());
+}
+
+#[test]
 fn bad_configs_are_reported_clearly_without_panicking() {
     // Rule: check-config and run reject an unknown key, a wrongly typed value and a missing model folder with a message naming the problem, exit 1 and no panic.
     let dir = tempfile::tempdir().unwrap();

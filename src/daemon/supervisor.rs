@@ -535,8 +535,8 @@ impl Supervisor {
                 teardown(pipeline, source, Instant::now() + self.ctx.finish_timeout);
                 return SessionEnd::Down;
             }
-            tracing::warn!(stream = %name, "source lost: {}", failure.1);
             self.ctx.health.set_stream_up(&name, false);
+            tracing::warn!(stream = %name, "source lost: {}", failure.1);
             if let Some(s) = source.take() {
                 s.stop();
             }

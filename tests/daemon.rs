@@ -342,7 +342,7 @@ fn a_stalled_camera_is_detected_by_silence_and_reconnected() {
         header(0, camera_port) + &test_stream("cam", "rtsp = \"{stream}\""),
     )
     .unwrap();
-    let mut camera = Daemon::start(&camera_config, &dir.path().join("camera.log"));
+    let camera = Daemon::start(&camera_config, &dir.path().join("camera.log"));
     let mport = free_port();
     let remote = format!(
         "\n[[streams]]\nname = \"remote\"\nuri = \"rtsp://127.0.0.1:{camera_port}/cam\"\nlatency_ms = 100\n\
@@ -484,7 +484,7 @@ fn a_file_stream_is_finalised_at_its_end_and_a_missing_one_stays_down() {
 
 #[test]
 fn sighup_adds_a_stream_and_leaves_the_running_one_alone() {
-    // Rule: SIGHUP reloads the file: a broken file keeps the running config, an added stream starts (its metrics appear) while an unchanged stream keeps counting, a removed one stops.
+    // Rule: SIGHUP reloads the file: a broken file keeps the running config, an added stream starts (its metrics appear) while an unchanged stream keeps counting, a removed one stops, a changed one restarts, and global sections are only logged as needing a restart.
     let dir = tempfile::tempdir().unwrap();
     let mport = free_port();
     let head = header(mport, free_port());
@@ -524,8 +524,9 @@ fn sighup_adds_a_stream_and_leaves_the_running_one_alone() {
         .count();
     assert_eq!(starts, 1, "stream one was restarted:\n{}", d.log());
 
-    // Removing a stream stops it; the other keeps going.
-    std::fs::write(&config, head + &two).unwrap();
+    // Removing a stream stops it; a changed one restarts; [workers] needs a restart and is not applied.
+    let changed_two = two.replace("live = true", "live = true\nring_capacity = 4");
+    std::fs::write(&config, head + "\n[workers]\ncount = 2\n" + &changed_two).unwrap();
     d.signal("-HUP");
     d.wait_for("stream one down after its removal", Duration::from_secs(20), || {
         metric(mport, "roadseg_stream_up", "one") == 0.0
@@ -535,6 +536,13 @@ fn sighup_adds_a_stream_and_leaves_the_running_one_alone() {
         inferred("two") > two_after + 3.0
     });
     assert_eq!(inferred("one"), one_after, "removed stream one still counts");
+    let log = d.log();
+    assert!(log.contains("[workers] changed; restart required"), "{log}");
+    let starts = log
+        .lines()
+        .filter(|l| l.contains("starting stream") && l.contains("stream=two"))
+        .count();
+    assert_eq!(starts, 2, "changed stream two was not restarted:\n{log}");
     d.signal("-TERM");
     let status = d.wait(Duration::from_secs(15)).expect("exit after SIGTERM");
     assert!(status.success(), "exit {status}; log:\n{}", d.log());

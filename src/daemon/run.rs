@@ -424,6 +424,9 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
         }
     };
     let a = &config.annotate;
+    if !a.show_unknown {
+        tracing::warn!("annotate.show_unknown = false is not supported yet: low-confidence pixels are still marked");
+    }
     let annotator = Annotator {
         style: OverlayStyle {
             road_classes: engines[0].options().road_classes.clone(),

@@ -81,13 +81,18 @@ impl StreamSupervisor {
             std::thread::Builder::new()
                 .name(format!("roadseg-stream-{name}"))
                 .spawn(move || {
-                    Supervisor {
+                    let (health, stream) = (ctx.health.clone(), config.name.clone());
+                    let supervisor = Supervisor {
                         cfg: config,
                         ctx,
                         stop,
                         info,
+                    };
+                    // A bug in one stream must not take the others down; it stays down, loudly.
+                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| supervisor.run())).is_err() {
+                        health.set_stream_up(&stream, false);
+                        tracing::error!(stream = %stream, "the stream supervisor panicked; the stream stays down");
                     }
-                    .run()
                 })?
         };
         Ok(StreamSupervisor {

@@ -64,7 +64,7 @@ fn load_config(path: Option<&Path>) -> Result<DaemonConfig> {
 }
 
 /// Model input height for `width` and a frame of `info`: the frame's aspect,
-/// rounded to a multiple of 32 (at least 32).
+/// rounded to a multiple of 32 (32..=4096).
 pub fn derived_height(width: u32, info: VideoInfo) -> u32 {
     if info.width == 0 || info.height == 0 {
         return FALLBACK_HEIGHT;
@@ -72,7 +72,7 @@ pub fn derived_height(width: u32, info: VideoInfo) -> u32 {
     let h = (f64::from(width) * f64::from(info.height) / f64::from(info.width) / 32.0)
         .round()
         .max(1.0);
-    h as u32 * 32
+    (h as u32 * 32).min(4096)
 }
 
 fn road_class_ids(labels: &[String], names: &[String]) -> Vec<usize> {

@@ -294,13 +294,15 @@ impl Supervisor {
     ) -> Result<(Source, VideoInfo), Gave> {
         let live = self.cfg.is_live();
         let shown = super::config::SourceUri::redacted(&self.cfg.uri);
+        let mut attempt = 0u64;
         loop {
             if self.stop_deadline().is_some() {
                 return Err(Gave::Stopped);
             }
             if reconnect {
                 let delay = backoff.take();
-                tracing::info!(stream = %self.name(), source = %shown, "reconnecting in {} ms", delay.as_millis());
+                attempt += 1;
+                tracing::info!(stream = %self.name(), source = %shown, attempt, "reconnecting in {} ms", delay.as_millis());
                 if self.sleep_or_stop(delay) {
                     return Err(Gave::Stopped);
                 }

@@ -424,42 +424,59 @@ fn bad_configs_are_reported_clearly_without_panicking() {
 
 #[test]
 fn a_file_stream_is_finalised_at_its_end_and_a_missing_one_stays_down() {
-    // Rule: a file stream is recorded whole and finalised at its end, then stays down; a missing file is a clear error that stops only its own stream.
+    // Rule: a file stream (even one of 3 frames) is recorded whole and finalised at its end, then stays down; a missing file is a clear error that stops only its own stream.
     let dir = tempfile::tempdir().unwrap();
-    let clip = dir.path().join("clip.mp4");
-    let mut gst = Command::new("gst-launch-1.0");
-    gst.args([
-        "-q",
-        "videotestsrc",
-        "num-buffers=40",
-        "!",
-        "video/x-raw,width=320,height=180,framerate=20/1",
-        "!",
-        "x264enc",
-    ])
-    .args(["!", "mp4mux", "!", "filesink"])
-    .arg(format!("location={}", clip.display()));
-    assert!(run_cmd(&mut gst, Duration::from_secs(30)).0, "making the test clip");
+    let make_clip = |name: &str, frames: u32| {
+        let clip = dir.path().join(name);
+        let mut gst = Command::new("gst-launch-1.0");
+        gst.args(["-q", "videotestsrc", &format!("num-buffers={frames}"), "!"])
+            .args([
+                "video/x-raw,width=320,height=180,framerate=20/1",
+                "!",
+                "x264enc",
+                "!",
+                "mp4mux",
+                "!",
+                "filesink",
+            ])
+            .arg(format!("location={}", clip.display()));
+        assert!(
+            run_cmd(&mut gst, Duration::from_secs(30)).0,
+            "making the test clip {name}"
+        );
+        clip
+    };
+    let (clip, tiny) = (make_clip("clip.mp4", 40), make_clip("tiny.mp4", 3));
     let mport = free_port();
     let rec = dir.path().join("rec");
-    let streams = format!(
-        "\n[[streams]]\nname = \"clip\"\nuri = \"file://{}\"\n\n[streams.output]\nfile = \"{}/{{stream}}.mp4\"\n\
-         \n[[streams]]\nname = \"missing\"\nuri = \"file://{}/nothere.mp4\"\n\n[streams.output]\nstats = \"{}/missing.jsonl\"\n",
-        clip.display(),
-        rec.display(),
-        dir.path().display(),
-        rec.display()
-    ) + &test_stream("live", &format!("stats = \"{}/live.jsonl\"", rec.display()));
+    let file_stream = |name: &str, clip: &Path| {
+        format!(
+            "\n[[streams]]\nname = \"{name}\"\nuri = \"file://{}\"\n\n[streams.output]\nfile = \"{}/{{stream}}.mp4\"\n",
+            clip.display(),
+            rec.display()
+        )
+    };
+    let streams = file_stream("clip", &clip)
+        + &file_stream("tiny", &tiny)
+        + &file_stream("missing", &dir.path().join("nothere.mp4"))
+        + &test_stream("live", &format!("stats = \"{}/live.jsonl\"", rec.display()));
     let config = dir.path().join("roadseg.toml");
     std::fs::write(&config, header(mport, free_port()) + &streams).unwrap();
     let mut d = Daemon::start(&config, &dir.path().join("log"));
     let log = d.log.clone();
     let read = move || std::fs::read_to_string(&log).unwrap_or_default();
-    d.wait_for("the clip finalised", Duration::from_secs(30), || {
-        read().contains("outputs finalised stream=clip")
+    d.wait_for("the clips finalised", Duration::from_secs(30), || {
+        let log = read();
+        log.contains("outputs finalised stream=clip") && log.contains("outputs finalised stream=tiny")
     });
     let files = mp4s(&rec);
-    assert_eq!(files.len(), 1, "{files:?}");
+    assert_eq!(files.len(), 2, "{files:?}");
+    let (frames, err) = probe_frames(files[1].to_str().unwrap(), &[]);
+    assert!(
+        frames == 3 && err.is_empty(),
+        "{}: {frames} frames, errors {err:?}",
+        files[1].display()
+    );
     let (frames, err) = probe_frames(files[0].to_str().unwrap(), &[]);
     assert!(
         frames == 40 && err.is_empty(),

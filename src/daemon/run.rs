@@ -137,6 +137,7 @@ struct Daemon {
     streams: Vec<StreamSupervisor>,
     /// Start-up is over: streams started from now on are named for their own start.
     running: bool,
+    workers_ready: Arc<AtomicBool>,
 }
 
 impl Daemon {
@@ -158,6 +159,7 @@ impl Daemon {
             },
             in_flight: self.config.workers.count + IN_FLIGHT_SLACK,
             finish_timeout: Duration::from_secs(self.config.daemon.shutdown_timeout_s),
+            workers_ready: self.workers_ready.clone(),
         }
     }
 
@@ -376,6 +378,7 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
         stream_metrics: Arc::default(),
         streams: Vec::new(),
         running: false,
+        workers_ready: Arc::default(),
     };
     daemon.ensure_rtsp(&config)?;
     // Sources start before the model: the model's height may come from the first frame.
@@ -459,6 +462,7 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
         .write()
         .unwrap_or_else(PoisonError::into_inner)
         .spawn_workers(engines, annotator, on_inference, on_busy);
+    daemon.workers_ready.store(true, Ordering::SeqCst);
     health.set_model_loaded(true);
     note(notify::ready());
     tracing::info!(streams = daemon.streams.len(), workers, "roadseg is running");

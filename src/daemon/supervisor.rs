@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::config::{RtspTransport, StreamConfig, format_start};
 use super::health::Health;
@@ -59,6 +59,10 @@ pub struct StreamContext {
     pub in_flight: usize,
     /// How long finalising the sinks may take when a stream ends by itself.
     pub finish_timeout: Duration,
+    /// Set once the pool has its workers. A stream that ends before then
+    /// waits for them (unless asked to stop), so its frames still get inferred
+    /// and the pool's lock is not held while nothing can drain.
+    pub workers_ready: Arc<AtomicBool>,
 }
 
 /// A running stream supervisor. Dropping it does not stop it: call
@@ -289,6 +293,7 @@ impl Supervisor {
         ring: &FrameRing,
         feeder: &Arc<RingFeeder>,
         events: &Receiver<SourceEvent>,
+        requeue: &Sender<SourceEvent>,
         backoff: &mut Backoff,
         mut reconnect: bool,
     ) -> Result<(Source, VideoInfo), Gave> {
@@ -312,7 +317,7 @@ impl Supervisor {
             events.try_iter().for_each(drop);
             let failure = match Source::start(self.settings(), feeder.clone()) {
                 Err(e) => e.to_string(),
-                Ok(source) => match self.first_frame(&source, events) {
+                Ok(source) => match self.first_frame(&source, events, requeue) {
                     Ok(info) => return Ok((source, info)),
                     Err(None) => {
                         // A file source may be blocked on back-pressure: release it first.
@@ -343,7 +348,14 @@ impl Supervisor {
 
     /// Waits for the first frame: Ok(size), Err(None) when asked to stop,
     /// Err(Some(reason)) on failure.
-    fn first_frame(&self, source: &Source, events: &Receiver<SourceEvent>) -> Result<VideoInfo, Option<String>> {
+    /// An end or error that raced the first frames is put back on `requeue`
+    /// for the caller's loop (a short file can end right after its first frame).
+    fn first_frame(
+        &self,
+        source: &Source,
+        events: &Receiver<SourceEvent>,
+        requeue: &Sender<SourceEvent>,
+    ) -> Result<VideoInfo, Option<String>> {
         let limit = if self.cfg.is_live() {
             self.silence()
         } else {
@@ -358,6 +370,10 @@ impl Supervisor {
                 return Ok(info);
             }
             match events.recv_timeout(Duration::from_millis(50)) {
+                Ok(event) if source.info().is_some() => {
+                    let _ = requeue.send(event);
+                    continue;
+                }
                 Ok(SourceEvent::Eos) => return Err(Some("the stream ended before its first video frame".into())),
                 Ok(SourceEvent::Error(e)) => return Err(Some(e.to_string())),
                 Err(_) => {}
@@ -418,6 +434,7 @@ impl Supervisor {
         let ring = Arc::new(FrameRing::new(self.cfg.ring_capacity, self.ctx.in_flight, live));
         let (output_tx, output_rx) = crossbeam_channel::unbounded();
         let (events_tx, events_rx) = crossbeam_channel::unbounded();
+        let requeue = events_tx.clone();
         let waker = self.ctx.pool.read().unwrap_or_else(PoisonError::into_inner).waker();
         let m = self.ctx.metrics.clone();
         let on_decoded: DecodeObserver = Arc::new(move |_, depth| {
@@ -434,7 +451,7 @@ impl Supervisor {
             on_decoded,
         ));
 
-        let (source, info) = match self.connect(&ring, &feeder, &events_rx, backoff, false) {
+        let (source, info) = match self.connect(&ring, &feeder, &events_rx, &requeue, backoff, false) {
             Ok(x) => x,
             Err(Gave::Stopped) => return SessionEnd::Stopped,
             Err(Gave::Down) => return SessionEnd::Down,
@@ -492,6 +509,9 @@ impl Supervisor {
                 return;
             }
             feeder.stop();
+            while !self.ctx.workers_ready.load(Ordering::SeqCst) && self.stop_deadline().is_none() {
+                std::thread::sleep(POLL);
+            }
             let summary = {
                 let pool = self.ctx.pool.read().unwrap_or_else(PoisonError::into_inner);
                 pipeline.drain_and_finish(&pool, deadline)
@@ -548,7 +568,7 @@ impl Supervisor {
                 s.stop();
             }
             events_rx.try_iter().for_each(drop);
-            match self.connect(&ring, &feeder, &events_rx, backoff, true) {
+            match self.connect(&ring, &feeder, &events_rx, &requeue, backoff, true) {
                 Ok((s, new_info)) => {
                     source_started = Instant::now();
                     if (new_info.width, new_info.height) != (info.width, info.height) {

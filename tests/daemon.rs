@@ -376,6 +376,63 @@ fn a_stalled_camera_is_detected_by_silence_and_reconnected() {
 }
 
 #[test]
+fn systemd_is_told_ready_watchdog_reloading_and_stopping() {
+    // Rule: under a notify service the daemon sends READY=1 once running, WATCHDOG=1 at half of WATCHDOG_USEC, RELOADING=1 then READY=1 on SIGHUP, and STOPPING=1 on SIGTERM.
+    use std::os::unix::net::UnixDatagram;
+    let dir = tempfile::tempdir().unwrap();
+    let socket_path = dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    socket.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    let config = dir.path().join("roadseg.toml");
+    let stream = test_stream("cam", &format!("stats = \"{}/cam.jsonl\"", dir.path().display()));
+    std::fs::write(&config, header(0, free_port()) + &stream).unwrap();
+    let log = dir.path().join("log");
+    let child = Command::new(BIN)
+        .args(["run", "--config"])
+        .arg(&config)
+        .env("NOTIFY_SOCKET", &socket_path)
+        .env("WATCHDOG_USEC", "400000")
+        .env_remove("WATCHDOG_PID")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut d = Daemon { child, log };
+    // Appends datagrams to `seen` until one holds `what`.
+    let receive_until = |d: &mut Daemon, seen: &mut String, what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut buf = [0u8; 4096];
+        while !seen.contains(what) {
+            // Checked before reading, so a datagram sent just before a (failing) exit is still read.
+            let exited = d.child.try_wait().unwrap();
+            if let Ok(n) = socket.recv(&mut buf) {
+                seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+                seen.push('\n');
+                continue;
+            }
+            assert!(exited.is_none(), "daemon exited; got {seen:?}; log:\n{}", d.log());
+            assert!(
+                Instant::now() < deadline,
+                "no {what} from the daemon; got {seen:?}; log:\n{}",
+                d.log()
+            );
+        }
+    };
+    let mut seen = String::new();
+    receive_until(&mut d, &mut seen, "READY=1");
+    receive_until(&mut d, &mut seen, "WATCHDOG=1");
+    seen.clear();
+    d.signal("-HUP");
+    receive_until(&mut d, &mut seen, "RELOADING=1");
+    receive_until(&mut d, &mut seen, "READY=1");
+    seen.clear();
+    d.signal("-TERM");
+    receive_until(&mut d, &mut seen, "STOPPING=1");
+    let status = d.wait(Duration::from_secs(15)).expect("exit after SIGTERM");
+    assert!(status.success(), "exit {status}; log:\n{}", d.log());
+}
+
+#[test]
 fn bad_configs_are_reported_clearly_without_panicking() {
     // Rule: check-config and run reject an unknown key, a wrongly typed value and a missing model folder with a message naming the problem, exit 1 and no panic.
     let dir = tempfile::tempdir().unwrap();

@@ -433,6 +433,36 @@ fn systemd_is_told_ready_watchdog_reloading_and_stopping() {
 }
 
 #[test]
+fn a_shutdown_past_its_deadline_is_logged_and_exits_non_zero() {
+    // Rule: when outputs cannot be finalised within daemon.shutdown_timeout_s, SIGTERM still ends the daemon by then, with an error and a non-zero exit.
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("rec");
+    std::fs::create_dir_all(&rec).unwrap();
+    // The first segment is a FIFO nobody reads: the file sink blocks for ever.
+    let fifo = rec.join("cam-00000.mp4");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let config = dir.path().join("roadseg.toml");
+    let text = header(0, free_port()).replace("shutdown_timeout_s = 10", "shutdown_timeout_s = 1")
+        + &test_stream("cam", &format!("file = \"{}/{{stream}}.mp4\"", rec.display()));
+    std::fs::write(&config, text).unwrap();
+    let mut d = Daemon::start(&config, &dir.path().join("log"));
+    let log = d.log.clone();
+    d.wait_for("the recording started", Duration::from_secs(20), || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("recording stream=cam")
+    });
+    let t = Instant::now();
+    d.signal("-TERM");
+    let status = d
+        .wait(Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("no exit after SIGTERM; log:\n{}", d.log()));
+    assert!(!status.success(), "exit {status}; log:\n{}", d.log());
+    assert!(t.elapsed() < Duration::from_secs(5), "took {:?}", t.elapsed());
+    assert!(d.log().contains("shutdown timed out after 1 s"), "{}", d.log());
+}
+
+#[test]
 fn bad_configs_are_reported_clearly_without_panicking() {
     // Rule: check-config and run reject an unknown key, a wrongly typed value and a missing model folder with a message naming the problem, exit 1 and no panic.
     let dir = tempfile::tempdir().unwrap();

@@ -541,6 +541,8 @@ impl Supervisor {
             if source_started.elapsed() >= STABLE {
                 backoff.reset();
             }
+            // Also sampled here: at decode time it is always at least the frame just queued.
+            self.ctx.metrics.ring_depth.set(ring.depth() as f64);
             let failure = match events_rx.recv_timeout(POLL) {
                 Ok(SourceEvent::Eos) => Some((true, "end of stream".to_string())),
                 Ok(SourceEvent::Error(e)) => Some((false, e.to_string())),

@@ -102,6 +102,7 @@ pub struct OverlayStyle {
     /// Colour for low-confidence pixels, drawn as a sparse checker so the
     /// frame stays visible beneath.
     pub unknown_colour: [u8; 3],
+    pub show_unknown: bool,
 }
 
 impl Default for OverlayStyle {
@@ -112,6 +113,7 @@ impl Default for OverlayStyle {
             road_alpha: 0.45,
             full_palette: None,
             unknown_colour: [255, 220, 0],
+            show_unknown: true,
         }
     }
 }
@@ -125,6 +127,9 @@ pub fn draw_overlay(pixels: &mut [u8], channels: usize, seg: &Segmentation, styl
     for (i, px) in pixels.chunks_exact_mut(channels).take(seg.width * seg.height).enumerate() {
         let class = seg.classes[i];
         let (colour, alpha) = if class == UNKNOWN {
+            if !style.show_unknown {
+                continue;
+            }
             let (x, y) = (i % seg.width, i / seg.width);
             if (x / 4 + y / 4) % 2 == 0 { (style.unknown_colour, 0.35) } else { continue }
         } else if is_road[class as usize] {

@@ -427,15 +427,13 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
         }
     };
     let a = &config.annotate;
-    if !a.show_unknown {
-        tracing::warn!("annotate.show_unknown = false is not supported yet: low-confidence pixels are still marked");
-    }
     let annotator = Annotator {
         style: OverlayStyle {
             road_classes: engines[0].options().road_classes.clone(),
             road_colour: a.road_colour,
             road_alpha: a.road_alpha,
             full_palette: a.full_palette.then(|| palette(&labels)),
+            show_unknown: a.show_unknown,
             ..OverlayStyle::default()
         },
         show_text: a.overlay_text,

@@ -52,7 +52,7 @@ mod tests {
 
     #[test]
     fn road_is_tinted_and_text_is_drawn() {
-        let (w, h) = (64, 32);
+        let (w, h) = (64, 64);
         let seg = Segmentation {
             width: w,
             height: h,

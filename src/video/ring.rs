@@ -273,11 +273,11 @@ mod tests {
     #[test]
     fn closing_releases_a_blocked_producer() {
         let ring = std::sync::Arc::new(FrameRing::new(1, 1, false));
-        ring.push(&decoded(&frame(0)));
-        ring.push(&decoded(&frame(1)));
+        assert_eq!(ring.push(&decoded(&frame(0))), Pushed::Queued { seq: 0 });
+        // The queue is full: a file source waits for a worker instead of dropping.
         let blocked = {
             let ring = ring.clone();
-            std::thread::spawn(move || ring.push(&decoded(&frame(2))))
+            std::thread::spawn(move || ring.push(&decoded(&frame(1))))
         };
         std::thread::sleep(Duration::from_millis(30));
         ring.close();

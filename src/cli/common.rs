@@ -1,16 +1,13 @@
 //! Arguments and set-up shared by the engine subcommands.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::Args;
-use roadseg::backend::{Backend, Precision};
+use roadseg::backend::Precision;
 use roadseg::backend::cpu::CpuBackend;
-use roadseg::checkpoint::Checkpoint;
 use roadseg::device::{self, DeviceRequest};
-use roadseg::engine::{Engine, EngineOptions, Preset};
-use roadseg::model::SegformerWeights;
+use roadseg::engine::{Engine, ModelSpec, Preset, load_cpu_engines};
 
 /// The model folder shipped with roadseg (relative to the working directory).
 pub const BUNDLED_MODEL: &str = "models/roadseg-camvid";
@@ -60,17 +57,6 @@ pub struct Loaded {
     pub precision: Precision,
 }
 
-pub fn road_class_ids(labels: &[String], names: &[String]) -> Vec<usize> {
-    let ids: Vec<usize> = names
-        .iter()
-        .filter_map(|n| labels.iter().position(|l| l.eq_ignore_ascii_case(n)))
-        .collect();
-    if ids.is_empty() {
-        tracing::warn!("none of the road classes {names:?} is a label of this model; road coverage will be 0");
-    }
-    ids
-}
-
 pub fn load_engine(args: &ModelArgs, size: (usize, usize), threshold: f32) -> Result<Loaded> {
     load_engine_with(args, size, threshold, CpuBackend::new())
 }
@@ -96,21 +82,13 @@ pub fn load_engines(args: &ModelArgs, size: (usize, usize), threshold: f32, back
     if !(0.0..=1.0).contains(&threshold) {
         bail!("--threshold {threshold} is outside 0..=1");
     }
-    let mut ckpt = Checkpoint::open(&args.model).with_context(|| format!("loading model {}", args.model.display()))?;
-    let backend = Arc::new(backend);
-    let weights = SegformerWeights::load(&mut ckpt, &*backend).with_context(|| format!("loading model {}", args.model.display()))?;
-    let road_classes = road_class_ids(&weights.labels, &args.road_classes);
-    let options = EngineOptions { width: size.0, height: size.1, scales: args.preset.scales(), road_classes, confidence_threshold: threshold };
-    let engines = (0..count.max(1))
-        .map(|_| Engine::new(backend.clone(), weights.clone(), options.clone()))
-        .collect::<Result<Vec<_>, _>>()?;
-    tracing::info!(
-        model = %args.model.display(),
-        backend = %backend.describe(),
-        size = %format!("{}x{}", size.0, size.1),
-        preset = ?args.preset,
-        engines = engines.len(),
-        "model loaded"
-    );
+    let spec = ModelSpec {
+        path: &args.model,
+        size,
+        preset: args.preset,
+        road_classes: &args.road_classes,
+        confidence_threshold: threshold,
+    };
+    let (engines, _) = load_cpu_engines(&spec, backend, count)?;
     Ok(LoadedMany { engines, device: resolved.device, precision: resolved.precision })
 }

@@ -27,13 +27,10 @@ use super::http::HttpServer;
 use super::metrics::{self, DeviceMetrics, StreamMetrics};
 use super::notify;
 use super::supervisor::{StreamContext, StreamSupervisor};
-use crate::backend::Backend;
 use crate::backend::cpu::CpuBackend;
-use crate::checkpoint::Checkpoint;
 use crate::device::{self, DeviceRequest};
-use crate::engine::{Engine, EngineOptions};
+use crate::engine::{Engine, ModelSpec, load_cpu_engines};
 use crate::images::{OverlayStyle, palette};
-use crate::model::SegformerWeights;
 use crate::video::annotate::Annotator;
 use crate::video::frame::VideoInfo;
 use crate::video::pool::WorkerPool;
@@ -75,19 +72,6 @@ pub fn derived_height(width: u32, info: VideoInfo) -> u32 {
     (h as u32 * 32).min(4096)
 }
 
-fn road_class_ids(labels: &[String], names: &[String]) -> Vec<usize> {
-    let ids: Vec<usize> = names
-        .iter()
-        .filter_map(|n| labels.iter().position(|l| l.eq_ignore_ascii_case(n)))
-        .collect();
-    if ids.is_empty() {
-        tracing::warn!(
-            "none of the road classes {names:?} is a label of this model ({labels:?}); road coverage will be 0"
-        );
-    }
-    ids
-}
-
 /// Loads the model once and builds `count` engines sharing its weights.
 fn load_engines(
     m: &ModelConfig,
@@ -95,31 +79,14 @@ fn load_engines(
     backend: CpuBackend,
     count: usize,
 ) -> Result<(Vec<Engine<CpuBackend>>, Vec<String>)> {
-    let mut ckpt = Checkpoint::open(&m.path).with_context(|| format!("loading model {}", m.path.display()))?;
-    let backend = Arc::new(backend);
-    let weights =
-        SegformerWeights::load(&mut ckpt, &*backend).with_context(|| format!("loading model {}", m.path.display()))?;
-    let labels = weights.labels.clone();
-    let options = EngineOptions {
-        width: size.0,
-        height: size.1,
-        scales: m.preset.scales(),
-        road_classes: road_class_ids(&labels, &m.road_classes),
+    let spec = ModelSpec {
+        path: &m.path,
+        size,
+        preset: m.preset,
+        road_classes: &m.road_classes,
         confidence_threshold: m.confidence_threshold,
     };
-    let engines = (0..count.max(1))
-        .map(|_| Engine::new(backend.clone(), weights.clone(), options.clone()))
-        .collect::<Result<Vec<_>, _>>()
-        .with_context(|| format!("building the engines for model {}", m.path.display()))?;
-    tracing::info!(
-        model = %m.path.display(),
-        backend = %backend.describe(),
-        size = %format!("{}x{}", size.0, size.1),
-        preset = ?m.preset,
-        engines = engines.len(),
-        "model loaded"
-    );
-    Ok((engines, labels))
+    Ok(load_cpu_engines(&spec, backend, count)?)
 }
 
 /// Streams' metric handles by name, for the workers' inference hook.

@@ -2,6 +2,7 @@
 //! -> logits averaged at the base resolution -> class/confidence per pixel.
 //! One `Engine` per worker; the model weights inside are shared.
 
+mod load;
 mod postprocess;
 mod preprocess;
 
@@ -12,6 +13,7 @@ use crate::backend::cpu::resize_host;
 use crate::backend::{Backend, BackendError, ResizeDims};
 use crate::model::{ModelError, Segformer, SegformerWeights};
 
+pub use load::{LoadError, ModelSpec, load_cpu_engines, road_class_ids};
 pub use postprocess::{PostprocessSpec, Postprocessor, Segmentation, UNKNOWN};
 pub use preprocess::{FrameError, FrameRef, MEAN, PixelFormat, STD, chw_to_hwc, hwc_to_chw, preprocess};
 

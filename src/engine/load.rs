@@ -1,0 +1,71 @@
+//! Loading a checkpoint once and building several engines that share it
+//! (one per worker), as every command and the daemon do.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::{Engine, EngineError, EngineOptions, Preset};
+use crate::backend::Backend;
+use crate::backend::cpu::CpuBackend;
+use crate::checkpoint::{Checkpoint, CheckpointError};
+use crate::model::{ModelError, SegformerWeights};
+
+/// Everything needed to turn a model folder into engines.
+#[derive(Clone, Debug)]
+pub struct ModelSpec<'a> {
+    pub path: &'a Path,
+    /// Model input (width, height).
+    pub size: (usize, usize),
+    pub preset: Preset,
+    /// Class names counted as road (case-insensitive).
+    pub road_classes: &'a [String],
+    pub confidence_threshold: f32,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("loading model {path}: {source}")]
+pub struct LoadError {
+    pub path: String,
+    #[source]
+    pub source: EngineError,
+}
+
+/// The indices of `names` among `labels`; warns when none matches.
+pub fn road_class_ids(labels: &[String], names: &[String]) -> Vec<usize> {
+    let ids: Vec<usize> = names.iter().filter_map(|n| labels.iter().position(|l| l.eq_ignore_ascii_case(n))).collect();
+    if ids.is_empty() && !names.is_empty() {
+        tracing::warn!("none of the road classes {names:?} is a label of this model; road coverage will be 0");
+    }
+    ids
+}
+
+/// Loads the model once and builds `count` engines sharing its weights.
+/// Returns the engines and the model's class names.
+pub fn load_cpu_engines(spec: &ModelSpec<'_>, backend: CpuBackend, count: usize) -> Result<(Vec<Engine<CpuBackend>>, Vec<String>), LoadError> {
+    let fail = |source: EngineError| LoadError { path: spec.path.display().to_string(), source };
+    let from_ckpt = |e: CheckpointError| fail(EngineError::Model(ModelError::Checkpoint(e)));
+    let mut ckpt = Checkpoint::open(spec.path).map_err(from_ckpt)?;
+    let backend = Arc::new(backend);
+    let weights = SegformerWeights::load(&mut ckpt, &*backend).map_err(|e| fail(e.into()))?;
+    let labels = weights.labels.clone();
+    let options = EngineOptions {
+        width: spec.size.0,
+        height: spec.size.1,
+        scales: spec.preset.scales(),
+        road_classes: road_class_ids(&labels, spec.road_classes),
+        confidence_threshold: spec.confidence_threshold,
+    };
+    let engines = (0..count.max(1))
+        .map(|_| Engine::new(backend.clone(), weights.clone(), options.clone()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(fail)?;
+    tracing::info!(
+        model = %spec.path.display(),
+        backend = %backend.describe(),
+        size = %format!("{}x{}", spec.size.0, spec.size.1),
+        preset = ?spec.preset,
+        engines = engines.len(),
+        "model loaded"
+    );
+    Ok((engines, labels))
+}

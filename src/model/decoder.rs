@@ -75,23 +75,28 @@ impl<B: Backend> Decoder<B> {
 
     /// stage outputs `[h_i, w_i, C_i]` -> logits `[h_0, w_0, labels]`.
     /// `acc` is `[h_0*w_0, D]`, `tmp` at least `[h_i*w_i, D]` for i >= 1.
-    pub fn forward(
+    pub fn forward<'t>(
         &self,
         b: &B,
-        stages: &[&B::Tensor],
+        stages: impl Iterator<Item = &'t B::Tensor>,
         sizes: &[(usize, usize)],
         acc: &mut B::Tensor,
         tmp: &mut B::Tensor,
         logits: &mut B::Tensor,
-    ) -> Result<(), ModelError> {
+    ) -> Result<(), ModelError>
+    where
+        B::Tensor: 't,
+    {
         let d = self.hidden;
         let (h0, w0) = sizes[0];
-        let dims0 = GemmDims { rows: h0 * w0, k: self.channels[0], n: d };
-        b.linear(stages[0], &self.projections[0], Some(&self.bias), acc, dims0, false)?;
-        for i in 1..stages.len() {
+        for (i, stage) in stages.enumerate() {
             let (h, w) = sizes[i];
             let dims = GemmDims { rows: h * w, k: self.channels[i], n: d };
-            b.linear(stages[i], &self.projections[i], None, tmp, dims, false)?;
+            if i == 0 {
+                b.linear(stage, &self.projections[0], Some(&self.bias), acc, dims, false)?;
+                continue;
+            }
+            b.linear(stage, &self.projections[i], None, tmp, dims, false)?;
             // [h_i, w_i, D] -> bilinear -> += [h_0, w_0, D]
             let resize = ResizeDims { src_h: h, src_w: w, dst_h: h0, dst_w: w0, channels: d };
             b.resize_bilinear(tmp, acc, resize, true)?;

@@ -103,6 +103,8 @@ pub struct Segformer<B: Backend> {
     decoder_acc: B::Tensor,
     decoder_tmp: B::Tensor,
     logits: B::Tensor,
+    /// (h, w) of each stage's output.
+    stage_sizes: Vec<(usize, usize)>,
 }
 
 impl<B: Backend> Segformer<B> {
@@ -145,6 +147,7 @@ impl<B: Backend> Segformer<B> {
         let tokens0 = stages[0].dims.tokens();
         let largest_rest = stages.iter().skip(1).map(|s| s.dims.tokens()).max().unwrap_or(0);
         Ok(Segformer {
+            stage_sizes: stages.iter().map(|s| (s.dims.h, s.dims.w)).collect(),
             input: b.tensor(height * width * 3)?,
             decoder_acc: b.tensor(tokens0 * d)?,
             decoder_tmp: b.tensor(largest_rest * d)?,
@@ -197,8 +200,7 @@ impl<B: Backend> Segformer<B> {
             stage.norm.forward(b, &buf.x, &mut buf.normed, buf.dims.tokens())?;
             std::mem::swap(&mut buf.x, &mut buf.normed);
         }
-        let outputs: Vec<&B::Tensor> = self.stages.iter().map(|s| &s.x).collect();
-        let sizes: Vec<(usize, usize)> = self.stages.iter().map(|s| (s.dims.h, s.dims.w)).collect();
-        self.weights.decoder.forward(b, &outputs, &sizes, &mut self.decoder_acc, &mut self.decoder_tmp, &mut self.logits)
+        let outputs = self.stages.iter().map(|s| &s.x);
+        self.weights.decoder.forward(b, outputs, &self.stage_sizes, &mut self.decoder_acc, &mut self.decoder_tmp, &mut self.logits)
     }
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 
 use super::annotate::FrameStats;
-use super::frame::{DecodedFrame, FrameTiming, VideoInfo};
+use super::frame::{DecodedFrame, VideoInfo};
 use super::output::{FrameSink, OutputObserver, OutputParts, OutputStage, OutputSummary, StatsWriter};
 use super::pool::{OutputItem, SkipReason, StreamCounters, StreamInput, WorkerPool};
 use super::ring::{FrameBuf, FrameRing, Pushed};
@@ -239,8 +239,4 @@ pub fn start_source(settings: SourceSettings, feeder: Arc<RingFeeder>) -> Result
 /// Nothing observed: for callers without metrics.
 pub fn no_decode_observer() -> DecodeObserver {
     Arc::new(|_, _| {})
-}
-
-pub fn timing_of(buf: &FrameBuf) -> FrameTiming {
-    buf.timing
 }

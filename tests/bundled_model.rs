@@ -6,7 +6,8 @@ mod common;
 
 use common::*;
 
-/// Floor for the bundled model on the synthetic drive (measured: ~0.90).
+/// Floor for the bundled model on the synthetic drive (measured: 0.82 with the
+/// preliminary checkpoint of 2026-11-21; raise it as the model improves).
 const ROAD_IOU_FLOOR: f64 = 0.75;
 
 #[test]

@@ -2,7 +2,10 @@
 //! GStreamer sources and sinks, the small test model (224x128 input so CPU
 //! inference is quick). Outputs are checked with ffprobe; every wait is
 //! bounded and a daemon that outlives its test is killed.
+
 #![cfg(feature = "video")]
+
+mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -143,32 +146,6 @@ fn metric(port: u16, name: &str, stream: &str) -> f64 {
         .unwrap_or(-1.0)
 }
 
-/// Runs a command to completion within `timeout` (killed and panicking after): (success, stdout, stderr).
-fn run_cmd(cmd: &mut Command, timeout: Duration) -> (bool, String, String) {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            let out = child.wait_with_output().unwrap();
-            let s = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
-            return (status.success(), s(out.stdout), s(out.stderr));
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "{cmd:?} timed out after {timeout:?}; stderr: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// Frames ffprobe decodes from the first video stream of `target`, and its error output.
 fn probe_frames(target: &str, extra: &[&str]) -> (u64, String) {
     let mut cmd = Command::new("ffprobe");
@@ -182,7 +159,7 @@ fn probe_frames(target: &str, extra: &[&str]) -> (u64, String) {
         "csv=p=0",
         target,
     ]);
-    let (_, out, err) = run_cmd(&mut cmd, Duration::from_secs(20));
+    let (_, out, err) = common::run_with_timeout(&mut cmd, Duration::from_secs(20));
     (out.trim().trim_end_matches(',').parse().unwrap_or(0), err)
 }
 
@@ -487,7 +464,7 @@ fn bad_configs_are_reported_clearly_without_panicking() {
             vec!["check-config", path.to_str().unwrap()],
             vec!["run", "--config", path.to_str().unwrap()],
         ] {
-            let (ok, _, err) = run_cmd(
+            let (ok, _, err) = common::run_with_timeout(
                 Command::new(BIN).args(&args).env_remove("NOTIFY_SOCKET"),
                 Duration::from_secs(20),
             );
@@ -502,7 +479,7 @@ fn bad_configs_are_reported_clearly_without_panicking() {
     // And a good one passes check-config with its summary.
     let path = dir.path().join("good.toml");
     std::fs::write(&path, head + &good_stream).unwrap();
-    let (ok, out, err) = run_cmd(
+    let (ok, out, err) = common::run_with_timeout(
         Command::new(BIN).args(["check-config", path.to_str().unwrap()]),
         Duration::from_secs(20),
     );
@@ -528,7 +505,7 @@ fn a_file_stream_is_finalised_at_its_end_and_a_missing_one_stays_down() {
             ])
             .arg(format!("location={}", clip.display()));
         assert!(
-            run_cmd(&mut gst, Duration::from_secs(30)).0,
+            common::run_with_timeout(&mut gst, Duration::from_secs(30)).0,
             "making the test clip {name}"
         );
         clip

@@ -94,25 +94,6 @@ fn file_uri(p: &Path) -> String {
     format!("file://{}", p.canonicalize().unwrap().display())
 }
 
-/// Runs a command, killing it after `timeout`; returns (success, stdout, stderr).
-fn run(cmd: &mut Command, timeout: Duration) -> (bool, String, String) {
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            let out = child.wait_with_output().unwrap();
-            let s = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
-            return (status.success(), s(out.stdout), s(out.stderr));
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!("{cmd:?} timed out after {timeout:?}; stderr: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// What ffprobe reads from a file's first video stream, decoding every frame.
 #[derive(Debug)]
 struct Probe {
@@ -136,7 +117,7 @@ fn ffprobe(target: &str, extra: &[&str]) -> Probe {
         "json",
         target,
     ]);
-    let (_, out, err) = run(&mut cmd, Duration::from_secs(20));
+    let (_, out, err) = common::run_with_timeout(&mut cmd, Duration::from_secs(20));
     let v: serde_json::Value =
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("ffprobe output {out:?}: {e}; {err}"));
     let s = &v["streams"][0];
@@ -537,7 +518,7 @@ fn rtsp_auth_refuses_anonymous_and_admits_the_user() {
 
     let mut anon = Command::new("ffprobe");
     anon.args(["-v", "error", "-rtsp_transport", "tcp", "-show_entries", "stream=width", "-of", "json", &url]);
-    let (ok, _, err) = run(&mut anon, Duration::from_secs(20));
+    let (ok, _, err) = common::run_with_timeout(&mut anon, Duration::from_secs(20));
     assert!(!ok && err.contains("401"), "ffprobe without credentials: ok={ok} {err}");
 
     let port = server.local_addr().port();
@@ -618,7 +599,7 @@ fn source_errors_are_clear() {
     let mut make = Command::new("gst-launch-1.0");
     make.args(["-q", "audiotestsrc", "num-buffers=50", "!", "vorbisenc", "!", "oggmux", "!", "filesink"])
         .arg(format!("location={}", ogg.display()));
-    assert!(run(&mut make, Duration::from_secs(20)).0, "gst-launch could not make an audio-only file");
+    assert!(common::run_with_timeout(&mut make, Duration::from_secs(20)).0, "gst-launch could not make an audio-only file");
     let (m, frames, _) = source_error(&file_uri(&ogg), Duration::from_secs(10));
     assert_eq!(frames, 0);
     assert!(m.contains("no video stream in") && m.contains("audio"), "{m}");

@@ -90,7 +90,8 @@ pub fn run(args: ProcessArgs) -> Result<()> {
     let info = match source.wait_info(Duration::from_secs(30)) {
         Some(info) => info,
         None => {
-            let reason = match events_rx.try_recv() {
+            // The source may end a moment before its error reaches us.
+            let reason = match events_rx.recv_timeout(Duration::from_secs(2)) {
                 Ok(SourceEvent::Error(e)) => e.to_string(),
                 Ok(SourceEvent::Eos) => format!("{uri} ended before its first video frame"),
                 Err(_) => format!("no video frame from {uri} within 30 s"),

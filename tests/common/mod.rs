@@ -93,3 +93,24 @@ pub fn roadseg(args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// Runs a command to completion within `timeout` (killed, and the test
+/// failed, after that): (success, stdout, stderr).
+pub fn run_with_timeout(cmd: &mut std::process::Command, timeout: std::time::Duration) -> (bool, String, String) {
+    use std::process::Stdio;
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let out = child.wait_with_output().unwrap();
+            let s = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+            return (status.success(), s(out.stdout), s(out.stderr));
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!("{cmd:?} timed out after {timeout:?}; stderr: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

@@ -256,18 +256,21 @@ fn kill_9_leaves_every_completed_segment_playable() {
     }
 }
 
+/// A roadseg daemon standing in for an RTSP camera: serves a live test
+/// pattern at rtsp://127.0.0.1:PORT/cam. Returns it, its port and its config.
+fn start_camera(dir: &Path) -> (Daemon, u16, PathBuf) {
+    let camera_port = free_port();
+    let camera_config = dir.join("camera.toml");
+    std::fs::write(&camera_config, header(0, camera_port) + &test_stream("cam", "rtsp = \"{stream}\"")).unwrap();
+    let camera = Daemon::start(&camera_config, &dir.join("camera.log"));
+    (camera, camera_port, camera_config)
+}
+
 #[test]
 fn a_lost_camera_is_reconnected_while_other_streams_keep_running() {
     // Rule: when an RTSP camera goes away the stream reconnects with backoff (reconnects counted) while other streams keep inferring; when it comes back, frames flow again.
     let dir = tempfile::tempdir().unwrap();
-    let camera_port = free_port();
-    let camera_config = dir.path().join("camera.toml");
-    std::fs::write(
-        &camera_config,
-        header(0, camera_port) + &test_stream("cam", "rtsp = \"{stream}\""),
-    )
-    .unwrap();
-    let mut camera = Daemon::start(&camera_config, &dir.path().join("camera.log"));
+    let (mut camera, camera_port, camera_config) = start_camera(dir.path());
 
     let mport = free_port();
     let remote = format!(
@@ -312,14 +315,7 @@ fn a_lost_camera_is_reconnected_while_other_streams_keep_running() {
 fn a_stalled_camera_is_detected_by_silence_and_reconnected() {
     // Rule: a live source that keeps its connection but sends nothing for max(5 s, 3 * latency) is restarted; frames flow again once it resumes.
     let dir = tempfile::tempdir().unwrap();
-    let camera_port = free_port();
-    let camera_config = dir.path().join("camera.toml");
-    std::fs::write(
-        &camera_config,
-        header(0, camera_port) + &test_stream("cam", "rtsp = \"{stream}\""),
-    )
-    .unwrap();
-    let camera = Daemon::start(&camera_config, &dir.path().join("camera.log"));
+    let (camera, camera_port, _) = start_camera(dir.path());
     let mport = free_port();
     let remote = format!(
         "\n[[streams]]\nname = \"remote\"\nuri = \"rtsp://127.0.0.1:{camera_port}/cam\"\nlatency_ms = 100\n\

@@ -64,35 +64,84 @@ impl fmt::Display for DeviceRequest {
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
-    #[error(
-        "--device {0} asked for CUDA, but this roadseg build has no CUDA backend yet; use --device cpu (or auto, which falls back to the CPU)"
-    )]
-    CudaUnavailable(DeviceRequest),
+    #[error("--device {0} asked for CUDA, but this roadseg was built without the `cuda` feature; use --device cpu (or auto)")]
+    NotBuilt(DeviceRequest),
+    #[cfg(feature = "cuda")]
+    #[error("--device {request}: CUDA is not usable here: {reason}. Use --device cpu, or auto to fall back to the CPU")]
+    CudaUnavailable { request: DeviceRequest, reason: crate::backend::cuda::CudaUnavailable },
+}
+
+/// Where inference runs.
+#[derive(Clone, Debug)]
+pub enum Target {
+    Cpu,
+    #[cfg(feature = "cuda")]
+    Cuda { info: crate::backend::cuda::CudaInfo, gpus: Vec<crate::backend::cuda::GpuInfo> },
 }
 
 /// The device and precision inference will actually use.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Resolved {
-    pub device: &'static str,
+    pub target: Target,
+    /// For logs and metrics: `cpu`, or `cuda:0,1`.
+    pub device: String,
     pub precision: Precision,
     /// Human-readable reasons the request was not honoured as asked.
     pub warnings: Vec<String>,
 }
 
-pub fn resolve(request: &DeviceRequest, precision: Precision) -> Result<Resolved, DeviceError> {
+impl Resolved {
+    pub fn is_cpu(&self) -> bool {
+        matches!(self.target, Target::Cpu)
+    }
+}
+
+/// Picks the device for `request`. `precision` None means the device's
+/// default: fp16 on CUDA, f32 on the CPU (which computes only in f32).
+pub fn resolve(request: &DeviceRequest, precision: Option<Precision>) -> Result<Resolved, DeviceError> {
     let mut warnings = Vec::new();
     match request {
-        DeviceRequest::Cuda(_) => return Err(DeviceError::CudaUnavailable(request.clone())),
-        DeviceRequest::Auto => warnings.push("no usable CUDA backend in this build; running on the CPU".to_string()),
         DeviceRequest::Cpu => {}
+        #[cfg(feature = "cuda")]
+        DeviceRequest::Cuda(ids) => {
+            let found = crate::backend::cuda::probe::probe().and_then(|info| Ok((crate::backend::cuda::probe::select(&info, ids)?, info)));
+            return match found {
+                Ok((gpus, info)) => Ok(cuda_target(info, gpus, precision)),
+                Err(reason) => Err(DeviceError::CudaUnavailable { request: request.clone(), reason }),
+            };
+        }
+        #[cfg(not(feature = "cuda"))]
+        DeviceRequest::Cuda(_) => return Err(DeviceError::NotBuilt(request.clone())),
+        #[cfg(feature = "cuda")]
+        DeviceRequest::Auto => match crate::backend::cuda::probe::probe() {
+            Ok(info) => match crate::backend::cuda::probe::select(&info, &[]) {
+                Ok(gpus) => return Ok(cuda_target(info, gpus, precision)),
+                Err(reason) => warnings.push(format!("CUDA is not usable ({reason}); running on the CPU")),
+            },
+            Err(reason) => warnings.push(format!("CUDA is not usable ({reason}); running on the CPU")),
+        },
+        #[cfg(not(feature = "cuda"))]
+        DeviceRequest::Auto => warnings.push("this roadseg was built without CUDA; running on the CPU".to_string()),
     }
-    let precision = if precision != Precision::F32 {
-        warnings.push(format!("precision {precision} is not available on the CPU; using f32"));
-        Precision::F32
-    } else {
-        precision
+    let precision = match precision {
+        Some(p) if p != Precision::F32 => {
+            warnings.push(format!("precision {p} is not available on the CPU; using f32"));
+            Precision::F32
+        }
+        _ => Precision::F32,
     };
-    Ok(Resolved { device: "cpu", precision, warnings })
+    Ok(Resolved { target: Target::Cpu, device: "cpu".to_string(), precision, warnings })
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_target(info: crate::backend::cuda::CudaInfo, gpus: Vec<crate::backend::cuda::GpuInfo>, precision: Option<Precision>) -> Resolved {
+    let ids: Vec<String> = gpus.iter().map(|g| g.ordinal.to_string()).collect();
+    Resolved {
+        device: format!("cuda:{}", ids.join(",")),
+        target: Target::Cuda { info, gpus },
+        precision: precision.unwrap_or(Precision::Fp16),
+        warnings: Vec::new(),
+    }
 }
 
 #[cfg(test)]
@@ -109,8 +158,17 @@ mod tests {
 
     #[test]
     fn cpu_falls_back_to_f32_with_a_warning() {
-        let r = resolve(&DeviceRequest::Cpu, Precision::Fp16).unwrap();
+        let r = resolve(&DeviceRequest::Cpu, Some(Precision::Fp16)).unwrap();
         assert_eq!(r.precision, Precision::F32);
         assert_eq!(r.warnings.len(), 1);
+    }
+
+    #[test]
+    fn auto_without_a_gpu_falls_back_to_the_cpu_with_a_reason() {
+        let r = resolve(&DeviceRequest::Auto, None).unwrap();
+        if r.is_cpu() {
+            assert_eq!(r.precision, Precision::F32);
+            assert!(r.warnings.iter().any(|w| w.contains("running on the CPU")), "{:?}", r.warnings);
+        }
     }
 }

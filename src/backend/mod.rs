@@ -6,6 +6,8 @@
 //! All activations are row-major "tokens x channels" (NHWC without the N).
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 
 use std::fmt;
 
@@ -197,4 +199,13 @@ pub trait Backend: Send + Sync + 'static {
 
     /// `y = max(y, 0)` over `len` elements.
     fn relu(&self, y: &mut Self::Tensor, len: usize) -> OpResult;
+
+    /// Runs `forward`, which must only enqueue this backend's ops on buffers
+    /// that outlive the backend's use of them. A backend may record the first
+    /// run under `key` and replay the recording on later calls instead of
+    /// calling `forward` (the CUDA backend's graphs); others just call it.
+    fn run_recorded<E: From<BackendError>>(&self, key: usize, forward: &mut dyn FnMut() -> Result<(), E>) -> Result<(), E> {
+        let _ = key;
+        forward()
+    }
 }

@@ -67,7 +67,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     for _ in 0..args.warmup {
         loaded.engine.run_frame(&frame)?;
     }
-    loaded.engine.backend().take_profile();
+    if let Some(b) = loaded.engine.cpu_backend() {
+        b.take_profile();
+    }
     let mut total = Vec::with_capacity(frames);
     let mut model = Vec::with_capacity(frames);
     let (mut rss_at_10, mut rss_peak) = (None, 0.0f64);
@@ -102,7 +104,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "rss_mib_peak": round2(rss_peak),
         "model": args.model.model.display().to_string(),
     });
-    for (op, ms, calls) in loaded.engine.backend().take_profile() {
+    for (op, ms, calls) in loaded.engine.cpu_backend().map(|b| b.take_profile()).unwrap_or_default() {
         eprintln!("{op:<12} {:>9.2} ms/frame {:>6} calls/frame", ms / frames as f64, calls / frames as u64);
     }
     println!("{out}");

@@ -7,7 +7,7 @@ use clap::Args;
 use roadseg::backend::Precision;
 use roadseg::backend::cpu::CpuBackend;
 use roadseg::device::{self, DeviceRequest};
-use roadseg::engine::{Engine, ModelSpec, Preset, load_cpu_engines};
+use roadseg::engine::{AnyEngine, ModelSpec, Preset};
 
 /// The model folder shipped with roadseg (relative to the working directory).
 pub const BUNDLED_MODEL: &str = "models/roadseg-camvid";
@@ -20,9 +20,9 @@ pub struct ModelArgs {
     /// cpu, cuda, cuda:0,1 or auto (CUDA when usable, else CPU with a warning).
     #[arg(long, default_value = "auto")]
     pub device: DeviceRequest,
-    /// f32, fp16 or bf16 (the CPU always computes in f32).
-    #[arg(long, default_value = "f32")]
-    pub precision: Precision,
+    /// f32, fp16 or bf16 (default: fp16 on CUDA; the CPU always computes in f32).
+    #[arg(long)]
+    pub precision: Option<Precision>,
     /// fast: one pass; accurate: scales 0.9/1.0/1.1 averaged.
     #[arg(long, value_enum, default_value = "fast")]
     pub preset: Preset,
@@ -52,8 +52,8 @@ pub fn default_size(frame_w: usize, frame_h: usize) -> (usize, usize) {
 }
 
 pub struct Loaded {
-    pub engine: Engine<CpuBackend>,
-    pub device: &'static str,
+    pub engine: AnyEngine,
+    pub device: String,
     pub precision: Precision,
 }
 
@@ -68,8 +68,8 @@ pub fn load_engine_with(args: &ModelArgs, size: (usize, usize), threshold: f32, 
 }
 
 pub struct LoadedMany {
-    pub engines: Vec<Engine<CpuBackend>>,
-    pub device: &'static str,
+    pub engines: Vec<AnyEngine>,
+    pub device: String,
     pub precision: Precision,
 }
 
@@ -89,6 +89,6 @@ pub fn load_engines(args: &ModelArgs, size: (usize, usize), threshold: f32, back
         road_classes: &args.road_classes,
         confidence_threshold: threshold,
     };
-    let (engines, _) = load_cpu_engines(&spec, backend, count)?;
+    let (engines, _) = roadseg::engine::load_engines(&spec, &resolved, count, backend)?;
     Ok(LoadedMany { engines, device: resolved.device, precision: resolved.precision })
 }

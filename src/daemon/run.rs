@@ -28,8 +28,8 @@ use super::metrics::{self, DeviceMetrics, StreamMetrics};
 use super::notify;
 use super::supervisor::{StreamContext, StreamSupervisor};
 use crate::backend::cpu::CpuBackend;
-use crate::device::{self, DeviceRequest};
-use crate::engine::{Engine, ModelSpec, load_cpu_engines};
+use crate::device::{self, DeviceRequest, Resolved};
+use crate::engine::{self, AnyEngine, ModelSpec};
 use crate::images::{OverlayStyle, palette};
 use crate::video::annotate::Annotator;
 use crate::video::frame::VideoInfo;
@@ -73,12 +73,7 @@ pub fn derived_height(width: u32, info: VideoInfo) -> u32 {
 }
 
 /// Loads the model once and builds `count` engines sharing its weights.
-fn load_engines(
-    m: &ModelConfig,
-    size: (usize, usize),
-    backend: CpuBackend,
-    count: usize,
-) -> Result<(Vec<Engine<CpuBackend>>, Vec<String>)> {
+fn load_engines(m: &ModelConfig, size: (usize, usize), resolved: &Resolved, count: usize) -> Result<(Vec<AnyEngine>, Vec<String>)> {
     let spec = ModelSpec {
         path: &m.path,
         size,
@@ -86,7 +81,7 @@ fn load_engines(
         road_classes: &m.road_classes,
         confidence_threshold: m.confidence_threshold,
     };
-    Ok(load_cpu_engines(&spec, backend, count)?)
+    Ok(engine::load_engines(&spec, resolved, count, CpuBackend::new())?)
 }
 
 /// Streams' metric handles by name, for the workers' inference hook.
@@ -325,12 +320,11 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
         None => None,
     };
 
-    let precision = config.model.precision.unwrap_or_default();
-    let resolved = device::resolve(&config.model.device, precision).map_err(|e| anyhow!("model.device: {e}"))?;
+    let resolved = device::resolve(&config.model.device, config.model.precision).map_err(|e| anyhow!("model.device: {e}"))?;
     for w in &resolved.warnings {
         tracing::warn!("{w}");
     }
-    if config.model.device == DeviceRequest::Auto && resolved.device == "cpu" {
+    if config.model.device == DeviceRequest::Auto && resolved.is_cpu() {
         metrics::device_fallback("cuda", "cpu");
     }
 
@@ -378,12 +372,7 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
         }
     };
     let workers = config.workers.count.max(1);
-    let loaded = load_engines(
-        &config.model,
-        (width as usize, height as usize),
-        CpuBackend::new(),
-        workers,
-    );
+    let loaded = load_engines(&config.model, (width as usize, height as usize), &resolved, workers);
     let (engines, labels) = match loaded {
         Ok(x) => x,
         Err(e) => {
@@ -405,7 +394,7 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
         },
         show_text: a.overlay_text,
     };
-    let device = DeviceMetrics::new(resolved.device);
+    let device = DeviceMetrics::new(&resolved.device);
     let busy: Vec<_> = (0..workers).map(|i| device.worker_busy(i)).collect();
     let on_inference = {
         let (device, streams) = (device.clone(), daemon.stream_metrics.clone());

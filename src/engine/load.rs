@@ -4,9 +4,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::{Engine, EngineError, EngineOptions, Preset};
+use super::{AnyEngine, Engine, EngineError, EngineOptions, Preset};
 use crate::backend::Backend;
 use crate::backend::cpu::CpuBackend;
+use crate::device::{Resolved, Target};
 use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::model::{ModelError, SegformerWeights};
 
@@ -68,4 +69,50 @@ pub fn load_cpu_engines(spec: &ModelSpec<'_>, backend: CpuBackend, count: usize)
         "model loaded"
     );
     Ok((engines, labels))
+}
+
+/// Loads the model for the resolved device and builds `count` engines: on
+/// the CPU all share one copy of the weights; on CUDA each GPU holds one copy
+/// and engines (each its own stream and graphs) are spread over the GPUs.
+pub fn load_engines(spec: &ModelSpec<'_>, resolved: &Resolved, count: usize, cpu: CpuBackend) -> Result<(Vec<AnyEngine>, Vec<String>), LoadError> {
+    match &resolved.target {
+        Target::Cpu => {
+            let (engines, labels) = load_cpu_engines(spec, cpu, count)?;
+            Ok((engines.into_iter().map(AnyEngine::from).collect(), labels))
+        }
+        #[cfg(feature = "cuda")]
+        Target::Cuda { info, gpus } => super::cuda_load::load_cuda_engines(spec, info, gpus, resolved.precision, count),
+    }
+}
+
+fn options_for(spec: &ModelSpec<'_>, labels: &[String]) -> EngineOptions {
+    EngineOptions {
+        width: spec.size.0,
+        height: spec.size.1,
+        scales: spec.preset.scales(),
+        road_classes: road_class_ids(labels, spec.road_classes),
+        confidence_threshold: spec.confidence_threshold,
+    }
+}
+
+pub(super) fn open_checkpoint(spec: &ModelSpec<'_>) -> Result<Checkpoint, LoadError> {
+    Checkpoint::open(spec.path).map_err(|e| load_error(spec, EngineError::Model(ModelError::Checkpoint(e))))
+}
+
+pub(super) fn load_error(spec: &ModelSpec<'_>, source: EngineError) -> LoadError {
+    LoadError { path: spec.path.display().to_string(), source }
+}
+
+/// Engines on `backends` (one each) sharing `weights`.
+pub(super) fn engines_on<B: Backend>(
+    spec: &ModelSpec<'_>,
+    weights: &std::sync::Arc<SegformerWeights<B>>,
+    backends: Vec<std::sync::Arc<B>>,
+) -> Result<Vec<Engine<B>>, LoadError> {
+    let options = options_for(spec, &weights.labels);
+    backends
+        .into_iter()
+        .map(|b| Engine::new(b, weights.clone(), options.clone()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| load_error(spec, e))
 }

@@ -2,6 +2,9 @@
 //! -> logits averaged at the base resolution -> class/confidence per pixel.
 //! One `Engine` per worker; the model weights inside are shared.
 
+mod any;
+#[cfg(feature = "cuda")]
+mod cuda_load;
 mod load;
 mod postprocess;
 mod preprocess;
@@ -13,7 +16,8 @@ use crate::backend::cpu::resize_host;
 use crate::backend::{Backend, BackendError, ResizeDims};
 use crate::model::{ModelError, Segformer, SegformerWeights};
 
-pub use load::{LoadError, ModelSpec, load_cpu_engines, road_class_ids};
+pub use any::AnyEngine;
+pub use load::{LoadError, ModelSpec, load_cpu_engines, load_engines, road_class_ids};
 pub use postprocess::{PostprocessSpec, Postprocessor, Segmentation, UNKNOWN};
 pub use preprocess::{FrameError, FrameRef, MEAN, PixelFormat, STD, chw_to_hwc, hwc_to_chw, preprocess};
 
@@ -214,7 +218,8 @@ impl<B: Backend> Engine<B> {
         for &i in &self.active {
             let pass = &mut self.passes[i];
             b.write(pass.model.input_mut(), &pass.input)?;
-            pass.model.forward(b)?;
+            let model = &mut pass.model;
+            b.run_recorded(i, &mut || model.forward(b))?;
             b.read(pass.model.logits(), &mut pass.logits)?;
             let (sw, sh) = pass.model.logits_size();
             let dims = ResizeDims { src_h: sh, src_w: sw, dst_h: lh, dst_w: lw, channels: labels };

@@ -12,8 +12,7 @@ use crossbeam_channel::Sender;
 
 use super::annotate::{Annotator, FrameStats};
 use super::ring::{Doorbell, FrameBuf, FrameRing};
-use crate::backend::Backend;
-use crate::engine::{Engine, FrameRef, PixelFormat, UNKNOWN};
+use crate::engine::{AnyEngine, FrameRef, PixelFormat, UNKNOWN};
 
 /// Why a frame never reached the output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,9 +107,9 @@ impl WorkerPool {
     }
 
     /// One worker thread per engine.
-    pub fn spawn_workers<B: Backend>(
+    pub fn spawn_workers(
         &mut self,
-        engines: Vec<Engine<B>>,
+        engines: Vec<AnyEngine>,
         annotator: Annotator,
         on_inference: InferenceObserver,
         on_busy: BusyObserver,
@@ -173,16 +172,16 @@ impl WorkerPool {
     }
 }
 
-struct Worker<B: Backend> {
+struct Worker {
     index: usize,
-    engine: Engine<B>,
+    engine: AnyEngine,
     annotator: Annotator,
     shared: Arc<Shared>,
     on_inference: InferenceObserver,
     on_busy: BusyObserver,
 }
 
-impl<B: Backend> Worker<B> {
+impl Worker {
     fn run(mut self) {
         let mut streams: Vec<Arc<StreamInput>> = Vec::new();
         let mut seen_generation = u64::MAX;

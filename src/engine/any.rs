@@ -1,0 +1,95 @@
+//! An engine on whichever backend the device resolved to, so commands, the
+//! worker pool and the daemon are written once.
+
+use half::{bf16, f16};
+
+use super::{Engine, EngineError, EngineOptions, FrameRef, FrameTimings, Segmentation};
+use crate::backend::Backend;
+use crate::backend::cpu::CpuBackend;
+#[cfg(feature = "cuda")]
+use crate::backend::cuda::CudaBackend;
+
+pub enum AnyEngine {
+    Cpu(Engine<CpuBackend>),
+    #[cfg(feature = "cuda")]
+    CudaF16(Engine<CudaBackend<f16>>),
+    #[cfg(feature = "cuda")]
+    CudaBf16(Engine<CudaBackend<bf16>>),
+    #[cfg(feature = "cuda")]
+    CudaF32(Engine<CudaBackend<f32>>),
+}
+
+#[cfg(not(feature = "cuda"))]
+const _: Option<(f16, bf16)> = None;
+
+macro_rules! each {
+    ($self:expr, $e:ident => $body:expr) => {
+        match $self {
+            AnyEngine::Cpu($e) => $body,
+            #[cfg(feature = "cuda")]
+            AnyEngine::CudaF16($e) => $body,
+            #[cfg(feature = "cuda")]
+            AnyEngine::CudaBf16($e) => $body,
+            #[cfg(feature = "cuda")]
+            AnyEngine::CudaF32($e) => $body,
+        }
+    };
+}
+
+impl AnyEngine {
+    pub fn options(&self) -> &EngineOptions {
+        each!(self, e => e.options())
+    }
+
+    pub fn labels(&self) -> &[String] {
+        each!(self, e => e.labels())
+    }
+
+    pub fn num_labels(&self) -> usize {
+        each!(self, e => e.num_labels())
+    }
+
+    pub fn logits_size(&self) -> (usize, usize) {
+        each!(self, e => e.logits_size())
+    }
+
+    pub fn logits(&self) -> &[f32] {
+        each!(self, e => e.logits())
+    }
+
+    pub fn segmentation(&self) -> &Segmentation {
+        each!(self, e => e.segmentation())
+    }
+
+    pub fn timings(&self) -> FrameTimings {
+        each!(self, e => e.timings())
+    }
+
+    /// The backend in words (device, precision).
+    pub fn describe(&self) -> String {
+        each!(self, e => e.backend().describe())
+    }
+
+    pub fn run_frame(&mut self, frame: &FrameRef<'_>) -> Result<&Segmentation, EngineError> {
+        each!(self, e => e.run_frame(frame))
+    }
+
+    pub fn run_normalized(&mut self, hwc: &[f32]) -> Result<&[f32], EngineError> {
+        each!(self, e => e.run_normalized(hwc))
+    }
+
+    /// The CPU backend, for its op profile (`roadseg bench --profile-ops`).
+    pub fn cpu_backend(&self) -> Option<&CpuBackend> {
+        match self {
+            AnyEngine::Cpu(e) => Some(e.backend()),
+            #[cfg(feature = "cuda")]
+            _ => None,
+        }
+    }
+}
+
+impl From<Engine<CpuBackend>> for AnyEngine {
+    fn from(e: Engine<CpuBackend>) -> Self {
+        AnyEngine::Cpu(e)
+    }
+}

@@ -1,0 +1,72 @@
+//! Building engines on CUDA GPUs: one weight copy per GPU, one backend
+//! (stream, cuBLASLt handle, graphs) per engine.
+
+use std::sync::Arc;
+
+use cudarc::cublaslt::{CudaBlasLT, Matmul};
+use half::{bf16, f16};
+
+use super::load::{engines_on, load_error, open_checkpoint};
+use super::{AnyEngine, Engine, EngineError, LoadError, ModelSpec};
+use crate::backend::cuda::{CudaBackend, CudaDevice, CudaInfo, CudaOptions, GemmElem, GpuInfo};
+use crate::backend::{BackendError, Precision};
+use crate::model::SegformerWeights;
+
+pub fn load_cuda_engines(
+    spec: &ModelSpec<'_>,
+    info: &CudaInfo,
+    gpus: &[GpuInfo],
+    precision: Precision,
+    count: usize,
+) -> Result<(Vec<AnyEngine>, Vec<String>), LoadError> {
+    let options = cuda_options_from_env();
+    match precision {
+        Precision::Fp16 => build::<f16>(spec, info, gpus, count, options, AnyEngine::CudaF16),
+        Precision::Bf16 => build::<bf16>(spec, info, gpus, count, options, AnyEngine::CudaBf16),
+        Precision::F32 => build::<f32>(spec, info, gpus, count, options, AnyEngine::CudaF32),
+    }
+}
+
+/// Debug switches: `ROADSEG_CUDA_NO_GRAPH=1` runs the same kernels eagerly,
+/// `ROADSEG_CUDA_NO_FLASH=1` uses the reference attention kernel.
+pub fn cuda_options_from_env() -> CudaOptions {
+    let on = |name: &str| std::env::var(name).is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
+    CudaOptions { graphs: !on("ROADSEG_CUDA_NO_GRAPH"), flash_attention: !on("ROADSEG_CUDA_NO_FLASH") }
+}
+
+fn build<T: GemmElem>(
+    spec: &ModelSpec<'_>,
+    info: &CudaInfo,
+    gpus: &[GpuInfo],
+    count: usize,
+    options: CudaOptions,
+    wrap: fn(Engine<CudaBackend<T>>) -> AnyEngine,
+) -> Result<(Vec<AnyEngine>, Vec<String>), LoadError>
+where
+    CudaBlasLT: Matmul<T>,
+{
+    let fail = |e: crate::backend::cuda::CudaError| load_error(spec, EngineError::Backend(BackendError::from(e)));
+    let count = count.max(1);
+    let mut engines = Vec::with_capacity(count);
+    let mut labels = Vec::new();
+    for (g, gpu) in gpus.iter().enumerate() {
+        // Engines g, g + n, g + 2n, ... run on GPU g.
+        let here = (g..count).step_by(gpus.len()).count();
+        if here == 0 {
+            continue;
+        }
+        let device = CudaDevice::open(gpu, info).map_err(fail)?;
+        let first = CudaBackend::<T>::new(device, options).map_err(fail)?;
+        let mut ckpt = open_checkpoint(spec)?;
+        let weights = SegformerWeights::load(&mut ckpt, &first).map_err(|e| load_error(spec, e.into()))?;
+        labels = weights.labels.clone();
+        let mut backends = Vec::with_capacity(here);
+        for _ in 1..here {
+            backends.push(Arc::new(first.sibling().map_err(fail)?));
+        }
+        backends.insert(0, Arc::new(first));
+        engines.extend(engines_on(spec, &weights, backends)?.into_iter().map(wrap));
+        tracing::info!(gpu = gpu.ordinal, name = %gpu.name, engines = here, precision = %T::PRECISION, "model loaded on GPU");
+    }
+    Ok((engines, labels))
+}

@@ -8,7 +8,7 @@ use super::{AnyEngine, Engine, EngineError, EngineOptions, Preset};
 use crate::backend::Backend;
 use crate::backend::cpu::CpuBackend;
 use crate::device::{Resolved, Target};
-use crate::checkpoint::{Checkpoint, CheckpointError};
+use crate::checkpoint::Checkpoint;
 use crate::model::{ModelError, SegformerWeights};
 
 /// Everything needed to turn a model folder into engines.
@@ -43,23 +43,10 @@ pub fn road_class_ids(labels: &[String], names: &[String]) -> Vec<usize> {
 /// Loads the model once and builds `count` engines sharing its weights.
 /// Returns the engines and the model's class names.
 pub fn load_cpu_engines(spec: &ModelSpec<'_>, backend: CpuBackend, count: usize) -> Result<(Vec<Engine<CpuBackend>>, Vec<String>), LoadError> {
-    let fail = |source: EngineError| LoadError { path: spec.path.display().to_string(), source };
-    let from_ckpt = |e: CheckpointError| fail(EngineError::Model(ModelError::Checkpoint(e)));
-    let mut ckpt = Checkpoint::open(spec.path).map_err(from_ckpt)?;
+    let mut ckpt = open_checkpoint(spec)?;
     let backend = Arc::new(backend);
-    let weights = SegformerWeights::load(&mut ckpt, &*backend).map_err(|e| fail(e.into()))?;
-    let labels = weights.labels.clone();
-    let options = EngineOptions {
-        width: spec.size.0,
-        height: spec.size.1,
-        scales: spec.preset.scales(),
-        road_classes: road_class_ids(&labels, spec.road_classes),
-        confidence_threshold: spec.confidence_threshold,
-    };
-    let engines = (0..count.max(1))
-        .map(|_| Engine::new(backend.clone(), weights.clone(), options.clone()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(fail)?;
+    let weights = SegformerWeights::load(&mut ckpt, &*backend).map_err(|e| load_error(spec, e.into()))?;
+    let engines = engines_on(spec, &weights, vec![backend.clone(); count.max(1)])?;
     tracing::info!(
         model = %spec.path.display(),
         backend = %backend.describe(),
@@ -68,7 +55,7 @@ pub fn load_cpu_engines(spec: &ModelSpec<'_>, backend: CpuBackend, count: usize)
         engines = engines.len(),
         "model loaded"
     );
-    Ok((engines, labels))
+    Ok((engines, weights.labels.clone()))
 }
 
 /// Loads the model for the resolved device and builds `count` engines: on
@@ -106,8 +93,8 @@ pub(super) fn load_error(spec: &ModelSpec<'_>, source: EngineError) -> LoadError
 /// Engines on `backends` (one each) sharing `weights`.
 pub(super) fn engines_on<B: Backend>(
     spec: &ModelSpec<'_>,
-    weights: &std::sync::Arc<SegformerWeights<B>>,
-    backends: Vec<std::sync::Arc<B>>,
+    weights: &Arc<SegformerWeights<B>>,
+    backends: Vec<Arc<B>>,
 ) -> Result<Vec<Engine<B>>, LoadError> {
     let options = options_for(spec, &weights.labels);
     backends

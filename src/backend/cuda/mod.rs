@@ -88,6 +88,18 @@ impl CudaDevice {
         let module = KernelModule::load(&ctx, kernels::arch_name(major, minor), info.driver_version)?;
         Ok(Arc::new(CudaDevice { ctx, module, gpu: gpu.clone() }))
     }
+
+    /// (free, total) device memory in bytes.
+    pub fn memory(&self) -> Result<(usize, usize), CudaError> {
+        Ok(self.ctx.mem_get_info()?)
+    }
+}
+
+/// Opens the first usable GPU, or says why there is none (tests, `bench`).
+pub fn first_device() -> Result<Arc<CudaDevice>, CudaError> {
+    let info = probe::probe()?;
+    let gpus = probe::select(&info, &[])?;
+    CudaDevice::open(&gpus[0], &info)
 }
 
 /// A recorded forward; only touched by its worker's thread (under the mutex).

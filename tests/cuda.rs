@@ -1,0 +1,281 @@
+//! Rule: the CUDA backend computes what the CPU reference computes, within
+//! fp16 tolerance (relative L2 of logits <= 1e-2, argmax agreement >= 99.5%
+//! on the HF fixtures), its graph replay is bit-identical to the eager run of
+//! the same kernels, and replaying does not grow memory. Skips with a message
+//! on machines without a usable NVIDIA GPU.
+
+#![cfg(feature = "cuda")]
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use common::*;
+use cudarc::cublaslt::{CudaBlasLT, Matmul};
+use half::{bf16, f16};
+use roadseg::backend::cuda::{CudaBackend, CudaDevice, CudaOptions, GemmElem, first_device};
+use roadseg::backend::{AttnDims, Backend, ConvDims, GemmDims, ResizeDims};
+use roadseg::engine::chw_to_hwc;
+use roadseg::npy;
+
+const SHARED_CASES: [&str; 4] = ["b0-cityscapes-1024x1024", "b5-shallow-fp16-320x256", "tiny-1024x576", "b0-image-1024x576"];
+const LOCAL_CASES: [&str; 2] = ["odd-bf16-203x141", "three-stage-fp16-161x97"];
+
+fn gpu_or_skip() -> Option<Arc<CudaDevice>> {
+    match first_device() {
+        Ok(d) => {
+            eprintln!("GPU: {} (sm_{}{})", d.gpu.name, d.gpu.compute_capability.0, d.gpu.compute_capability.1);
+            Some(d)
+        }
+        Err(e) => {
+            eprintln!("SKIP: no usable CUDA GPU here ({e})");
+            None
+        }
+    }
+}
+
+fn backend<T: GemmElem>(d: &Arc<CudaDevice>, options: CudaOptions) -> Arc<CudaBackend<T>>
+where
+    CudaBlasLT: Matmul<T>,
+{
+    Arc::new(CudaBackend::<T>::new(d.clone(), options).expect("CUDA backend"))
+}
+
+/// (relative L2 error, argmax agreement over pixels) of CHW logits.
+fn compare(ours: &[f32], reference: &[f32], labels: usize) -> (f64, f64) {
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for (a, b) in ours.iter().zip(reference) {
+        num += ((a - b) as f64).powi(2);
+        den += (*b as f64).powi(2);
+    }
+    let pixels = reference.len() / labels;
+    let argmax = |v: &[f32], p: usize| (0..labels).max_by(|&i, &j| v[i * pixels + p].total_cmp(&v[j * pixels + p])).unwrap();
+    let agree = (0..pixels).filter(|&p| argmax(ours, p) == argmax(reference, p)).count();
+    ((num / den.max(1e-30)).sqrt(), agree as f64 / pixels as f64)
+}
+
+fn check_fixtures<T: GemmElem>(d: &Arc<CudaDevice>, max_rel_l2: f64, min_argmax: f64)
+where
+    CudaBlasLT: Matmul<T>,
+{
+    let local = LOCAL_CASES.iter().map(|c| Some(repo().join("tests/data").join(c)));
+    let shared_dirs = SHARED_CASES.iter().map(|c| shared(&format!("fixtures/segformer/{c}")));
+    for dir in local.chain(shared_dirs).flatten() {
+        let reference = npy::read_f32(dir.join("logits.npy")).unwrap();
+        let (ours, shape) = fixture_logits(backend::<T>(d, CudaOptions::default()), &dir);
+        assert_eq!(shape, reference.shape);
+        let (rel, agree) = compare(&ours, &reference.data, shape[1]);
+        eprintln!("{} {}: relative L2 {rel:.3e}, argmax agreement {:.4}%", T::PRECISION, dir.display(), agree * 100.0);
+        assert!(rel <= max_rel_l2, "{}: relative L2 {rel} > {max_rel_l2}", dir.display());
+        assert!(agree >= min_argmax, "{}: argmax agreement {agree} < {min_argmax}", dir.display());
+    }
+}
+
+#[test]
+fn fp16_matches_hf_reference() {
+    let Some(d) = gpu_or_skip() else { return };
+    check_fixtures::<f16>(&d, 1e-2, 0.995);
+}
+
+#[test]
+fn f32_matches_hf_reference() {
+    // cuBLASLt runs f32 GEMMs on TF32 tensor cores: the fp16 bar still applies.
+    let Some(d) = gpu_or_skip() else { return };
+    check_fixtures::<f32>(&d, 1e-2, 0.995);
+}
+
+#[test]
+fn bf16_stays_close_to_hf_reference() {
+    // bf16 keeps 8 mantissa bits (fp16: 11): a looser bar, reported for comparison.
+    let Some(d) = gpu_or_skip() else { return };
+    check_fixtures::<bf16>(&d, 4e-2, 0.98);
+}
+
+fn run_fixture<T: GemmElem>(b: Arc<CudaBackend<T>>, dir: &Path, times: usize) -> Vec<Vec<f32>>
+where
+    CudaBlasLT: Matmul<T>,
+{
+    let pv = npy::read_f32(dir.join("pixel_values.npy")).unwrap();
+    let (h, w) = (pv.shape[2], pv.shape[3]);
+    let hwc = chw_to_hwc(&pv.data, h, w, 3);
+    let mut e = engine(b, dir, w, h, vec![1.0]);
+    (0..times).map(|_| e.run_normalized(&hwc).unwrap().to_vec()).collect()
+}
+
+#[test]
+fn graph_replay_is_bit_identical_to_eager() {
+    let Some(d) = gpu_or_skip() else { return };
+    let dir = repo().join("tests/data/odd-bf16-203x141");
+    let eager = run_fixture(backend::<f16>(&d, CudaOptions { graphs: false, ..CudaOptions::default() }), &dir, 2);
+    let graphed_backend = backend::<f16>(&d, CudaOptions::default());
+    let graphed = run_fixture(graphed_backend.clone(), &dir, 3);
+    assert_eq!(graphed_backend.recordings(), 1, "one graph for the one model instance");
+    assert_eq!(eager[0], eager[1], "eager runs are deterministic");
+    for (i, g) in graphed.iter().enumerate() {
+        assert!(g == &eager[0], "graph run {i} differs from the eager run");
+    }
+}
+
+#[test]
+fn ten_thousand_replays_do_not_grow_memory() {
+    let Some(d) = gpu_or_skip() else { return };
+    let dir = repo().join("tests/data/three-stage-fp16-161x97");
+    let pv = npy::read_f32(dir.join("pixel_values.npy")).unwrap();
+    let (h, w) = (pv.shape[2], pv.shape[3]);
+    let hwc = chw_to_hwc(&pv.data, h, w, 3);
+    let mut e = engine(backend::<f16>(&d, CudaOptions::default()), &dir, w, h, vec![1.0]);
+    let first = e.run_normalized(&hwc).unwrap().to_vec();
+    for _ in 0..10 {
+        e.run_normalized(&hwc).unwrap();
+    }
+    let (free_before, _) = d.memory().unwrap();
+    let rss_before = rss_kib();
+    for _ in 0..10_000 {
+        e.run_normalized(&hwc).unwrap();
+    }
+    let (free_after, _) = d.memory().unwrap();
+    let rss_after = rss_kib();
+    eprintln!("device free {free_before} -> {free_after} bytes; RSS {rss_before} -> {rss_after} KiB");
+    assert_eq!(free_before, free_after, "device memory changed over 10,000 replays");
+    assert!(rss_after <= rss_before + 1024, "host RSS grew by {} KiB", rss_after - rss_before);
+    assert_eq!(e.run_normalized(&hwc).unwrap(), &first[..], "replay 10,011 still gives the first result");
+}
+
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap_or(0)
+}
+
+/// Deterministic values in [-1, 1).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// Runs one op on the CPU and on CUDA (fp16 and f32) from the same inputs
+/// and compares the outputs.
+fn op_matches_cpu(name: &str, out_len: usize, op: &dyn Fn(&dyn OpRunner) -> Vec<f32>, d: &Arc<CudaDevice>) {
+    let cpu = op(&Generic(&roadseg::backend::cpu::CpuBackend::new()));
+    let fp16 = op(&Generic(&*backend::<f16>(d, CudaOptions::default())));
+    let f32 = op(&Generic(&*backend::<f32>(d, CudaOptions::default())));
+    for (label, gpu, tol) in [("fp16", fp16, 2e-2), ("f32", f32, 5e-3)] {
+        assert_eq!(gpu.len(), out_len);
+        let (max, _) = diff(&gpu, &cpu);
+        let bound = tol * abs_max(&cpu).max(1.0);
+        eprintln!("{name} {label}: max diff {max:.3e} (bound {bound:.3e})");
+        assert!(max <= bound, "{name} {label}: max diff {max} > {bound}");
+    }
+}
+
+/// The ops under test, on any backend, with f32 host data in and out.
+trait OpRunner {
+    fn linear(&self, x: &[f32], w: &[f32], b: &[f32], y0: &[f32], d: GemmDims, acc: bool) -> Vec<f32>;
+    fn conv(&self, x: &[f32], w: &[f32], b: &[f32], d: ConvDims) -> Vec<f32>;
+    fn layer_norm(&self, x: &[f32], g: &[f32], b: &[f32], rows: usize, dim: usize) -> Vec<f32>;
+    fn attention(&self, q: &[f32], kv: &[f32], d: AttnDims) -> Vec<f32>;
+    fn dwconv(&self, x: &[f32], w: &[f32], b: &[f32], h: usize, w_: usize, c: usize) -> Vec<f32>;
+    fn resize(&self, x: &[f32], y0: &[f32], d: ResizeDims, acc: bool) -> Vec<f32>;
+}
+
+struct Generic<'a, B: Backend>(&'a B);
+
+impl<B: Backend> Generic<'_, B> {
+    fn t(&self, v: &[f32]) -> B::Tensor {
+        let mut t = self.0.tensor(v.len()).unwrap();
+        self.0.write(&mut t, v).unwrap();
+        t
+    }
+    fn out(&self, t: &B::Tensor, n: usize) -> Vec<f32> {
+        let mut v = vec![0.0; n];
+        self.0.sync().unwrap();
+        self.0.read(t, &mut v).unwrap();
+        v
+    }
+}
+
+impl<B: Backend> OpRunner for Generic<'_, B> {
+    fn linear(&self, x: &[f32], w: &[f32], b: &[f32], y0: &[f32], d: GemmDims, acc: bool) -> Vec<f32> {
+        let (x, mut y) = (self.t(x), self.t(y0));
+        let (w, b) = (self.0.param(w).unwrap(), self.0.param(b).unwrap());
+        self.0.linear(&x, &w, Some(&b), &mut y, d, acc).unwrap();
+        self.out(&y, d.rows * d.n)
+    }
+    fn conv(&self, x: &[f32], w: &[f32], b: &[f32], d: ConvDims) -> Vec<f32> {
+        let x = self.t(x);
+        let n = d.out_h() * d.out_w() * d.c_out;
+        let (mut y, mut ws) = (self.0.tensor(n).unwrap(), self.0.tensor(self.0.conv2d_workspace(d)).unwrap());
+        let (w, b) = (self.0.param(w).unwrap(), self.0.param(b).unwrap());
+        self.0.conv2d(&x, &w, &b, &mut y, &mut ws, d).unwrap();
+        self.out(&y, n)
+    }
+    fn layer_norm(&self, x: &[f32], g: &[f32], b: &[f32], rows: usize, dim: usize) -> Vec<f32> {
+        let (x, mut y) = (self.t(x), self.0.tensor(rows * dim).unwrap());
+        let (g, b) = (self.0.param(g).unwrap(), self.0.param(b).unwrap());
+        self.0.layer_norm(&x, &g, &b, &mut y, rows, dim).unwrap();
+        self.out(&y, rows * dim)
+    }
+    fn attention(&self, q: &[f32], kv: &[f32], d: AttnDims) -> Vec<f32> {
+        let (q, kv) = (self.t(q), self.t(kv));
+        let n = d.queries * d.heads * d.head_dim;
+        let (mut y, mut ws) = (self.0.tensor(n).unwrap(), self.0.tensor(self.0.attention_workspace(d)).unwrap());
+        self.0.attention(&q, &kv, &mut y, &mut ws, d).unwrap();
+        self.out(&y, n)
+    }
+    fn dwconv(&self, x: &[f32], w: &[f32], b: &[f32], h: usize, w_: usize, c: usize) -> Vec<f32> {
+        let (x, mut y) = (self.t(x), self.0.tensor(h * w_ * c).unwrap());
+        let (w, b) = (self.0.param(w).unwrap(), self.0.param(b).unwrap());
+        self.0.dwconv3x3_gelu(&x, &w, &b, &mut y, h, w_, c).unwrap();
+        self.out(&y, h * w_ * c)
+    }
+    fn resize(&self, x: &[f32], y0: &[f32], d: ResizeDims, acc: bool) -> Vec<f32> {
+        let (x, mut y) = (self.t(x), self.t(y0));
+        self.0.resize_bilinear(&x, &mut y, d, acc).unwrap();
+        self.out(&y, d.dst_h * d.dst_w * d.channels)
+    }
+}
+
+#[test]
+fn each_op_matches_the_cpu_backend() {
+    let Some(d) = gpu_or_skip() else { return };
+    // Odd sizes on purpose: partial tiles, masking and bounds in every kernel.
+    let g = GemmDims { rows: 301, k: 67, n: 45 };
+    let (x, w, b, y0) = (values(g.rows * g.k, 1), values(g.k * g.n, 2), values(g.n, 3), values(g.rows * g.n, 4));
+    for acc in [false, true] {
+        op_matches_cpu("linear", g.rows * g.n, &|r| r.linear(&x, &w, &b, &y0, g, acc), &d);
+    }
+    for cd in [
+        ConvDims { h: 37, w: 53, c_in: 3, c_out: 32, kernel: 7, stride: 4, pad: 3 },
+        ConvDims { h: 19, w: 23, c_in: 32, c_out: 64, kernel: 3, stride: 2, pad: 1 },
+        ConvDims { h: 24, w: 40, c_in: 64, c_out: 64, kernel: 8, stride: 8, pad: 0 },
+    ] {
+        let (x, w, b) = (values(cd.h * cd.w * cd.c_in, 5), values(cd.kernel * cd.kernel * cd.c_in * cd.c_out, 6), values(cd.c_out, 7));
+        op_matches_cpu("conv2d", cd.out_h() * cd.out_w() * cd.c_out, &|r| r.conv(&x, &w, &b, cd), &d);
+    }
+    let (rows, dim) = (173, 160);
+    let (x, gm, bt) = (values(rows * dim, 8), values(dim, 9), values(dim, 10));
+    op_matches_cpu("layer_norm", rows * dim, &|r| r.layer_norm(&x, &gm, &bt, rows, dim), &d);
+    for ad in [
+        AttnDims { queries: 1000, keys: 130, heads: 1, head_dim: 32 },
+        AttnDims { queries: 333, keys: 77, heads: 2, head_dim: 64 },
+        AttnDims { queries: 100, keys: 100, heads: 5, head_dim: 32 },
+        AttnDims { queries: 50, keys: 50, heads: 3, head_dim: 48 },
+    ] {
+        let c = ad.heads * ad.head_dim;
+        let (q, kv) = (values(ad.queries * c, 11), values(ad.keys * 2 * c, 12));
+        op_matches_cpu("attention", ad.queries * c, &|r| r.attention(&q, &kv, ad), &d);
+    }
+    let (h, w_, c) = (13, 29, 96);
+    let (x, w, b) = (values(h * w_ * c, 13), values(9 * c, 14), values(c, 15));
+    op_matches_cpu("dwconv3x3_gelu", h * w_ * c, &|r| r.dwconv(&x, &w, &b, h, w_, c), &d);
+    let rd = ResizeDims { src_h: 9, src_w: 17, dst_h: 36, dst_w: 68, channels: 24 };
+    let (x, y0) = (values(rd.src_h * rd.src_w * rd.channels, 16), values(rd.dst_h * rd.dst_w * rd.channels, 17));
+    for acc in [false, true] {
+        op_matches_cpu("resize_bilinear", rd.dst_h * rd.dst_w * rd.channels, &|r| r.resize(&x, &y0, rd, acc), &d);
+    }
+}

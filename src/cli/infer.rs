@@ -78,6 +78,7 @@ pub fn run(args: InferArgs) -> Result<()> {
     let first = images::load_rgb(&files[0])?;
     let size = args.size.unwrap_or_else(|| default_size(first.width() as usize, first.height() as usize));
     let mut loaded = load_engine(&args.model, size, args.model.threshold)?;
+    loaded.engine.keep_logits(args.logits_out.is_some());
     let labels = loaded.engine.labels().to_vec();
     let style = OverlayStyle {
         road_classes: loaded.engine.options().road_classes.clone(),

@@ -7,16 +7,16 @@ use super::{Engine, EngineError, EngineOptions, FrameRef, FrameTimings, Segmenta
 use crate::backend::Backend;
 use crate::backend::cpu::CpuBackend;
 #[cfg(feature = "cuda")]
-use crate::backend::cuda::CudaBackend;
+use super::CudaEngine;
 
 pub enum AnyEngine {
     Cpu(Engine<CpuBackend>),
     #[cfg(feature = "cuda")]
-    CudaF16(Engine<CudaBackend<f16>>),
+    CudaF16(CudaEngine<f16>),
     #[cfg(feature = "cuda")]
-    CudaBf16(Engine<CudaBackend<bf16>>),
+    CudaBf16(CudaEngine<bf16>),
     #[cfg(feature = "cuda")]
-    CudaF32(Engine<CudaBackend<f32>>),
+    CudaF32(CudaEngine<f32>),
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -76,6 +76,20 @@ impl AnyEngine {
 
     pub fn run_normalized(&mut self, hwc: &[f32]) -> Result<&[f32], EngineError> {
         each!(self, e => e.run_normalized(hwc))
+    }
+
+    /// Keeps each frame's logits on the host (`logits()`), at the cost of the
+    /// GPU frame path; the CPU always keeps them.
+    pub fn keep_logits(&mut self, keep: bool) {
+        match self {
+            AnyEngine::Cpu(_) => {}
+            #[cfg(feature = "cuda")]
+            AnyEngine::CudaF16(e) => e.keep_logits = keep,
+            #[cfg(feature = "cuda")]
+            AnyEngine::CudaBf16(e) => e.keep_logits = keep,
+            #[cfg(feature = "cuda")]
+            AnyEngine::CudaF32(e) => e.keep_logits = keep,
+        }
     }
 
     /// The CPU backend, for its op profile (`roadseg bench --profile-ops`).

@@ -7,7 +7,7 @@ use cudarc::cublaslt::{CudaBlasLT, Matmul};
 use half::{bf16, f16};
 
 use super::load::{engines_on, load_error, open_checkpoint};
-use super::{AnyEngine, Engine, EngineError, LoadError, ModelSpec};
+use super::{AnyEngine, CudaEngine, EngineError, LoadError, ModelSpec};
 use crate::backend::cuda::{CudaBackend, CudaDevice, CudaInfo, CudaOptions, GemmElem, GpuInfo};
 use crate::backend::{BackendError, Precision};
 use crate::model::SegformerWeights;
@@ -29,9 +29,13 @@ pub fn load_cuda_engines(
 
 /// Debug switches: `ROADSEG_CUDA_NO_GRAPH=1` runs the same kernels eagerly,
 /// `ROADSEG_CUDA_NO_FLASH=1` uses the reference attention kernel.
+/// `ROADSEG_CUDA_HOST_FRAMES=1` pre/post-processes frames on the host.
 pub fn cuda_options_from_env() -> CudaOptions {
-    let on = |name: &str| std::env::var(name).is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
-    CudaOptions { graphs: !on("ROADSEG_CUDA_NO_GRAPH"), flash_attention: !on("ROADSEG_CUDA_NO_FLASH") }
+    CudaOptions { graphs: !env_on("ROADSEG_CUDA_NO_GRAPH"), flash_attention: !env_on("ROADSEG_CUDA_NO_FLASH") }
+}
+
+fn env_on(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
 }
 
 fn build<T: GemmElem>(
@@ -40,7 +44,7 @@ fn build<T: GemmElem>(
     gpus: &[GpuInfo],
     count: usize,
     options: CudaOptions,
-    wrap: fn(Engine<CudaBackend<T>>) -> AnyEngine,
+    wrap: fn(CudaEngine<T>) -> AnyEngine,
 ) -> Result<(Vec<AnyEngine>, Vec<String>), LoadError>
 where
     CudaBlasLT: Matmul<T>,
@@ -65,7 +69,8 @@ where
             backends.push(Arc::new(first.sibling().map_err(fail)?));
         }
         backends.insert(0, Arc::new(first));
-        engines.extend(engines_on(spec, &weights, backends)?.into_iter().map(wrap));
+        let device_frames = !env_on("ROADSEG_CUDA_HOST_FRAMES");
+        engines.extend(engines_on(spec, &weights, backends)?.into_iter().map(|e| wrap(CudaEngine::new(e, device_frames))));
         tracing::info!(gpu = gpu.ordinal, name = %gpu.name, engines = here, precision = %T::PRECISION, "model loaded on GPU");
     }
     Ok((engines, labels))

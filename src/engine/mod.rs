@@ -4,6 +4,8 @@
 
 mod any;
 #[cfg(feature = "cuda")]
+mod cuda_engine;
+#[cfg(feature = "cuda")]
 mod cuda_load;
 mod load;
 mod postprocess;
@@ -17,6 +19,8 @@ use crate::backend::{Backend, BackendError, ResizeDims};
 use crate::model::{ModelError, Segformer, SegformerWeights};
 
 pub use any::AnyEngine;
+#[cfg(feature = "cuda")]
+pub use cuda_engine::CudaEngine;
 pub use load::{LoadError, ModelSpec, load_cpu_engines, load_engines, road_class_ids};
 pub use postprocess::{PostprocessSpec, Postprocessor, Segmentation, UNKNOWN};
 pub use preprocess::{FrameError, FrameRef, MEAN, PixelFormat, STD, chw_to_hwc, hwc_to_chw, preprocess};
@@ -107,6 +111,14 @@ struct ScaledPass<B: Backend> {
     logits: Vec<f32>,
 }
 
+pub(crate) struct DevicePass<'a, B: Backend> {
+    pub backend: &'a Arc<B>,
+    pub model: &'a mut Segformer<B>,
+    pub segmentation: &'a mut Segmentation,
+    pub timings: &'a mut FrameTimings,
+    pub options: &'a EngineOptions,
+}
+
 pub struct Engine<B: Backend> {
     backend: Arc<B>,
     options: EngineOptions,
@@ -174,6 +186,18 @@ impl<B: Backend> Engine<B> {
 
     pub fn backend(&self) -> &Arc<B> {
         &self.backend
+    }
+
+    /// The parts a device-side frame path needs, when exactly one pass runs.
+    pub(crate) fn device_pass(&mut self) -> Option<DevicePass<'_, B>> {
+        let [i] = self.active[..] else { return None };
+        Some(DevicePass {
+            backend: &self.backend,
+            model: &mut self.passes[i].model,
+            segmentation: &mut self.segmentation,
+            timings: &mut self.timings,
+            options: &self.options,
+        })
     }
 
     /// Full path for one frame: returns its segmentation at the frame's size.

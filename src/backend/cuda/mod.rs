@@ -10,6 +10,7 @@
 //! only on its own stream, and weights are written once before any worker runs.
 
 mod elem;
+mod frame;
 pub mod kernels;
 pub mod probe;
 
@@ -21,6 +22,7 @@ use cudarc::cublaslt::{CudaBlasLT, Matmul, MatmulConfig};
 use cudarc::driver::{CudaContext, CudaGraph, CudaSlice, CudaStream, DriverError, LaunchConfig, PushKernelArg, sys};
 
 pub use self::elem::{CudaElem, GemmElem};
+pub use self::frame::FrameArena;
 use self::kernels::{KernelModule, Ops};
 pub use self::probe::{CudaInfo, CudaUnavailable, GpuInfo};
 use super::{AttnDims, Backend, BackendError, ConvDims, GemmDims, OpResult, Precision, ResizeDims};
@@ -133,9 +135,11 @@ macro_rules! launch {
     }};
 }
 
+pub(crate) use launch;
+
 const BLOCK: u32 = 256;
 
-fn grid_for(n: usize) -> LaunchConfig {
+pub(crate) fn grid_for(n: usize) -> LaunchConfig {
     let blocks = n.div_ceil(BLOCK as usize).clamp(1, 1 << 30) as u32;
     LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 }
 }
@@ -172,6 +176,11 @@ where
     /// Number of recorded graphs (one per model instance that has run).
     pub fn recordings(&self) -> usize {
         self.recordings.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Drops the recording made under `key` (its buffers are going away).
+    pub fn forget_recording(&self, key: usize) {
+        self.recordings.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
     }
 
     fn gemm(&self, x: &CudaSlice<T>, w: &CudaSlice<T>, bias: Option<&CudaSlice<T>>, y: &mut CudaSlice<T>, d: GemmDims, accumulate: bool) -> OpResult {

@@ -1,0 +1,205 @@
+//! The frame path on the GPU: a uint8 frame is staged in pinned host memory,
+//! copied up, resized and normalised into the model input, and after the
+//! forward the logits become per-pixel class and confidence at frame size,
+//! copied back into pinned memory, all on the worker's stream, so the whole
+//! sequence records into the same CUDA graph as the model.
+//!
+//! A [`FrameArena`] holds every buffer for one frame geometry (size, stride,
+//! pixel format); the graph recorded with it stays valid as long as it lives.
+
+use cudarc::cublaslt::{CudaBlasLT, Matmul};
+use cudarc::driver::{CudaSlice, DevicePtr, PinnedHostSlice, PushKernelArg, result};
+
+use super::{CudaBackend, CudaError, GemmElem};
+use crate::backend::BackendError;
+use crate::engine::{FrameRef, PixelFormat, Segmentation};
+
+/// Buffers for one frame geometry; pinned ends for asynchronous copies.
+pub struct FrameArena {
+    /// The recording key of the graph made with these buffers.
+    pub key: usize,
+    pub width: usize,
+    pub height: usize,
+    stride: usize,
+    format: PixelFormat,
+    /// Bytes of one frame (NV12: luma plus the interleaved chroma plane).
+    bytes: usize,
+    /// Frame in, write-combined: the CPU only writes it, the GPU reads it fast.
+    _staging: PinnedHostSlice<u8>,
+    staging_ptr: *mut u8,
+    frame: CudaSlice<u8>,
+    road_is: CudaSlice<u8>,
+    classes: CudaSlice<u8>,
+    confidence: CudaSlice<f32>,
+    road_total: CudaSlice<u32>,
+    confidence_total: CudaSlice<f32>,
+    // Results out, cached pinned memory (the CPU reads them).
+    // Kept alive for the raw pointers below (taken once: cudarc's accessors
+    // synchronise on every call).
+    _classes_out: PinnedHostSlice<u8>,
+    _confidence_out: PinnedHostSlice<f32>,
+    _totals_out: PinnedHostSlice<u32>,
+    classes_out_ptr: *mut u8,
+    confidence_out_ptr: *mut f32,
+    totals_out_ptr: *mut u32,
+}
+
+// SAFETY: the raw pointers point into the pinned allocations this arena owns;
+// the arena is used by one worker thread at a time.
+unsafe impl Send for FrameArena {}
+
+fn frame_bytes(frame: &FrameRef<'_>) -> usize {
+    match frame.format {
+        PixelFormat::Nv12 => frame.stride * frame.height * 3 / 2,
+        _ => frame.stride * frame.height,
+    }
+}
+
+fn format_code(format: PixelFormat) -> i32 {
+    // kernels/frame.cu: FMT_RGB 0, FMT_RGBA 1, FMT_NV12 2
+    match format {
+        PixelFormat::Rgb => 0,
+        PixelFormat::Rgba => 1,
+        PixelFormat::Nv12 => 2,
+    }
+}
+
+impl FrameArena {
+    pub fn fits(&self, frame: &FrameRef<'_>) -> bool {
+        (self.width, self.height, self.stride, self.format) == (frame.width, frame.height, frame.stride, frame.format)
+    }
+
+    /// Copies the frame into pinned staging (host work, before the replay).
+    pub fn stage(&mut self, frame: &FrameRef<'_>) -> Result<(), BackendError> {
+        frame.validate().map_err(|e| BackendError::Device(e.to_string()))?;
+        let n = frame_bytes(frame).min(frame.data.len());
+        // SAFETY: staging holds `bytes` >= n bytes and no copy from it is in
+        // flight (the previous frame's work was synchronised).
+        unsafe { std::ptr::copy_nonoverlapping(frame.data.as_ptr(), self.staging_ptr, n) };
+        Ok(())
+    }
+
+    /// Reads the results (after the stream is synchronised) into `out`.
+    pub fn collect(&self, out: &mut Segmentation) {
+        let pixels = self.width * self.height;
+        out.width = self.width;
+        out.height = self.height;
+        out.classes.resize(pixels, 0);
+        out.confidence.resize(pixels, 0.0);
+        // SAFETY: the out buffers hold `pixels` elements, written by the
+        // finished copies; nothing writes them concurrently.
+        unsafe {
+            out.classes.copy_from_slice(std::slice::from_raw_parts(self.classes_out_ptr, pixels));
+            out.confidence.copy_from_slice(std::slice::from_raw_parts(self.confidence_out_ptr, pixels));
+            let totals = std::slice::from_raw_parts(self.totals_out_ptr, 2);
+            let p = pixels.max(1) as f64;
+            out.road_coverage = (totals[0] as f64 / p) as f32;
+            out.mean_confidence = (f32::from_bits(totals[1]) as f64 / p) as f32;
+        }
+    }
+}
+
+impl<T: GemmElem> CudaBackend<T>
+where
+    CudaBlasLT: Matmul<T>,
+{
+    /// Allocates the buffers for frames shaped like `frame`.
+    pub fn frame_arena(&self, frame: &FrameRef<'_>, road_classes: &[usize], key: usize) -> Result<FrameArena, CudaError> {
+        let ctx = self.stream.context();
+        let bytes = frame_bytes(frame);
+        let pixels = frame.width * frame.height;
+        let mut road = vec![0u8; 256];
+        for &c in road_classes.iter().filter(|&&c| c < 256) {
+            road[c] = 1;
+        }
+        // SAFETY: pinned allocations are written before they are read.
+        let (mut staging, mut classes_out, mut confidence_out, mut totals_out) = unsafe {
+            (
+                ctx.alloc_pinned::<u8>(bytes)?,
+                ctx.alloc_pinned_with_flags::<u8>(pixels, 0)?,
+                ctx.alloc_pinned_with_flags::<f32>(pixels, 0)?,
+                ctx.alloc_pinned_with_flags::<u32>(2, 0)?,
+            )
+        };
+        Ok(FrameArena {
+            key,
+            width: frame.width,
+            height: frame.height,
+            stride: frame.stride,
+            format: frame.format,
+            bytes,
+            staging_ptr: staging.as_mut_ptr()?,
+            classes_out_ptr: classes_out.as_mut_ptr()?,
+            confidence_out_ptr: confidence_out.as_mut_ptr()?,
+            totals_out_ptr: totals_out.as_mut_ptr()?,
+            _staging: staging,
+            _classes_out: classes_out,
+            _confidence_out: confidence_out,
+            _totals_out: totals_out,
+            frame: self.stream.alloc_zeros::<u8>(bytes.max(1))?,
+            road_is: self.stream.clone_htod(&road)?,
+            classes: self.stream.alloc_zeros::<u8>(pixels.max(1))?,
+            confidence: self.stream.alloc_zeros::<f32>(pixels.max(1))?,
+            road_total: self.stream.alloc_zeros::<u32>(1)?,
+            confidence_total: self.stream.alloc_zeros::<f32>(1)?,
+        })
+    }
+
+    /// Enqueues: staged frame -> device -> model input `[h, w, 3]`.
+    pub fn enqueue_frame_in(&self, arena: &FrameArena, input: &mut CudaSlice<T>, w: usize, h: usize) -> Result<(), BackendError> {
+        if input.len() < w * h * 3 {
+            return Err(BackendError::Size { op: "frame input", expected: w * h * 3, actual: input.len() });
+        }
+        let cu = self.stream.cu_stream();
+        let (dst, _) = arena.frame.device_ptr(&self.stream);
+        // SAFETY: staging is pinned and `bytes` long; the device buffer too.
+        unsafe {
+            let src = std::slice::from_raw_parts(arena.staging_ptr as *const u8, arena.bytes);
+            result::memcpy_htod_async(dst, src, cu)?;
+        }
+        let (fw, fh, stride, fmt, w_i, h_i) =
+            (arena.width as i32, arena.height as i32, arena.stride as i32, format_code(arena.format), w as i32, h as i32);
+        super::launch!(self, &self.ops.preprocess, super::grid_for(w * h), &arena.frame, &fw, &fh, &stride, &fmt, input, &w_i, &h_i)
+    }
+
+    /// Enqueues: logits `[lh, lw, labels]` -> classes/confidence at frame
+    /// size and road/confidence totals -> pinned host buffers.
+    pub fn enqueue_frame_out(
+        &self,
+        arena: &mut FrameArena,
+        logits: &CudaSlice<T>,
+        (lw, lh, labels): (usize, usize, usize),
+        threshold: f32,
+    ) -> Result<(), BackendError> {
+        if logits.len() < lw * lh * labels {
+            return Err(BackendError::Size { op: "frame logits", expected: lw * lh * labels, actual: logits.len() });
+        }
+        self.stream.memset_zeros(&mut arena.road_total)?;
+        self.stream.memset_zeros(&mut arena.confidence_total)?;
+        let pixels = arena.width * arena.height;
+        let (lw_i, lh_i, labels_i, fw, fh) = (lw as i32, lh as i32, labels as i32, arena.width as i32, arena.height as i32);
+        let cfg = super::grid_for(pixels);
+        {
+            let a = &mut *arena;
+            super::launch!(
+                self, &self.ops.postprocess, cfg, logits, &lw_i, &lh_i, &labels_i, &fw, &fh, &a.road_is, &threshold,
+                &mut a.classes, &mut a.confidence, &mut a.road_total, &mut a.confidence_total
+            )?;
+        }
+        let cu = self.stream.cu_stream();
+        // SAFETY: the pinned out buffers hold `pixels` (and 2) elements and are
+        // only read after the stream is synchronised.
+        unsafe {
+            let (classes, _) = arena.classes.device_ptr(&self.stream);
+            result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(arena.classes_out_ptr, pixels), classes, cu)?;
+            let (confidence, _) = arena.confidence.device_ptr(&self.stream);
+            result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(arena.confidence_out_ptr, pixels), confidence, cu)?;
+            let (road, _) = arena.road_total.device_ptr(&self.stream);
+            result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(arena.totals_out_ptr, 1), road, cu)?;
+            let (conf, _) = arena.confidence_total.device_ptr(&self.stream);
+            result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(arena.totals_out_ptr.add(1) as *mut f32, 1), conf, cu)?;
+        }
+        Ok(())
+    }
+}
+

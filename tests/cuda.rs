@@ -279,3 +279,40 @@ fn each_op_matches_the_cpu_backend() {
         op_matches_cpu("resize_bilinear", rd.dst_h * rd.dst_w * rd.channels, &|r| r.resize(&x, &y0, rd, acc), &d);
     }
 }
+
+#[test]
+fn gpu_frame_path_matches_the_host_frame_path() {
+    use roadseg::engine::{CudaEngine, FrameRef, PixelFormat};
+    let Some(d) = gpu_or_skip() else { return };
+    let dir = repo().join("tests/data/odd-bf16-203x141");
+    let (fw, fh) = (322, 198);
+    // A frame with structure at every scale, as RGBA with padded rows and as NV12.
+    let stride = fw * 4 + 16;
+    let mut rgba = vec![0u8; stride * fh];
+    for y in 0..fh {
+        for x in 0..fw {
+            let v = [(x * 255 / fw) as u8, (y * 255 / fh) as u8, ((x * 7 + y * 13) % 256) as u8, 255];
+            rgba[y * stride + x * 4..y * stride + x * 4 + 4].copy_from_slice(&v);
+        }
+    }
+    let nv12: Vec<u8> = (0..fw * fh * 3 / 2).map(|i| ((i * 31 + i / fw * 17) % 256) as u8).collect();
+    let frames = [
+        FrameRef { data: &rgba, width: fw, height: fh, stride, format: PixelFormat::Rgba },
+        FrameRef::packed(&nv12, fw, fh, PixelFormat::Nv12),
+    ];
+    for frame in frames {
+        let mut e = CudaEngine::new(engine(backend::<f16>(&d, CudaOptions::default()), &dir, 224, 160, vec![1.0]), true);
+        let device = e.run_frame(&frame).unwrap().clone();
+        let again = e.run_frame(&frame).unwrap().clone();
+        e.keep_logits = true;
+        let host = e.run_frame(&frame).unwrap().clone();
+        assert_eq!((device.width, device.height), (fw, fh));
+        assert_eq!(device.classes, again.classes, "replays of the same frame agree");
+        let agree = device.classes.iter().zip(&host.classes).filter(|(a, b)| a == b).count() as f64 / device.classes.len() as f64;
+        let (max, _) = diff(&device.confidence, &host.confidence);
+        eprintln!("{:?}: class agreement {:.4}%, confidence max diff {max:.3e}", frame.format, agree * 100.0);
+        assert!(agree >= 0.995, "{:?}: class agreement {agree}", frame.format);
+        assert!(max <= 2e-2, "{:?}: confidence max diff {max}", frame.format);
+        assert!((device.mean_confidence - host.mean_confidence).abs() <= 1e-2);
+    }
+}

@@ -7,7 +7,7 @@ use roadseg::engine::{FrameRef, PixelFormat};
 
 use roadseg::backend::cpu::CpuBackend;
 
-use super::common::{ModelArgs, load_engine_with, parse_size};
+use super::common::{ModelArgs, load_engine_with, load_engines, parse_size};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -28,6 +28,10 @@ pub struct BenchArgs {
     /// Print time per backend op (to stderr) after the run.
     #[arg(long)]
     pub profile_ops: bool,
+    /// After the single-engine run, also run this many engines concurrently
+    /// (one thread each, as the daemon's workers) and report their total fps.
+    #[arg(long, default_value_t = 1)]
+    pub workers: usize,
 }
 
 /// Resident set size in MiB, from /proc (None where that is not available).
@@ -85,6 +89,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
         rss_peak = rss_peak.max(rss_mib().unwrap_or(0.0));
     }
     let wall = started.elapsed().as_secs_f64();
+    let backend = loaded.engine.describe();
+    let profile = loaded.engine.cpu_backend().map(|b| b.take_profile()).unwrap_or_default();
+    drop(loaded.engine);
+    let concurrent = if args.workers > 1 { Some(run_workers(&args, &frame, frames)?) } else { None };
     total.sort_by(f64::total_cmp);
     model.sort_by(f64::total_cmp);
     let out = serde_json::json!({
@@ -103,12 +111,47 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "rss_mib_end": rss_mib().map(round2),
         "rss_mib_peak": round2(rss_peak),
         "model": args.model.model.display().to_string(),
+        "backend": backend,
+        "workers": args.workers,
+        "fps_all_workers": concurrent.map(round2),
     });
-    for (op, ms, calls) in loaded.engine.cpu_backend().map(|b| b.take_profile()).unwrap_or_default() {
+    for (op, ms, calls) in profile {
         eprintln!("{op:<12} {:>9.2} ms/frame {:>6} calls/frame", ms / frames as f64, calls / frames as u64);
     }
     println!("{out}");
     Ok(())
+}
+
+/// Frames per second of `args.workers` engines each running `frames` frames
+/// at once after their warm-up (the daemon's worker pool without the video).
+fn run_workers(args: &BenchArgs, frame: &FrameRef<'_>, frames: usize) -> Result<f64> {
+    let loaded = load_engines(&args.model, args.size, args.model.threshold, CpuBackend::new(), args.workers)?;
+    let barrier = std::sync::Barrier::new(loaded.engines.len());
+    let started = std::sync::Mutex::new(None::<std::time::Instant>);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = loaded
+            .engines
+            .into_iter()
+            .map(|mut engine| {
+                let (barrier, started) = (&barrier, &started);
+                scope.spawn(move || -> Result<()> {
+                    for _ in 0..args.warmup.max(1) {
+                        engine.run_frame(frame)?;
+                    }
+                    if barrier.wait().is_leader() {
+                        *started.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now());
+                    }
+                    for _ in 0..frames {
+                        engine.run_frame(frame)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles.into_iter().try_for_each(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a bench worker panicked"))))
+    })?;
+    let start = started.into_inner().unwrap_or_else(|e| e.into_inner()).expect("workers started");
+    Ok((frames * args.workers) as f64 / start.elapsed().as_secs_f64())
 }
 
 fn round2(v: f64) -> f64 {

@@ -77,7 +77,7 @@ torch_case() { # torch_case CASE ARCH WxH
 roadseg_cmd() { # roadseg_cmd MODEL_DIR WxH
   # shellcheck disable=SC2086 # ROADSEG_EXTRA is a flag list
   "$ROADSEG_BIN" bench --model "$1" --size "$2" --frame "${ROADSEG_FRAME:-$2}" --frames "$FRAMES" \
-    --device cuda --precision fp16 ${ROADSEG_EXTRA:-}
+    --device cuda --precision fp16 --workers "${ROADSEG_WORKERS:-4}" ${ROADSEG_EXTRA:-}
 }
 
 roadseg_case() { # roadseg_case CASE ARCH WxH

@@ -2,16 +2,22 @@
 // sequence reduction) run as im2col + one tensor-core GEMM; the Mix-FFN's
 // depthwise 3x3 conv is fused with its bias and exact GELU.
 
-// x [h, w, c_in] -> cols [out_h*out_w, k*k*c_in], column order (ky, kx, ci)
-// to match HWIO weights [k, k, c_in, c_out]. Padding reads as zero.
+// x [h, w, c_in] -> cols [out_h*out_w, ld], columns (ky, kx, ci) to match
+// HWIO weights [k, k, c_in, c_out], then zeros up to ld: rows padded to a
+// multiple of 8 elements keep the GEMM operand aligned for tensor cores
+// (the stage-1 patch embedding has k*k*c_in = 147). Padding reads as zero.
 template <class T>
 __device__ void im2col_impl(const typename T::S* __restrict__ x, typename T::S* __restrict__ cols, int h, int w, int c_in,
-                            int k, int stride, int pad, int out_h, int out_w) {
-    long kk = (long)k * k * c_in;
-    long total = (long)out_h * out_w * kk;
+                            int k, int stride, int pad, int out_h, int out_w, int ld) {
+    int kk = k * k * c_in;
+    long total = (long)out_h * out_w * ld;
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
-        long p = i / kk;
-        int r = (int)(i - p * kk);
+        long p = i / ld;
+        int r = (int)(i - p * ld);
+        if (r >= kk) {
+            cols[i] = T::st(0.0f);
+            continue;
+        }
         int ci = r % c_in;
         int kx = (r / c_in) % k;
         int ky = r / (c_in * k);
@@ -49,8 +55,8 @@ __device__ void dwconv3x3_gelu_impl(const typename T::S* __restrict__ x, const t
 
 #define CONV(T, sfx)                                                                                            \
     extern "C" __global__ void im2col_##sfx(const T::S* x, T::S* cols, int h, int w, int c_in, int k, int stride, \
-                                            int pad, int out_h, int out_w) {                                       \
-        im2col_impl<T>(x, cols, h, w, c_in, k, stride, pad, out_h, out_w);                                        \
+                                            int pad, int out_h, int out_w, int ld) {                               \
+        im2col_impl<T>(x, cols, h, w, c_in, k, stride, pad, out_h, out_w, ld);                                    \
     }                                                                                                              \
     extern "C" __global__ void dwconv3x3_gelu_##sfx(const T::S* x, const T::S* wt, const T::S* bias, T::S* y,     \
                                                     int h, int w, int c) {                                         \

@@ -16,7 +16,7 @@ const ENTRIES: &[(&str, usize)] = &[
     ("from_f32", 3),
     ("to_f32", 3),
     ("layer_norm", 6),
-    ("im2col", 10),
+    ("im2col", 11),
     ("dwconv3x3_gelu", 7),
     ("resize_bilinear", 8),
     ("attention_simple", 8),

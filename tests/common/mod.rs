@@ -11,13 +11,16 @@ use roadseg::engine::{Engine, EngineOptions, chw_to_hwc, hwc_to_chw};
 use roadseg::model::SegformerWeights;
 use roadseg::npy;
 
+/// The checkout: `$ROADSEG_REPO` when set (test executables carried to a
+/// machine where the checkout lives elsewhere), else where this was built.
 pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("ROADSEG_REPO").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
 
 /// `../shared/<rel>`, or None (with a message saying the test is skipped).
 pub fn shared(rel: &str) -> Option<PathBuf> {
-    let p = repo().join("..").join("shared").join(rel);
+    let root = std::env::var_os("ROADSEG_SHARED").map(PathBuf::from).unwrap_or_else(|| repo().join("..").join("shared"));
+    let p = root.join(rel);
     if p.exists() {
         Some(p)
     } else {

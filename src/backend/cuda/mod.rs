@@ -139,6 +139,11 @@ pub(crate) use launch;
 
 const BLOCK: u32 = 256;
 
+/// Row length of the im2col matrix: k*k*c_in rounded up to 8 elements.
+fn im2col_ld(d: ConvDims) -> usize {
+    (d.kernel * d.kernel * d.c_in).div_ceil(8) * 8
+}
+
 pub(crate) fn grid_for(n: usize) -> LaunchConfig {
     let blocks = n.div_ceil(BLOCK as usize).clamp(1, 1 << 30) as u32;
     LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 }
@@ -184,7 +189,13 @@ where
     }
 
     fn gemm(&self, x: &CudaSlice<T>, w: &CudaSlice<T>, bias: Option<&CudaSlice<T>>, y: &mut CudaSlice<T>, d: GemmDims, accumulate: bool) -> OpResult {
-        check_len("linear x", d.rows * d.k, x.len())?;
+        self.gemm_ld(x, w, bias, y, d, accumulate, d.k)
+    }
+
+    /// As `gemm`, with x's rows `x_ld` elements apart (>= k).
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_ld(&self, x: &CudaSlice<T>, w: &CudaSlice<T>, bias: Option<&CudaSlice<T>>, y: &mut CudaSlice<T>, d: GemmDims, accumulate: bool, x_ld: usize) -> OpResult {
+        check_len("linear x", d.rows.saturating_sub(1) * x_ld + d.k, x.len())?;
         check_len("linear w", d.k * d.n, w.len())?;
         check_len("linear y", d.rows * d.n, y.len())?;
         // Row-major y[rows, n] = x[rows, k] w[k, n] is column-major
@@ -199,7 +210,7 @@ where
             k: d.k as u64,
             alpha: 1.0,
             lda: d.n as i64,
-            ldb: d.k as i64,
+            ldb: x_ld as i64,
             beta: if accumulate { 1.0 } else { 0.0 },
             ldc: d.n as i64,
             stride_a: None,
@@ -265,7 +276,7 @@ where
     }
 
     fn conv2d_workspace(&self, d: ConvDims) -> usize {
-        d.out_h() * d.out_w() * d.kernel * d.kernel * d.c_in
+        d.out_h() * d.out_w() * im2col_ld(d)
     }
 
     fn attention_workspace(&self, _: AttnDims) -> usize {
@@ -282,10 +293,10 @@ where
         check_len("conv2d x", d.h * d.w * d.c_in, x.len())?;
         check_len("conv2d workspace", cols, ws.len())?;
         let (h, wd, c_in, k, stride, pad) = (d.h as i32, d.w as i32, d.c_in as i32, d.kernel as i32, d.stride as i32, d.pad as i32);
-        let (oh_i, ow_i) = (oh as i32, ow as i32);
-        launch!(self, &self.ops.im2col, grid_for(cols), x, &mut *ws, &h, &wd, &c_in, &k, &stride, &pad, &oh_i, &ow_i)?;
+        let (oh_i, ow_i, ld) = (oh as i32, ow as i32, im2col_ld(d) as i32);
+        launch!(self, &self.ops.im2col, grid_for(cols), x, &mut *ws, &h, &wd, &c_in, &k, &stride, &pad, &oh_i, &ow_i, &ld)?;
         let gemm = GemmDims { rows: oh * ow, k: d.kernel * d.kernel * d.c_in, n: d.c_out };
-        self.gemm(ws, w, Some(bias), y, gemm, false)
+        self.gemm_ld(ws, w, Some(bias), y, gemm, false, im2col_ld(d))
     }
 
     fn layer_norm(&self, x: &Self::Tensor, gamma: &Self::Param, beta: &Self::Param, y: &mut Self::Tensor, rows: usize, dim: usize) -> OpResult {

@@ -196,6 +196,9 @@ where
     #[allow(clippy::too_many_arguments)]
     fn gemm_ld(&self, x: &CudaSlice<T>, w: &CudaSlice<T>, bias: Option<&CudaSlice<T>>, y: &mut CudaSlice<T>, d: GemmDims, accumulate: bool, x_ld: usize) -> OpResult {
         check_len("linear x", d.rows.saturating_sub(1) * x_ld + d.k, x.len())?;
+        // cuBLASLt finds the device through the thread's current context; a
+        // worker's first op may be a GEMM.
+        self.stream.context().bind_to_thread()?;
         check_len("linear w", d.k * d.n, w.len())?;
         check_len("linear y", d.rows * d.n, y.len())?;
         // Row-major y[rows, n] = x[rows, k] w[k, n] is column-major

@@ -81,6 +81,7 @@ impl AnyEngine {
     /// Keeps each frame's logits on the host (`logits()`), at the cost of the
     /// GPU frame path; the CPU always keeps them.
     pub fn keep_logits(&mut self, keep: bool) {
+        let _ = keep; // unused when built without CUDA
         match self {
             AnyEngine::Cpu(_) => {}
             #[cfg(feature = "cuda")]

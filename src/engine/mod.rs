@@ -111,6 +111,7 @@ struct ScaledPass<B: Backend> {
     logits: Vec<f32>,
 }
 
+#[cfg(feature = "cuda")]
 pub(crate) struct DevicePass<'a, B: Backend> {
     pub backend: &'a Arc<B>,
     pub model: &'a mut Segformer<B>,
@@ -189,6 +190,7 @@ impl<B: Backend> Engine<B> {
     }
 
     /// The parts a device-side frame path needs, when exactly one pass runs.
+    #[cfg(feature = "cuda")]
     pub(crate) fn device_pass(&mut self) -> Option<DevicePass<'_, B>> {
         let [i] = self.active[..] else { return None };
         Some(DevicePass {

@@ -29,6 +29,9 @@ pub struct ModelArgs {
     /// Class names counted as road (repeatable).
     #[arg(long = "road-class", default_value = "road")]
     pub road_classes: Vec<String>,
+    /// CUDA: run the kernels eagerly instead of replaying a recorded graph (debugging).
+    #[arg(long)]
+    pub no_graph: bool,
     /// Pixels whose top softmax probability is below this are marked unknown (255).
     #[arg(long, default_value_t = 0.5)]
     pub threshold: f32,
@@ -88,6 +91,7 @@ pub fn load_engines(args: &ModelArgs, size: (usize, usize), threshold: f32, back
         preset: args.preset,
         road_classes: &args.road_classes,
         confidence_threshold: threshold,
+        cuda_graphs: !args.no_graph,
     };
     let (engines, _) = roadseg::engine::load_engines(&spec, &resolved, count, backend)?;
     Ok(LoadedMany { engines, device: resolved.device, precision: resolved.precision })

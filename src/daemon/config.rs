@@ -97,6 +97,9 @@ pub struct ModelConfig {
     pub road_classes: Vec<String>,
     /// Pixels whose top probability is below this are "unknown". Default 0.5.
     pub confidence_threshold: f32,
+    /// CUDA: replay each frame as a recorded CUDA graph. Default true; false
+    /// runs the same kernels eagerly (debugging).
+    pub cuda_graphs: bool,
 }
 
 impl Default for ModelConfig {
@@ -110,6 +113,7 @@ impl Default for ModelConfig {
             preset: Preset::Fast,
             road_classes: vec!["road".to_string()],
             confidence_threshold: 0.5,
+            cuda_graphs: true,
         }
     }
 }

@@ -80,6 +80,7 @@ fn load_engines(m: &ModelConfig, size: (usize, usize), resolved: &Resolved, coun
         preset: m.preset,
         road_classes: &m.road_classes,
         confidence_threshold: m.confidence_threshold,
+        cuda_graphs: m.cuda_graphs,
     };
     Ok(engine::load_engines(&spec, resolved, count, CpuBackend::new())?)
 }

@@ -19,7 +19,8 @@ pub fn load_cuda_engines(
     precision: Precision,
     count: usize,
 ) -> Result<(Vec<AnyEngine>, Vec<String>), LoadError> {
-    let options = cuda_options_from_env();
+    let mut options = cuda_options_from_env();
+    options.graphs &= spec.cuda_graphs;
     match precision {
         Precision::Fp16 => build::<f16>(spec, info, gpus, count, options, AnyEngine::CudaF16),
         Precision::Bf16 => build::<bf16>(spec, info, gpus, count, options, AnyEngine::CudaBf16),

@@ -21,6 +21,9 @@ pub struct ModelSpec<'a> {
     /// Class names counted as road (case-insensitive).
     pub road_classes: &'a [String],
     pub confidence_threshold: f32,
+    /// CUDA: record each frame into a graph and replay it (false: the same
+    /// kernels run eagerly, for debugging).
+    pub cuda_graphs: bool,
 }
 
 #[derive(Debug, thiserror::Error)]

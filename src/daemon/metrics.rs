@@ -31,9 +31,17 @@ pub const WORKER_BUSY: &str = "roadseg_worker_busy_ratio";
 pub const DEVICE_FALLBACK: &str = "roadseg_device_fallback_total";
 pub const MODEL_LOADED: &str = "roadseg_model_loaded";
 pub const BUILD_INFO: &str = "roadseg_build_info";
+pub const GPU_UTILIZATION: &str = "roadseg_gpu_utilization_ratio";
+pub const GPU_MEMORY_USED: &str = "roadseg_gpu_memory_used_bytes";
+pub const GPU_TEMPERATURE: &str = "roadseg_gpu_temperature_celsius";
+pub const GPU_POWER: &str = "roadseg_gpu_power_watts";
 
 /// Every name above, for checks that dashboards and docs use only real ones.
-pub const ALL_NAMES: [&str; 15] = [
+pub const ALL_NAMES: [&str; 19] = [
+    GPU_UTILIZATION,
+    GPU_MEMORY_USED,
+    GPU_TEMPERATURE,
+    GPU_POWER,
     FRAMES_DECODED,
     FRAMES_INFERRED,
     FRAMES_DROPPED,
@@ -116,6 +124,10 @@ fn describe() {
     describe_counter!(DEVICE_FALLBACK, Unit::Count, "Times inference fell back from one device to another");
     describe_gauge!(MODEL_LOADED, "1 once the model is loaded");
     describe_gauge!(BUILD_INFO, "Always 1; the version label says which build runs");
+    describe_gauge!(GPU_UTILIZATION, "Fraction of the last sample period a kernel ran on the GPU (NVML)");
+    describe_gauge!(GPU_MEMORY_USED, Unit::Bytes, "GPU memory in use, all processes (NVML)");
+    describe_gauge!(GPU_TEMPERATURE, "GPU core temperature in degrees Celsius (NVML)");
+    describe_gauge!(GPU_POWER, "GPU board power draw in watts (NVML)");
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -220,6 +232,27 @@ impl DeviceMetrics {
     /// per worker and keep it.
     pub fn worker_busy(&self, worker: usize) -> Gauge {
         gauge!(WORKER_BUSY, "device" => self.device.clone(), "worker" => worker.to_string())
+    }
+}
+
+/// Gauges for one GPU (labelled `gpu="cuda:N"`), set by the NVML sampler.
+#[derive(Clone)]
+pub struct GpuMetrics {
+    pub utilization: Gauge,
+    pub memory_used: Gauge,
+    pub temperature: Gauge,
+    pub power: Gauge,
+}
+
+impl GpuMetrics {
+    pub fn new(gpu: &str) -> GpuMetrics {
+        let g = gpu.to_string();
+        GpuMetrics {
+            utilization: gauge!(GPU_UTILIZATION, "gpu" => g.clone()),
+            memory_used: gauge!(GPU_MEMORY_USED, "gpu" => g.clone()),
+            temperature: gauge!(GPU_TEMPERATURE, "gpu" => g.clone()),
+            power: gauge!(GPU_POWER, "gpu" => g),
+        }
     }
 }
 

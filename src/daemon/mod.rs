@@ -3,6 +3,8 @@
 //! notifications. The pipeline itself lives in `crate::video`.
 
 pub mod config;
+#[cfg(feature = "cuda")]
+pub mod gpu;
 pub mod health;
 pub mod http;
 pub mod metrics;

@@ -439,6 +439,12 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
         })
     });
 
+    #[cfg(feature = "cuda")]
+    let gpu_gauges = match &resolved.target {
+        device::Target::Cuda { gpus, .. } => super::gpu::GpuMonitor::start(gpus),
+        device::Target::Cpu => None,
+    };
+
     let mut last_status = Instant::now() - Duration::from_secs(60);
     while !terminate.load(Ordering::SeqCst) {
         heartbeat.store(daemon.start_instant.elapsed().as_millis() as u64, Ordering::SeqCst);
@@ -464,6 +470,10 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
     let names: Vec<String> = daemon.streams.iter().map(|s| s.name.clone()).collect();
     let clean = daemon.stop_streams(&names, deadline);
     watchdog_stop.store(true, Ordering::SeqCst);
+    #[cfg(feature = "cuda")]
+    if let Some(g) = gpu_gauges {
+        g.stop();
+    }
     if let Some(w) = watchdog {
         let _ = w.join();
     }

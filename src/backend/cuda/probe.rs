@@ -18,6 +18,8 @@ pub struct GpuInfo {
     pub name: String,
     pub compute_capability: (i32, i32),
     pub memory_bytes: usize,
+    /// e.g. `00000000:3B:00.0`: how NVML finds the same GPU.
+    pub pci_bus_id: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -111,7 +113,13 @@ fn gpu_info(ordinal: usize) -> Result<GpuInfo, CudaUnavailable> {
     let mut memory_bytes = 0usize;
     // SAFETY: writes one size_t.
     unsafe { sys::cuDeviceTotalMem_v2(&mut memory_bytes, dev) };
-    Ok(GpuInfo { ordinal, name, compute_capability: (major, minor), memory_bytes })
+    let mut bus = [0 as std::ffi::c_char; 64];
+    // SAFETY: buffer of the stated length, NUL-terminated by the driver.
+    let pci_bus_id = unsafe {
+        sys::cuDeviceGetPCIBusId(bus.as_mut_ptr(), bus.len() as i32, dev);
+        std::ffi::CStr::from_ptr(bus.as_ptr()).to_string_lossy().into_owned()
+    };
+    Ok(GpuInfo { ordinal, name, compute_capability: (major, minor), memory_bytes, pci_bus_id })
 }
 
 /// The GPUs a request names (`[]` = all), checked against what exists and

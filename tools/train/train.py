@@ -356,6 +356,8 @@ def main(argv=None):
     ap.add_argument("--iters-per-epoch", type=int, default=0,
                     help="cap iterations per epoch (smoke tests)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--select", default="miou", choices=["miou", "road"],
+                    help="which val metric picks the exported checkpoint (ties broken by the other)")
     args = ap.parse_args(argv)
 
     t_start = time.time()
@@ -514,8 +516,10 @@ def main(argv=None):
             est_val_s = dv if est_val_s == 0 else max(0.7 * est_val_s, min(dv, 2 * est_val_s))
             msg += (f" | val mIoU {miou:.4f} road {road:.4f} pixacc {acc:.4f} ({dv:.0f}s) | "
                     + " ".join(f"{n}={v:.3f}" for n, v in zip(CLASSES, ious)))
-            better = (miou > best["miou"] + 1e-9 or
-                      (abs(miou - best["miou"]) <= 1e-9 and road > best["road"]))
+            # --select road: the default model exists to find the road, and
+            # val road IoU swings by several points between epochs.
+            key = (road, miou) if args.select == "road" else (miou, road)
+            better = key > ((best["road"], best["miou"]) if args.select == "road" else (best["miou"], best["road"]))
             if better:
                 best.update(miou=miou, road=road, epoch=epoch,
                             state={k: v.detach().clone().cpu() for k, v in model.state_dict().items()})

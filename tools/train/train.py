@@ -3,7 +3,7 @@
 
 The model is ``transformers.SegformerForSemanticSegmentation`` with a randomly
 initialised, hand-built ``SegformerConfig`` (no pretrained weights).  The best
-checkpoint (by CamVid val mIoU, ties broken by road IoU) is exported as float16
+checkpoint (by CamVid val mIoU, or road IoU with --select road) is exported as float16
 in Hugging Face layout (``config.json`` + ``model.safetensors``) every time it
 improves, so a usable model exists early, and once more when training stops.
 

@@ -43,6 +43,8 @@ CLASSES = [
 ]
 NUM_CLASSES = len(CLASSES)  # 11
 IGNORE = 11                 # "Unlabelled" in the CamVid label maps
+ROAD = 3
+NOT_ROAD = 254              # synthetic frames: known not to be road, class unknown
 ROAD = CLASSES.index("road")
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
@@ -113,6 +115,25 @@ def load_pairs(pairs):
         lab[lab > IGNORE] = IGNORE
         imgs.append(im)
         labs.append(lab)
+    return imgs, labs
+
+
+def load_synth(root: str):
+    """`roadseg synth --masks-out` drives: root/img/*.png frames (e.g. from
+    ffmpeg) and root/masks/*.png road masks (255 = road), paired in sorted
+    order. Road pixels are labelled road; the rest NOT_ROAD (only "not road"
+    is known there, so the loss pushes p(road) down without naming a class)."""
+    imgs_dir, masks_dir = os.path.join(root, "img"), os.path.join(root, "masks")
+    frames, masks = sorted(os.listdir(imgs_dir)), sorted(os.listdir(masks_dir))
+    if len(frames) != len(masks) or not frames:
+        raise ValueError(f"{root}: {len(frames)} frames vs {len(masks)} masks")
+    imgs, labs = [], []
+    for f, m in zip(frames, masks):
+        im = Image.open(os.path.join(imgs_dir, f)).convert("RGB")
+        im.load()
+        mask = np.array(Image.open(os.path.join(masks_dir, m)).convert("L")) > 127
+        imgs.append(im)
+        labs.append(np.where(mask, ROAD, NOT_ROAD).astype(np.uint8))
     return imgs, labs
 
 
@@ -356,6 +377,10 @@ def main(argv=None):
     ap.add_argument("--iters-per-epoch", type=int, default=0,
                     help="cap iterations per epoch (smoke tests)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--synth", default=None,
+                    help="folder with img/ and masks/ from `roadseg synth --masks-out` (frames extracted with ffmpeg)")
+    ap.add_argument("--synth-per-batch", type=int, default=1, help="synthetic frames added to each batch")
+    ap.add_argument("--synth-weight", type=float, default=1.0, help="weight of the not-road term on synthetic frames")
     ap.add_argument("--select", default="miou", choices=["miou", "road"],
                     help="which val metric picks the exported checkpoint (ties broken by the other)")
     args = ap.parse_args(argv)
@@ -400,6 +425,7 @@ def main(argv=None):
     signal.signal(signal.SIGINT, _on_signal)
 
     train_imgs, train_labs = load_pairs(list_pairs(args.data, "train", args.limit_train))
+    synth_imgs, synth_labs = load_synth(args.synth) if args.synth else ([], [])
     val_imgs, val_labs = load_pairs(list_pairs(args.data, "val", args.limit_val))
     log(f"data: {len(train_imgs)} train, {len(val_imgs)} val images", fh)
 
@@ -484,9 +510,18 @@ def main(argv=None):
             idxs = perm[k * args.batch_size:(k + 1) * args.batch_size]
             t_it = time.time()
             x, y = make_batch(train_imgs, train_labs, idxs, rng, args, device)
+            if synth_imgs and args.synth_per_batch > 0:
+                sidx = [rng.randrange(len(synth_imgs)) for _ in range(args.synth_per_batch)]
+                xs, ys = make_batch(synth_imgs, synth_labs, sidx, rng, args, device)
+                x, y = torch.cat([x, xs]), torch.cat([y, ys])
             logits = model(pixel_values=x).logits
             logits = F.interpolate(logits, size=y.shape[-2:], mode="bilinear", align_corners=False)
-            loss = F.cross_entropy(logits, y, weight=weights, ignore_index=IGNORE)
+            not_road = y == NOT_ROAD
+            y_ce = torch.where(not_road, torch.full_like(y, IGNORE), y)
+            loss = F.cross_entropy(logits, y_ce, weight=weights, ignore_index=IGNORE)
+            if not_road.any():
+                p_road = F.softmax(logits, dim=1)[:, ROAD]
+                loss = loss + args.synth_weight * (-torch.log1p(-p_road[not_road].clamp(max=1 - 1e-6))).mean()
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if args.grad_clip > 0:

@@ -104,20 +104,16 @@ pub fn resolve(request: &DeviceRequest, precision: Option<Precision>) -> Result<
         DeviceRequest::Cpu => {}
         #[cfg(feature = "cuda")]
         DeviceRequest::Cuda(ids) => {
-            let found = crate::backend::cuda::probe::probe().and_then(|info| Ok((crate::backend::cuda::probe::select(&info, ids)?, info)));
-            return match found {
-                Ok((gpus, info)) => Ok(cuda_target(info, gpus, precision)),
+            return match find_gpus(ids) {
+                Ok((info, gpus)) => Ok(cuda_target(info, gpus, precision)),
                 Err(reason) => Err(DeviceError::CudaUnavailable { request: request.clone(), reason }),
             };
         }
         #[cfg(not(feature = "cuda"))]
         DeviceRequest::Cuda(_) => return Err(DeviceError::NotBuilt(request.clone())),
         #[cfg(feature = "cuda")]
-        DeviceRequest::Auto => match crate::backend::cuda::probe::probe() {
-            Ok(info) => match crate::backend::cuda::probe::select(&info, &[]) {
-                Ok(gpus) => return Ok(cuda_target(info, gpus, precision)),
-                Err(reason) => warnings.push(format!("CUDA is not usable ({reason}); running on the CPU")),
-            },
+        DeviceRequest::Auto => match find_gpus(&[]) {
+            Ok((info, gpus)) => return Ok(cuda_target(info, gpus, precision)),
             Err(reason) => warnings.push(format!("CUDA is not usable ({reason}); running on the CPU")),
         },
         #[cfg(not(feature = "cuda"))]
@@ -131,6 +127,15 @@ pub fn resolve(request: &DeviceRequest, precision: Option<Precision>) -> Result<
         _ => Precision::F32,
     };
     Ok(Resolved { target: Target::Cpu, device: "cpu".to_string(), precision, warnings })
+}
+
+/// The usable GPUs among `ids` (`[]` = all), or why there are none.
+#[cfg(feature = "cuda")]
+fn find_gpus(ids: &[usize]) -> Result<(crate::backend::cuda::CudaInfo, Vec<crate::backend::cuda::GpuInfo>), crate::backend::cuda::CudaUnavailable> {
+    use crate::backend::cuda::probe;
+    let info = probe::probe()?;
+    let gpus = probe::select(&info, ids)?;
+    Ok((info, gpus))
 }
 
 #[cfg(feature = "cuda")]

@@ -19,8 +19,6 @@ use roadseg::backend::{AttnDims, Backend, ConvDims, GemmDims, ResizeDims};
 use roadseg::engine::chw_to_hwc;
 use roadseg::npy;
 
-const SHARED_CASES: [&str; 4] = ["b0-cityscapes-1024x1024", "b5-shallow-fp16-320x256", "tiny-1024x576", "b0-image-1024x576"];
-const LOCAL_CASES: [&str; 2] = ["odd-bf16-203x141", "three-stage-fp16-161x97"];
 
 fn gpu_or_skip() -> Option<Arc<CudaDevice>> {
     match first_device() {

@@ -11,8 +11,6 @@ use roadseg::backend::Backend;
 use roadseg::engine::{FrameRef, PixelFormat, preprocess};
 use roadseg::npy;
 
-const SHARED_CASES: [&str; 4] = ["b0-cityscapes-1024x1024", "b5-shallow-fp16-320x256", "tiny-1024x576", "b0-image-1024x576"];
-const LOCAL_CASES: [&str; 2] = ["odd-bf16-203x141", "three-stage-fp16-161x97"];
 
 /// The bar: max |ours-ref| <= 1e-3 * max(1, max|ref|), mean <= 1e-4.
 fn check_against_reference<B: Backend>(b: Arc<B>, dir: &Path) {

@@ -1,13 +1,13 @@
 //! An engine on whichever backend the device resolved to, so commands, the
 //! worker pool and the daemon are written once.
 
-use half::{bf16, f16};
-
 use super::{Engine, EngineError, EngineOptions, FrameRef, FrameTimings, Segmentation};
 use crate::backend::Backend;
 use crate::backend::cpu::CpuBackend;
 #[cfg(feature = "cuda")]
 use super::CudaEngine;
+#[cfg(feature = "cuda")]
+use half::{bf16, f16};
 
 pub enum AnyEngine {
     Cpu(Engine<CpuBackend>),
@@ -18,9 +18,6 @@ pub enum AnyEngine {
     #[cfg(feature = "cuda")]
     CudaF32(CudaEngine<f32>),
 }
-
-#[cfg(not(feature = "cuda"))]
-const _: Option<(f16, bf16)> = None;
 
 macro_rules! each {
     ($self:expr, $e:ident => $body:expr) => {

@@ -11,6 +11,11 @@ use roadseg::engine::{Engine, EngineOptions, chw_to_hwc, hwc_to_chw};
 use roadseg::model::SegformerWeights;
 use roadseg::npy;
 
+/// HF reference fixtures in ../shared/fixtures/segformer.
+pub const SHARED_CASES: [&str; 4] = ["b0-cityscapes-1024x1024", "b5-shallow-fp16-320x256", "tiny-1024x576", "b0-image-1024x576"];
+/// HF reference fixtures made by tools/make_test_fixtures.py, in tests/data.
+pub const LOCAL_CASES: [&str; 2] = ["odd-bf16-203x141", "three-stage-fp16-161x97"];
+
 /// The checkout: `$ROADSEG_REPO` when set (test executables carried to a
 /// machine where the checkout lives elsewhere), else where this was built.
 pub fn repo() -> PathBuf {

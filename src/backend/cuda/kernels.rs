@@ -76,10 +76,10 @@ pub fn cache_dir() -> Option<PathBuf> {
 
 /// The cache key: source, options, architecture, driver and NVRTC versions
 /// (any of them changing can change the PTX or what the driver accepts).
-fn cache_key(src: &str, arch: &str, driver: i32) -> String {
+fn cache_key(src: &str, arch: &'static str, driver: i32) -> String {
     let mut h = DefaultHasher::new();
     src.hash(&mut h);
-    format!("{:?}", compile_options("sm_80").options).hash(&mut h);
+    compile_options(arch).options.hash(&mut h);
     arch.hash(&mut h);
     driver.hash(&mut h);
     super::probe::nvrtc_version().hash(&mut h);

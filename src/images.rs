@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use image::{ImageBuffer, Luma, Rgb, RgbImage};
 
 use crate::engine::{Segmentation, UNKNOWN};
+use crate::temporal::HoodMask;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
@@ -103,7 +104,12 @@ pub struct OverlayStyle {
     /// frame stays visible beneath.
     pub unknown_colour: [u8; 3],
     pub show_unknown: bool,
+    /// Tint of the ego vehicle's hood (never counted as road).
+    pub hood_colour: [u8; 3],
 }
+
+/// Opacity of the hood tint: strong enough to read as "not the scene".
+const HOOD_ALPHA: f32 = 0.55;
 
 impl Default for OverlayStyle {
     fn default() -> Self {
@@ -114,19 +120,24 @@ impl Default for OverlayStyle {
             full_palette: None,
             unknown_colour: [255, 220, 0],
             show_unknown: true,
+            hood_colour: [0, 150, 255],
         }
     }
 }
 
-/// Blends `seg` into packed RGB (or RGBA with `channels` 4) pixels in place.
-pub fn draw_overlay(pixels: &mut [u8], channels: usize, seg: &Segmentation, style: &OverlayStyle) {
+/// Blends `seg` into packed RGB (or RGBA with `channels` 4) pixels in place;
+/// pixels of the ego vehicle's `hood` get the hood colour whatever their class.
+pub fn draw_overlay(pixels: &mut [u8], channels: usize, seg: &Segmentation, style: &OverlayStyle, hood: Option<&HoodMask>) {
     let mut is_road = [false; 256];
     for &c in &style.road_classes {
         is_road[c.min(255)] = true;
     }
+    let hood = hood.filter(|h| !h.is_empty() && h.width == seg.width && h.height == seg.height);
     for (i, px) in pixels.chunks_exact_mut(channels).take(seg.width * seg.height).enumerate() {
         let class = seg.classes[i];
-        let (colour, alpha) = if class == UNKNOWN {
+        let (colour, alpha) = if hood.is_some_and(|h| h.contains(i % seg.width, i / seg.width)) {
+            (style.hood_colour, HOOD_ALPHA)
+        } else if class == UNKNOWN {
             if !style.show_unknown {
                 continue;
             }

@@ -12,6 +12,7 @@ pub mod images;
 pub mod model;
 pub mod npy;
 pub mod synth;
+pub mod temporal;
 
 #[cfg(feature = "video")]
 pub mod daemon;

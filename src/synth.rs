@@ -528,10 +528,10 @@ impl Canvas<'_> {
 /// The ego car's bonnet: a dark arc whose top edge picks up a sky reflection.
 fn draw_hood(c: &mut Canvas) {
     let (w, h) = (c.w as f32, c.h as f32);
-    let depth = 0.12 * h;
+    let depth = HOOD_DEPTH * h;
     for x in 0..c.w {
         let u = (x as f32 + 0.5 - w / 2.0) / (w / 2.0);
-        let edge = h - depth * (1.0 - 0.45 * u * u);
+        let edge = hood_edge(x, c.w, c.h);
         for y in (edge.floor().max(0.0) as usize)..c.h {
             let below = y as f32 + 1.0 - edge; // pixel coverage of the first row
             let k = ((y as f32 + 0.5 - edge) / depth).clamp(0.0, 1.0);
@@ -543,6 +543,30 @@ fn draw_hood(c: &mut Canvas) {
             c.mask[y * c.w + x] &= (below < 0.5) as u8;
         }
     }
+}
+
+/// The bonnet's depth at the centre column, as a share of the frame height.
+const HOOD_DEPTH: f32 = 0.12;
+
+/// Where the bonnet starts in column `x` (a row, fractional).
+fn hood_edge(x: usize, width: usize, height: usize) -> f32 {
+    let (w, h) = (width as f32, height as f32);
+    let u = (x as f32 + 0.5 - w / 2.0) / (w / 2.0);
+    h - HOOD_DEPTH * h * (1.0 - 0.45 * u * u)
+}
+
+/// Ground truth of the bonnet that `SynthSpec { hood: true, .. }` draws: 1 where
+/// the bonnet covers at least half the pixel (the rule the road mask uses),
+/// row-major `width * height`.
+pub fn hood_mask(width: usize, height: usize) -> Vec<u8> {
+    let mut mask = vec![0u8; width * height];
+    for x in 0..width {
+        let edge = hood_edge(x, width, height);
+        for y in (edge.floor().max(0.0) as usize)..height {
+            mask[y * width + x] = u8::from(y as f32 + 1.0 - edge >= 0.5);
+        }
+    }
+    mask
 }
 
 /// Intersection over union of the road class (any non-zero byte) between two masks

@@ -109,7 +109,7 @@ pub fn run(args: InferArgs) -> Result<()> {
         }
         if let Some(out) = &args.overlay_out {
             let mut pixels = img.into_raw();
-            images::draw_overlay(&mut pixels, 3, &seg, &style);
+            images::draw_overlay(&mut pixels, 3, &seg, &style, None);
             images::save_rgb(pixels, w, h, &output_for(out, file, many)?)?;
         }
     }

@@ -12,6 +12,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use roadseg::backend::cpu::CpuBackend;
 use roadseg::images::{OverlayStyle, palette};
+use roadseg::temporal::{DEFAULT_WEIGHT, TemporalSettings};
 use roadseg::video::annotate::Annotator;
 use roadseg::video::output::{NoObserver, StatsWriter};
 use roadseg::video::pool::WorkerPool;
@@ -47,6 +48,39 @@ pub struct ProcessArgs {
     /// Folder for per-frame road masks (PNG, 255 = road, frame-sized), named by frame number.
     #[arg(long)]
     pub masks_out: Option<PathBuf>,
+    /// Smooth class logits over time so masks do not flicker (auto: on for
+    /// live sources, off for files).
+    #[arg(long, value_enum, default_value_t = Toggle::Auto)]
+    pub smooth: Toggle,
+    /// Weight of the newest frame in the smoothed logits, (0, 1].
+    #[arg(long, default_value_t = DEFAULT_WEIGHT)]
+    pub smooth_weight: f32,
+    /// Estimate the ego vehicle's hood (kept out of road coverage and masks, drawn in blue).
+    #[arg(long, value_enum, default_value_t = Toggle::On)]
+    pub hood: Toggle,
+    /// Write the final hood estimate here (PNG, 255 = hood, frame-sized).
+    #[arg(long)]
+    pub hood_out: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Toggle {
+    Auto,
+    On,
+    Off,
+}
+
+impl ProcessArgs {
+    fn temporal(&self, live: bool) -> Result<TemporalSettings> {
+        if !(self.smooth_weight > 0.0 && self.smooth_weight <= 1.0) {
+            bail!("--smooth-weight {} must be in (0, 1] (1 = no smoothing)", self.smooth_weight);
+        }
+        let smooth = match self.smooth {
+            Toggle::Auto => live,
+            toggle => toggle == Toggle::On,
+        };
+        Ok(TemporalSettings { smoothing: smooth.then_some(self.smooth_weight), hood: self.hood != Toggle::Off })
+    }
 }
 
 /// A path becomes a file:// URI; URIs pass through.
@@ -72,6 +106,7 @@ pub fn run(args: ProcessArgs) -> Result<()> {
     let output = args.output.clone().unwrap_or_else(|| default_output(&args.input));
     let workers = args.workers.clamp(1, 16);
     let live = uri.starts_with("rtsp") || uri.starts_with("test://") || uri.starts_with("v4l2");
+    let temporal = args.temporal(live)?;
     let ring = Arc::new(FrameRing::new(8, workers + 8, live));
     let (output_tx, output_rx) = crossbeam_channel::unbounded();
     let (events_tx, events_rx) = crossbeam_channel::unbounded();
@@ -146,10 +181,13 @@ pub fn run(args: ProcessArgs) -> Result<()> {
                     }
                 }
             })),
-            want_masks: args.masks_out.is_some(),
+            // Road masks also give the flicker figure of the summary.
+            want_masks: true,
+            temporal,
         },
         &pool,
     );
+    let stream_temporal = pipeline.input.clone();
 
     let interrupted = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -178,8 +216,18 @@ pub fn run(args: ProcessArgs) -> Result<()> {
     progress.finish_and_clear();
     let wall = started.elapsed().as_secs_f64();
     let mean_cov = if summary.frames > 0 { summary.road_coverage_sum / summary.frames as f64 } else { 0.0 };
+    let hood = stream_temporal.temporal.hood();
+    if let (Some(path), Some(hood)) = (&args.hood_out, &hood) {
+        let png: Vec<u8> = hood.to_mask().iter().map(|&m| m * 255).collect();
+        image::GrayImage::from_raw(hood.width as u32, hood.height as u32, png)
+            .expect("mask matches its size")
+            .save(path)
+            .with_context(|| format!("writing the hood mask {}", path.display()))?;
+    }
+    let hood_note = hood.filter(|h| !h.is_empty()).map(|h| format!(", hood {:.1}% of the frame", h.coverage() * 100.0)).unwrap_or_default();
+    let flicker = summary.road_flicker().map(|f| format!(", road flicker {:.3}%", f * 100.0)).unwrap_or_default();
     println!(
-        "{}: {} frames ({} dropped) in {:.1} s, {:.2} frames/s, mean road coverage {:.1}% -> {}",
+        "{}: {} frames ({} dropped) in {:.1} s, {:.2} frames/s, mean road coverage {:.1}%{hood_note}{flicker} -> {}",
         args.input,
         summary.frames,
         summary.skipped,

@@ -289,6 +289,17 @@ pub struct StreamConfig {
     /// Default 30000.
     #[serde(default = "defaults::reconnect_max_ms")]
     pub reconnect_max_ms: u64,
+    /// Smooth class logits over time so masks do not flicker. Default: the
+    /// value of `live` (on for cameras, off for files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub smooth: Option<bool>,
+    /// Weight of the newest frame in the smoothed logits, (0, 1]. Default 0.5.
+    #[serde(default = "defaults::smooth_weight")]
+    pub smooth_weight: f32,
+    /// Estimate the ego vehicle's hood, keep it out of road coverage and
+    /// draw it. Default true.
+    #[serde(default = "defaults::hood")]
+    pub hood: bool,
     #[serde(default)]
     pub output: OutputConfig,
 }
@@ -306,6 +317,12 @@ mod defaults {
     pub fn reconnect_max_ms() -> u64 {
         30_000
     }
+    pub fn smooth_weight() -> f32 {
+        crate::temporal::DEFAULT_WEIGHT
+    }
+    pub fn hood() -> bool {
+        true
+    }
 }
 
 impl StreamConfig {
@@ -320,6 +337,9 @@ impl StreamConfig {
             ring_capacity: defaults::ring_capacity(),
             reconnect_initial_ms: defaults::reconnect_initial_ms(),
             reconnect_max_ms: defaults::reconnect_max_ms(),
+            smooth: None,
+            smooth_weight: defaults::smooth_weight(),
+            hood: defaults::hood(),
             output: OutputConfig::default(),
         }
     }
@@ -328,6 +348,12 @@ impl StreamConfig {
     /// paced by its source and reconnected when it drops.
     pub fn is_live(&self) -> bool {
         self.live.unwrap_or_else(|| !matches!(SourceUri::parse(&self.uri), Ok(u) if u.scheme == Scheme::File))
+    }
+
+    /// Hood estimate and smoothing as the workers apply them.
+    pub fn temporal(&self) -> crate::temporal::TemporalSettings {
+        let smooth = self.smooth.unwrap_or_else(|| self.is_live());
+        crate::temporal::TemporalSettings { smoothing: smooth.then_some(self.smooth_weight), hood: self.hood }
     }
 
     /// The parsed `uri` (validation guarantees it parses).

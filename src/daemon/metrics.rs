@@ -23,6 +23,7 @@ pub const FRAMES_WRITTEN: &str = "roadseg_frames_written_total";
 pub const LATENCY: &str = "roadseg_latency_seconds";
 pub const RING_DEPTH: &str = "roadseg_ring_depth";
 pub const ROAD_COVERAGE: &str = "roadseg_road_coverage_ratio";
+pub const HOOD_COVERAGE: &str = "roadseg_hood_coverage_ratio";
 pub const RECONNECTS: &str = "roadseg_reconnects_total";
 pub const STREAM_UP: &str = "roadseg_stream_up";
 pub const RTSP_CLIENTS: &str = "roadseg_rtsp_clients";
@@ -37,7 +38,7 @@ pub const GPU_TEMPERATURE: &str = "roadseg_gpu_temperature_celsius";
 pub const GPU_POWER: &str = "roadseg_gpu_power_watts";
 
 /// Every name above, for checks that dashboards and docs use only real ones.
-pub const ALL_NAMES: [&str; 19] = [
+pub const ALL_NAMES: [&str; 20] = [
     GPU_UTILIZATION,
     GPU_MEMORY_USED,
     GPU_TEMPERATURE,
@@ -49,6 +50,7 @@ pub const ALL_NAMES: [&str; 19] = [
     LATENCY,
     RING_DEPTH,
     ROAD_COVERAGE,
+    HOOD_COVERAGE,
     RECONNECTS,
     STREAM_UP,
     RTSP_CLIENTS,
@@ -115,7 +117,8 @@ fn describe() {
     describe_counter!(FRAMES_WRITTEN, Unit::Count, "Frames written, by sink (file, rtsp, stats)");
     describe_histogram!(LATENCY, Unit::Seconds, "Source frame to annotated output");
     describe_gauge!(RING_DEPTH, Unit::Count, "Frames waiting between the source and the workers");
-    describe_gauge!(ROAD_COVERAGE, "Fraction of the last frame's pixels classified as road");
+    describe_gauge!(ROAD_COVERAGE, "Fraction of the last frame's scene (pixels outside the hood) classified as road");
+    describe_gauge!(HOOD_COVERAGE, "Fraction of the frame that is the ego vehicle's hood (0 when none is seen)");
     describe_counter!(RECONNECTS, Unit::Count, "Source reconnect attempts");
     describe_gauge!(STREAM_UP, "1 while the stream's source delivers frames");
     describe_gauge!(RTSP_CLIENTS, Unit::Count, "Clients connected to the stream's RTSP mount");
@@ -179,6 +182,7 @@ pub struct StreamMetrics {
     pub latency: Histogram,
     pub ring_depth: Gauge,
     pub road_coverage: Gauge,
+    pub hood_coverage: Gauge,
     pub reconnects: Counter,
     pub rtsp_clients: Gauge,
 }
@@ -194,6 +198,7 @@ impl StreamMetrics {
             latency: histogram!(LATENCY, "stream" => s.clone()),
             ring_depth: gauge!(RING_DEPTH, "stream" => s.clone()),
             road_coverage: gauge!(ROAD_COVERAGE, "stream" => s.clone()),
+            hood_coverage: gauge!(HOOD_COVERAGE, "stream" => s.clone()),
             reconnects: counter!(RECONNECTS, "stream" => s.clone()),
             rtsp_clients: gauge!(RTSP_CLIENTS, "stream" => s),
         }

@@ -399,11 +399,12 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
     let busy: Vec<_> = (0..workers).map(|i| device.worker_busy(i)).collect();
     let on_inference = {
         let (device, streams) = (device.clone(), daemon.stream_metrics.clone());
-        Arc::new(move |stream: &str, ms: f64, seg: &crate::engine::Segmentation| {
+        Arc::new(move |stream: &str, ms: f64, stats: &crate::video::annotate::FrameStats| {
             device.record_inference(Duration::from_secs_f64(ms.max(0.0) / 1000.0));
             if let Some(m) = streams.read().unwrap_or_else(PoisonError::into_inner).get(stream) {
                 m.frames_inferred.increment(1);
-                m.road_coverage.set(f64::from(seg.road_coverage));
+                m.road_coverage.set(f64::from(stats.road_coverage));
+                m.hood_coverage.set(f64::from(stats.hood_coverage));
             }
         })
     };

@@ -495,6 +495,7 @@ impl Supervisor {
                     finish_timeout: self.ctx.finish_timeout,
                     on_frame: None,
                     want_masks: false,
+                    temporal: self.cfg.temporal(),
                 },
                 &pool,
             )

@@ -1,7 +1,7 @@
 //! An engine on whichever backend the device resolved to, so commands, the
 //! worker pool and the daemon are written once.
 
-use super::{Engine, EngineError, EngineOptions, FrameRef, FrameTimings, Segmentation};
+use super::{Engine, EngineError, EngineOptions, FrameRef, FrameTimings, LogitsFilter, Segmentation};
 use crate::backend::Backend;
 use crate::backend::cpu::CpuBackend;
 #[cfg(feature = "cuda")]
@@ -69,6 +69,10 @@ impl AnyEngine {
 
     pub fn run_frame(&mut self, frame: &FrameRef<'_>) -> Result<&Segmentation, EngineError> {
         each!(self, e => e.run_frame(frame))
+    }
+
+    pub fn run_frame_filtered(&mut self, frame: &FrameRef<'_>, filter: Option<LogitsFilter<'_>>) -> Result<&Segmentation, EngineError> {
+        each!(self, e => e.run_frame_filtered(frame, filter))
     }
 
     pub fn run_normalized(&mut self, hwc: &[f32]) -> Result<&[f32], EngineError> {

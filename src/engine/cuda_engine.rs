@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use cudarc::cublaslt::{CudaBlasLT, Matmul};
 
-use super::{Engine, EngineError, FrameRef, Segmentation};
+use super::{Engine, EngineError, FrameRef, LogitsFilter, Segmentation};
 use crate::backend::Backend;
 use crate::backend::cuda::{CudaBackend, FrameArena, GemmElem};
 
@@ -38,9 +38,10 @@ where
         CudaEngine { engine, arenas: Vec::new(), next_key: FRAME_KEY_BASE, keep_logits: false, device_frames }
     }
 
-    pub fn run_frame(&mut self, frame: &FrameRef<'_>) -> Result<&Segmentation, EngineError> {
-        if self.keep_logits || !self.device_frames || self.engine.device_pass().is_none() {
-            return self.engine.run_frame(frame);
+    /// A logits filter needs the logits on the host, so it takes the host path.
+    pub fn run_frame_filtered(&mut self, frame: &FrameRef<'_>, filter: Option<LogitsFilter<'_>>) -> Result<&Segmentation, EngineError> {
+        if filter.is_some() || self.keep_logits || !self.device_frames || self.engine.device_pass().is_none() {
+            return self.engine.run_frame_filtered(frame, filter);
         }
         frame.validate()?;
         let t0 = Instant::now();
@@ -67,6 +68,10 @@ where
         pass.timings.inference_ms = t0.elapsed().as_secs_f64() * 1e3;
         pass.timings.postprocess_ms = 0.0;
         Ok(pass.segmentation)
+    }
+
+    pub fn run_frame(&mut self, frame: &FrameRef<'_>) -> Result<&Segmentation, EngineError> {
+        self.run_frame_filtered(frame, None)
     }
 
     fn arena_for(&mut self, frame: &FrameRef<'_>) -> Result<usize, EngineError> {

@@ -96,6 +96,9 @@ pub fn scaled_size(width: usize, height: usize, scale: f32) -> (usize, usize) {
     (round(width), round(height))
 }
 
+/// Rewrites a frame's logits in place between inference and postprocessing.
+pub type LogitsFilter<'a> = &'a mut dyn FnMut(&mut [f32]);
+
 /// Time spent in each part of the last frame, in milliseconds.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct FrameTimings {
@@ -204,6 +207,12 @@ impl<B: Backend> Engine<B> {
 
     /// Full path for one frame: returns its segmentation at the frame's size.
     pub fn run_frame(&mut self, frame: &FrameRef<'_>) -> Result<&Segmentation, EngineError> {
+        self.run_frame_filtered(frame, None)
+    }
+
+    /// As [`Engine::run_frame`], with `filter` rewriting the averaged logits
+    /// `[lh, lw, labels]` before they become classes (temporal smoothing).
+    pub fn run_frame_filtered(&mut self, frame: &FrameRef<'_>, filter: Option<LogitsFilter<'_>>) -> Result<&Segmentation, EngineError> {
         let t0 = Instant::now();
         for &i in &self.active {
             let pass = &mut self.passes[i];
@@ -212,6 +221,9 @@ impl<B: Backend> Engine<B> {
         }
         self.timings.preprocess_ms = ms_since(t0);
         self.infer_prepared()?;
+        if let Some(filter) = filter {
+            filter(&mut self.logits);
+        }
         self.postprocess(frame.width, frame.height);
         Ok(&self.segmentation)
     }

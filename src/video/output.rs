@@ -56,6 +56,7 @@ impl StatsWriter {
             "frame": frame.seq,
             "pts": frame.timing.pts.map(|p| p as f64 / 1e9),
             "road_coverage": (stats.road_coverage as f64 * 1e5).round() / 1e5,
+            "hood_pct": (stats.hood_coverage as f64 * 1e4).round() / 1e2,
             "mean_confidence": (stats.mean_confidence as f64 * 1e5).round() / 1e5,
             "inference_ms": (stats.inference_ms * 100.0).round() / 100.0,
             "dropped_before": frame.dropped_before,
@@ -75,7 +76,19 @@ pub struct OutputSummary {
     pub frames: u64,
     pub skipped: u64,
     pub road_coverage_sum: f64,
+    /// Sum over consecutive written frames with road masks of the share of
+    /// pixels whose road / not-road label changed, and the number of pairs.
+    pub road_flicker_sum: f64,
+    pub road_flicker_pairs: u64,
     pub first_error: Option<String>,
+}
+
+impl OutputSummary {
+    /// Mean share of pixels whose road label flips from one frame to the
+    /// next (None without road masks): the flicker temporal smoothing cuts.
+    pub fn road_flicker(&self) -> Option<f64> {
+        (self.road_flicker_pairs > 0).then(|| self.road_flicker_sum / self.road_flicker_pairs as f64)
+    }
 }
 
 pub struct OutputStage {
@@ -112,6 +125,7 @@ fn run(mut p: OutputParts) -> OutputSummary {
     let mut reorder: Reorder<(FrameBuf, FrameStats)> = Reorder::default();
     let mut summary = OutputSummary::default();
     let mut fps_window = (Instant::now(), 0u64);
+    let mut previous_mask: Vec<u8> = Vec::new();
     let mut emit = |(buf, stats): (FrameBuf, FrameStats), p: &mut OutputParts, summary: &mut OutputSummary| {
         for sink in p.sinks.iter_mut() {
             match sink.write(&buf) {
@@ -140,6 +154,14 @@ fn run(mut p: OutputParts) -> OutputSummary {
         }
         summary.frames += 1;
         summary.road_coverage_sum += stats.road_coverage as f64;
+        if !buf.road_mask.is_empty() {
+            if previous_mask.len() == buf.road_mask.len() {
+                let changed = previous_mask.iter().zip(&buf.road_mask).filter(|(a, b)| a != b).count();
+                summary.road_flicker_sum += changed as f64 / buf.road_mask.len() as f64;
+                summary.road_flicker_pairs += 1;
+            }
+            previous_mask.clone_from(&buf.road_mask);
+        }
         fps_window.1 += 1;
         let elapsed = fps_window.0.elapsed();
         if elapsed >= Duration::from_secs(1) {

@@ -13,6 +13,7 @@ use crossbeam_channel::Sender;
 use super::annotate::{Annotator, FrameStats};
 use super::ring::{Doorbell, FrameBuf, FrameRing};
 use crate::engine::{AnyEngine, FrameRef, PixelFormat, UNKNOWN};
+use crate::temporal::{StreamTemporal, scene_coverage};
 
 /// Why a frame never reached the output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +62,8 @@ pub struct StreamInput {
     pub counters: Arc<StreamCounters>,
     /// Fill each frame's `road_mask` (costs a pass over the class map).
     pub want_masks: bool,
+    /// Hood estimate and logit smoothing across this stream's frames.
+    pub temporal: StreamTemporal,
 }
 
 impl StreamInput {
@@ -70,8 +73,8 @@ impl StreamInput {
     }
 }
 
-/// Called by workers after each inference (metrics hook): stream, milliseconds.
-pub type InferenceObserver = Arc<dyn Fn(&str, f64, &crate::engine::Segmentation) + Send + Sync>;
+/// Called by workers after each inference (metrics hook): stream, milliseconds, frame stats.
+pub type InferenceObserver = Arc<dyn Fn(&str, f64, &FrameStats) + Send + Sync>;
 /// Called by workers with (worker index, busy share of the last second).
 pub type BusyObserver = Arc<dyn Fn(usize, f64) + Send + Sync>;
 
@@ -224,33 +227,43 @@ impl Worker {
     }
 
     fn process(&mut self, stream: &StreamInput, mut buf: FrameBuf) {
-        let frame = FrameRef::packed(&buf.data, buf.width as usize, buf.height as usize, PixelFormat::Rgba);
-        if let Err(err) = self.engine.run_frame(&frame) {
-            {
-                tracing::warn!(stream = %stream.name, seq = buf.seq, "frame dropped: inference failed: {err}");
-                stream.counters.failed.fetch_add(1, Ordering::Relaxed);
-                let seq = buf.seq;
-                stream.ring.recycle(buf);
-                let _ = stream.output.send(OutputItem::Skipped { seq, reason: SkipReason::InferenceError });
-                return;
-            }
+        let (width, height) = (buf.width as usize, buf.height as usize);
+        let frame = FrameRef::packed(&buf.data, width, height, PixelFormat::Rgba);
+        let temporal = &stream.temporal;
+        let observed = temporal.observe(buf.seq, buf.timing.pts, &buf.data, width, height);
+        let seq = buf.seq;
+        let result = if temporal.smooths() {
+            self.engine.run_frame_filtered(&frame, Some(&mut |logits: &mut [f32]| temporal.smooth(seq, logits)))
+        } else {
+            self.engine.run_frame(&frame)
+        };
+        if let Err(err) = result {
+            tracing::warn!(stream = %stream.name, seq, "frame dropped: inference failed: {err}");
+            stream.counters.failed.fetch_add(1, Ordering::Relaxed);
+            stream.ring.recycle(buf);
+            let _ = stream.output.send(OutputItem::Skipped { seq, reason: SkipReason::InferenceError });
+            return;
         }
         let seg = self.engine.segmentation();
         let t = self.engine.timings();
         let inference_ms = t.preprocess_ms + t.inference_ms + t.postprocess_ms;
+        let road = &self.engine.options().road_classes;
+        let hood = &observed.hood;
+        let (road_coverage, hood_coverage) = scene_coverage(seg, hood, road);
         let stats = FrameStats {
-            road_coverage: seg.road_coverage,
+            road_coverage,
+            hood_coverage,
             mean_confidence: seg.mean_confidence,
             inference_ms,
             fps: stream.counters.fps_milli.load(Ordering::Relaxed) as f64 / 1000.0,
         };
-        (self.on_inference)(&stream.name, inference_ms, seg);
+        (self.on_inference)(&stream.name, inference_ms, &stats);
         if stream.want_masks {
-            let road = &self.engine.options().road_classes;
             buf.road_mask.clear();
             buf.road_mask.extend(seg.classes.iter().map(|&c| u8::from(c != UNKNOWN && road.contains(&(c as usize)))));
+            hood.for_each_pixel(|i| buf.road_mask[i] = 0);
         }
-        self.annotator.draw(&mut buf.data, seg, &stats);
+        self.annotator.draw(&mut buf.data, seg, hood, &stats);
         stream.counters.inferred.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = stream.output.send(OutputItem::Frame { buf, stats }) {
             // The output stage is gone (stream stopping): give the buffer back.

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 
 use super::annotate::FrameStats;
+use crate::temporal::{StreamTemporal, TemporalSettings};
 use super::frame::{DecodedFrame, VideoInfo};
 use super::output::{FrameSink, OutputObserver, OutputParts, OutputStage, OutputSummary, StatsWriter};
 use super::pool::{OutputItem, SkipReason, StreamCounters, StreamInput, WorkerPool};
@@ -169,6 +170,7 @@ pub struct PipelineParts {
     pub finish_timeout: Duration,
     pub on_frame: Option<Box<dyn FnMut(&FrameBuf, &FrameStats) + Send>>,
     pub want_masks: bool,
+    pub temporal: TemporalSettings,
 }
 
 impl StreamPipeline {
@@ -181,6 +183,7 @@ impl StreamPipeline {
             output: parts.output_tx,
             counters: counters.clone(),
             want_masks: parts.want_masks,
+            temporal: StreamTemporal::new(parts.temporal),
         });
         let output = OutputStage::start(OutputParts {
             stream: parts.name.clone(),

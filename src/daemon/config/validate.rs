@@ -168,6 +168,9 @@ fn stream_settings(c: &mut Collector, i: usize, s: &StreamConfig) {
     let at = |key: &str| format!("streams[{i}].{key}");
     c.check(s.latency_ms <= 60_000, at("latency_ms"), || format!("{} is above 60000", s.latency_ms));
     c.check((1..=1024).contains(&s.ring_capacity), at("ring_capacity"), || format!("{} is outside 1..=1024", s.ring_capacity));
+    c.check(s.smooth_weight > 0.0 && s.smooth_weight <= 1.0, at("smooth_weight"), || {
+        format!("{} is outside (0, 1] (1 = no smoothing; turn it off with smooth = false)", s.smooth_weight)
+    });
     c.check(s.reconnect_initial_ms >= 1, at("reconnect_initial_ms"), || "must be at least 1".into());
     c.check(s.reconnect_initial_ms <= s.reconnect_max_ms, at("reconnect_initial_ms"), || {
         format!("{} is above reconnect_max_ms ({})", s.reconnect_initial_ms, s.reconnect_max_ms)

@@ -1,0 +1,301 @@
+//! The ego vehicle's hood (bonnet): the region attached to the bottom of the
+//! frame that stays the same while the scene moves past it.
+//!
+//! Per cell of a coarse grid the estimator keeps a running mean of the
+//! per-pixel luma change between consecutive frames. Scene pixels change as the
+//! car drives (texture, grain, lighting); hood pixels do not. Each column's
+//! hood is the run of still cells rising from the bottom row; a median across
+//! columns removes the odd column where still road in front of the car
+//! extends the run, since a real hood's edge is smooth.
+
+use std::sync::Arc;
+
+/// Grid cells are at most this many per row / column: enough to place the
+/// hood edge within a pixel or two at 720p while keeping the per-frame work
+/// to one pass over the luma.
+const MAX_COLUMNS: usize = 320;
+const MAX_ROWS: usize = 360;
+/// Moving frames needed before a hood is reported (0.4 s at 25 fps).
+const MIN_SAMPLES: u32 = 10;
+/// After the first `HORIZON` samples the motion mean becomes an exponential
+/// moving average with this horizon, so the estimate keeps refining (camera
+/// knocked, lighting change) without forgetting within a few frames.
+const HORIZON: u32 = 150;
+/// A cell is still when its motion is below this share of the frame's typical
+/// (median) cell motion, or below `STILL_FLOOR` luma levels, whichever is higher.
+const STILL_SHARE: f32 = 0.2;
+const STILL_FLOOR: f32 = 0.6;
+/// The hood never covers more than this share of the frame height: a longer
+/// still run is a stopped scene or a static camera, not a bonnet.
+const MAX_HEIGHT_SHARE: f32 = 0.4;
+/// Frames that move much less than typical (the car stopped, a repeated
+/// frame) would make the road look still: they are not used.
+const MOVING_SHARE: f32 = 0.5;
+
+/// A hood estimate at frame resolution: column `x` is hood from row `top[x]`
+/// down to the bottom. Empty (`top[x] == height` everywhere) when no hood is seen.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HoodMask {
+    pub width: usize,
+    pub height: usize,
+    pub top: Vec<u32>,
+    pixels: usize,
+}
+
+impl HoodMask {
+    /// No hood over a `width` x `height` frame.
+    pub fn none(width: usize, height: usize) -> Self {
+        HoodMask { width, height, top: vec![height as u32; width], pixels: 0 }
+    }
+
+    /// From each column's first hood row (clamped to the frame).
+    pub fn from_tops(width: usize, height: usize, top: Vec<u32>) -> Self {
+        assert_eq!(top.len(), width, "one top per column");
+        let top: Vec<u32> = top.into_iter().map(|t| t.min(height as u32)).collect();
+        let pixels = top.iter().map(|&t| height - t as usize).sum();
+        HoodMask { width, height, top, pixels }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pixels == 0
+    }
+
+    /// Hood pixels.
+    pub fn pixels(&self) -> usize {
+        self.pixels
+    }
+
+    /// Share of the frame that is hood.
+    pub fn coverage(&self) -> f32 {
+        self.pixels as f32 / (self.width * self.height).max(1) as f32
+    }
+
+    pub fn contains(&self, x: usize, y: usize) -> bool {
+        y >= self.top[x] as usize
+    }
+
+    /// 1 per hood pixel, row-major.
+    pub fn to_mask(&self) -> Vec<u8> {
+        let mut mask = vec![0u8; self.width * self.height];
+        for (x, &top) in self.top.iter().enumerate() {
+            for y in top as usize..self.height {
+                mask[y * self.width + x] = 1;
+            }
+        }
+        mask
+    }
+
+    /// Calls `f` with the row-major index of every hood pixel.
+    pub fn for_each_pixel(&self, mut f: impl FnMut(usize)) {
+        for (x, &top) in self.top.iter().enumerate() {
+            for y in top as usize..self.height {
+                f(y * self.width + x);
+            }
+        }
+    }
+}
+
+/// Running estimate for one stream; frames must arrive in order (callers
+/// drop late ones).
+pub struct HoodEstimator {
+    width: usize,
+    height: usize,
+    cell_w: usize,
+    cell_h: usize,
+    /// Grid size: `cols` cells across; `rows` cells counted up from the bottom.
+    cols: usize,
+    rows: usize,
+    /// Luma of the previous frame (full resolution).
+    prev_luma: Vec<u8>,
+    have_prev: bool,
+    /// Mean per-pixel |luma change| per cell, bottom row first.
+    motion: Vec<f32>,
+    /// Scratch for one frame's per-cell change sums.
+    change: Vec<u32>,
+    /// Pixels per cell (edge cells may be smaller).
+    cell_pixels: Vec<u32>,
+    samples: u32,
+    /// Running mean of whole-frame motion over the frames used.
+    typical_motion: f32,
+    estimate: Arc<HoodMask>,
+}
+
+impl HoodEstimator {
+    pub fn new(width: usize, height: usize) -> Self {
+        let cell_w = width.div_ceil(MAX_COLUMNS).max(1);
+        let cell_h = height.div_ceil(MAX_ROWS).max(1);
+        let cols = width.div_ceil(cell_w);
+        let rows = height / cell_h;
+        let mut cell_pixels = vec![0u32; cols * rows];
+        for r in 0..rows {
+            for c in 0..cols {
+                let w = (width - c * cell_w).min(cell_w);
+                cell_pixels[r * cols + c] = (w * cell_h) as u32;
+            }
+        }
+        HoodEstimator {
+            width,
+            height,
+            cell_w,
+            cell_h,
+            cols,
+            rows,
+            prev_luma: vec![0; width * height],
+            have_prev: false,
+            motion: vec![0.0; cols * rows],
+            change: vec![0; cols * rows],
+            cell_pixels,
+            samples: 0,
+            typical_motion: 0.0,
+            estimate: Arc::new(HoodMask::none(width, height)),
+        }
+    }
+
+    pub fn size(&self) -> (usize, usize) {
+        (self.width, self.height)
+    }
+
+    /// The next frame follows a gap (reconnect, seek): it is not compared
+    /// with the last one. What was learnt stays.
+    pub fn restart(&mut self) {
+        self.have_prev = false;
+    }
+
+    /// The current estimate (empty until enough moving frames were seen).
+    pub fn estimate(&self) -> Arc<HoodMask> {
+        self.estimate.clone()
+    }
+
+    /// Takes the next frame's luma (`width * height`); returns the mean
+    /// per-pixel change from the previous frame (None for the first frame),
+    /// which callers also use to spot scene cuts.
+    pub fn observe(&mut self, luma: &[u8]) -> Option<f32> {
+        assert_eq!(luma.len(), self.width * self.height, "luma of the estimator's frame size");
+        if !self.have_prev {
+            self.prev_luma.copy_from_slice(luma);
+            self.have_prev = true;
+            return None;
+        }
+        self.change.fill(0);
+        let (w, h, cols) = (self.width, self.height, self.cols);
+        let mut total = 0u64;
+        // Rows above the grid (height not a multiple of the cell) count only
+        // towards the frame total.
+        let first_grid_row = h - self.rows * self.cell_h;
+        for y in 0..h {
+            let (cur, prev) = (&luma[y * w..(y + 1) * w], &self.prev_luma[y * w..(y + 1) * w]);
+            if y < first_grid_row {
+                total += cur.iter().zip(prev).map(|(&a, &b)| a.abs_diff(b) as u64).sum::<u64>();
+                continue;
+            }
+            let grid_row = (h - 1 - y) / self.cell_h;
+            let cells = &mut self.change[grid_row * cols..(grid_row + 1) * cols];
+            for (c, (cur, prev)) in cur.chunks(self.cell_w).zip(prev.chunks(self.cell_w)).enumerate() {
+                let s: u32 = cur.iter().zip(prev).map(|(&a, &b)| a.abs_diff(b) as u32).sum();
+                cells[c] += s;
+                total += s as u64;
+            }
+        }
+        self.prev_luma.copy_from_slice(luma);
+        let frame_motion = total as f32 / (w * h) as f32;
+        if self.samples > 0 && frame_motion < MOVING_SHARE * self.typical_motion {
+            return Some(frame_motion);
+        }
+        self.samples = self.samples.saturating_add(1);
+        let rate = 1.0 / self.samples.min(HORIZON) as f32;
+        self.typical_motion += rate * (frame_motion - self.typical_motion);
+        for ((m, &s), &n) in self.motion.iter_mut().zip(&self.change).zip(&self.cell_pixels) {
+            *m += rate * (s as f32 / n as f32 - *m);
+        }
+        if self.samples >= MIN_SAMPLES {
+            self.estimate = Arc::new(self.current_mask());
+        }
+        Some(frame_motion)
+    }
+
+    /// Still-cell runs from the bottom, median-smoothed across columns.
+    fn current_mask(&self) -> HoodMask {
+        let mut sorted = self.motion.clone();
+        sorted.sort_unstable_by(f32::total_cmp);
+        let median = sorted[sorted.len() / 2];
+        let still = (STILL_SHARE * median).max(STILL_FLOOR);
+        let max_rows = ((MAX_HEIGHT_SHARE * self.height as f32) as usize / self.cell_h).min(self.rows);
+        let runs: Vec<usize> = (0..self.cols)
+            .map(|c| (0..max_rows).take_while(|&r| self.motion[r * self.cols + c] < still).count())
+            .collect();
+        let radius = (self.cols / 40).max(2);
+        let smoothed: Vec<usize> = (0..self.cols)
+            .map(|c| {
+                let mut window: Vec<usize> = runs[c.saturating_sub(radius)..(c + radius + 1).min(self.cols)].to_vec();
+                window.sort_unstable();
+                window[window.len() / 2]
+            })
+            .collect();
+        let top = (0..self.width)
+            .map(|x| (self.height - smoothed[x / self.cell_w] * self.cell_h) as u32)
+            .collect();
+        HoodMask::from_tops(self.width, self.height, top)
+    }
+}
+
+/// Luma (BT.601-ish, integer) of packed RGBA into `out` (`width * height`).
+pub fn rgba_luma(rgba: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.extend(rgba.chunks_exact(4).map(|p| ((p[0] as u32 * 77 + p[1] as u32 * 150 + p[2] as u32 * 29) >> 8) as u8));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth::{SynthDrive, SynthSpec};
+
+    fn iou(a: &[u8], b: &[u8]) -> f64 {
+        let inter = a.iter().zip(b).filter(|&(&x, &y)| x != 0 && y != 0).count();
+        let union = a.iter().zip(b).filter(|&(&x, &y)| x != 0 || y != 0).count();
+        inter as f64 / union.max(1) as f64
+    }
+
+    fn run_drive(hood: bool, frames: u32) -> (HoodMask, SynthDrive) {
+        let spec = SynthSpec { width: 320, height: 180, frames, seed: 5, fps: 25, hood };
+        let drive = SynthDrive::new(spec).unwrap();
+        let (mut rgb, mut mask, mut luma) = (vec![0; 320 * 180 * 3], vec![0; 320 * 180], Vec::new());
+        let mut est = HoodEstimator::new(320, 180);
+        for i in 0..frames {
+            drive.render(i, &mut rgb, &mut mask).unwrap();
+            let rgba: Vec<u8> = rgb.chunks(3).flat_map(|p| [p[0], p[1], p[2], 255]).collect();
+            rgba_luma(&rgba, &mut luma);
+            est.observe(&luma);
+        }
+        (est.estimate().as_ref().clone(), drive)
+    }
+
+    #[test]
+    fn finds_the_synthetic_hood() {
+        let (est, _) = run_drive(true, 40);
+        let truth = crate::synth::hood_mask(320, 180);
+        let score = iou(&est.to_mask(), &truth);
+        eprintln!("hood IoU on the rendered drive: {score:.4}");
+        assert!(score >= 0.9, "hood IoU {score:.3}");
+    }
+
+    #[test]
+    fn no_hood_when_there_is_none() {
+        let (est, _) = run_drive(false, 40);
+        assert!(est.coverage() < 0.01, "hood coverage {} without a hood", est.coverage());
+    }
+
+    #[test]
+    fn nothing_reported_before_enough_frames() {
+        let (est, _) = run_drive(true, MIN_SAMPLES);
+        assert!(est.is_empty());
+    }
+
+    #[test]
+    fn mask_geometry() {
+        let m = HoodMask::from_tops(4, 10, vec![10, 8, 7, 12]);
+        assert_eq!(m.pixels(), 5);
+        assert!(m.contains(2, 7) && !m.contains(2, 6));
+        assert_eq!(m.to_mask().iter().filter(|&&v| v == 1).count(), 5);
+        assert!(HoodMask::none(4, 10).is_empty());
+    }
+}

@@ -1,0 +1,198 @@
+//! What one frame cannot tell but a stream of them can: the ego vehicle's
+//! hood (still while the scene moves) and masks that do not flicker (logits
+//! smoothed over time, restarted at scene cuts and reconnects).
+//!
+//! One [`StreamTemporal`] per stream. Workers call [`StreamTemporal::observe`]
+//! before inference and [`StreamTemporal::smooth`] on the logits after it;
+//! both take a short lock, so several workers can serve one stream.
+
+mod hood;
+mod smooth;
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+pub use hood::{HoodEstimator, HoodMask, rgba_luma};
+pub use smooth::{DEFAULT_WEIGHT, LogitSmoother};
+
+use crate::engine::{Segmentation, UNKNOWN};
+
+/// Mean per-pixel luma change between consecutive frames above which the
+/// second is a new scene (an edit, a camera switched, a lens covered): a
+/// moving dashcam stays well under 20.
+const CUT_MOTION: f32 = 40.0;
+/// A timestamp gap longer than this (or backwards) means the source
+/// restarted: the past no longer predicts the present.
+const GAP_NS: u64 = 1_000_000_000;
+
+/// Per-stream temporal settings (inert data; see the daemon config).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TemporalSettings {
+    /// Weight of the newest frame in the logit average, (0, 1]; None = off.
+    pub smoothing: Option<f32>,
+    /// Estimate the hood, keep it out of road coverage and masks, draw it.
+    pub hood: bool,
+}
+
+impl TemporalSettings {
+    pub const OFF: TemporalSettings = TemporalSettings { smoothing: None, hood: false };
+}
+
+/// What the workers learn about a frame before inferring it.
+#[derive(Clone, Debug)]
+pub struct Observation {
+    /// The stream's hood estimate as of this frame (empty when off or unsure).
+    pub hood: Arc<HoodMask>,
+}
+
+pub struct StreamTemporal {
+    settings: TemporalSettings,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    hood: Option<HoodEstimator>,
+    smoother: Option<LogitSmoother>,
+    /// Newest frame observed, and its timestamp.
+    newest: Option<u64>,
+    newest_pts: Option<u64>,
+    /// Smoothing restarts at this frame (the latest cut or gap).
+    restart_at: u64,
+    luma: Vec<u8>,
+}
+
+impl StreamTemporal {
+    pub fn new(settings: TemporalSettings) -> Self {
+        let smoother = settings.smoothing.map(LogitSmoother::new);
+        StreamTemporal { settings, state: Mutex::new(State { smoother, ..State::default() }) }
+    }
+
+    pub fn settings(&self) -> TemporalSettings {
+        self.settings
+    }
+
+    pub fn smooths(&self) -> bool {
+        self.settings.smoothing.is_some()
+    }
+
+    /// The latest hood estimate (None when off or before the first frame).
+    pub fn hood(&self) -> Option<Arc<HoodMask>> {
+        let st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        st.hood.as_ref().filter(|_| self.settings.hood).map(HoodEstimator::estimate)
+    }
+
+    /// Feeds frame `seq` (packed RGBA) to the hood estimator and the cut
+    /// detector. Frames older than one already seen change nothing.
+    pub fn observe(&self, seq: u64, pts_ns: Option<u64>, rgba: &[u8], width: usize, height: usize) -> Observation {
+        if self.settings == TemporalSettings::OFF {
+            return Observation { hood: Arc::new(HoodMask::none(width, height)) };
+        }
+        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let st = &mut *st;
+        let late = st.newest.is_some_and(|n| seq <= n);
+        let resized = st.hood.as_ref().is_none_or(|h| h.size() != (width, height));
+        if resized {
+            st.hood = Some(HoodEstimator::new(width, height));
+        }
+        let estimator = st.hood.as_mut().expect("made above");
+        if !late {
+            let gap = match (st.newest_pts, pts_ns) {
+                (Some(prev), Some(now)) => now < prev || now - prev > GAP_NS,
+                _ => false,
+            };
+            if gap {
+                estimator.restart();
+            }
+            rgba_luma(rgba, &mut st.luma);
+            let motion = estimator.observe(&st.luma);
+            if resized || gap || motion.is_some_and(|m| m > CUT_MOTION) {
+                st.restart_at = seq;
+            }
+            st.newest = Some(seq);
+            st.newest_pts = pts_ns.or(st.newest_pts);
+        }
+        let hood = if self.settings.hood { estimator.estimate() } else { Arc::new(HoodMask::none(width, height)) };
+        Observation { hood }
+    }
+
+    /// Replaces frame `seq`'s logits with their temporal average (no-op
+    /// when smoothing is off).
+    pub fn smooth(&self, seq: u64, logits: &mut [f32]) {
+        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let restart_at = st.restart_at;
+        let Some(smoother) = st.smoother.as_mut() else { return };
+        if seq < restart_at && smoother.newest().is_some_and(|n| n >= restart_at) {
+            return; // a late frame from before a cut: the state is the new scene's
+        }
+        if seq >= restart_at && smoother.newest().is_none_or(|n| n < restart_at) {
+            smoother.reset();
+        }
+        smoother.apply(seq, logits);
+    }
+}
+
+/// Road coverage of the scene: the share of non-hood pixels confidently
+/// classed as road (the hood is the car, not the road ahead). Also returns
+/// the hood's share of the frame.
+pub fn scene_coverage(seg: &Segmentation, hood: &HoodMask, road_classes: &[usize]) -> (f32, f32) {
+    if hood.is_empty() || hood.width != seg.width || hood.height != seg.height {
+        return (seg.road_coverage, 0.0);
+    }
+    let pixels = seg.width * seg.height;
+    let road_total = (seg.road_coverage as f64 * pixels as f64).round() as usize;
+    let mut road_in_hood = 0usize;
+    hood.for_each_pixel(|i| {
+        let c = seg.classes[i];
+        road_in_hood += usize::from(c != UNKNOWN && road_classes.contains(&(c as usize)));
+    });
+    let scene = (pixels - hood.pixels()).max(1);
+    (road_total.saturating_sub(road_in_hood) as f32 / scene as f32, hood.coverage())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(value: u8, w: usize, h: usize) -> Vec<u8> {
+        vec![value; w * h * 4]
+    }
+
+    #[test]
+    fn cut_restarts_smoothing() {
+        let t = StreamTemporal::new(TemporalSettings { smoothing: Some(0.5), hood: false });
+        t.observe(0, Some(0), &frame(10, 8, 8), 8, 8);
+        t.smooth(0, &mut [4.0]);
+        t.observe(1, Some(40_000_000), &frame(12, 8, 8), 8, 8);
+        let mut same_scene = [0.0];
+        t.smooth(1, &mut same_scene);
+        assert_eq!(same_scene, [2.0]);
+        t.observe(2, Some(80_000_000), &frame(200, 8, 8), 8, 8);
+        let mut after_cut = [0.0];
+        t.smooth(2, &mut after_cut);
+        assert_eq!(after_cut, [0.0], "a cut starts the average afresh");
+    }
+
+    #[test]
+    fn timestamp_gap_restarts_smoothing() {
+        let t = StreamTemporal::new(TemporalSettings { smoothing: Some(0.5), hood: true });
+        t.observe(0, Some(0), &frame(10, 8, 8), 8, 8);
+        t.smooth(0, &mut [4.0]);
+        t.observe(1, Some(5_000_000_000), &frame(10, 8, 8), 8, 8);
+        let mut x = [0.0];
+        t.smooth(1, &mut x);
+        assert_eq!(x, [0.0]);
+    }
+
+    #[test]
+    fn coverage_leaves_the_hood_out() {
+        let (w, h) = (4, 4);
+        // Bottom row road, the rest not; the bottom row is hood.
+        let classes: Vec<u8> = (0..w * h).map(|i| u8::from(i >= 12)).collect();
+        let seg = Segmentation { width: w, height: h, classes, confidence: vec![1.0; 16], road_coverage: 0.25, mean_confidence: 1.0 };
+        let hood = HoodMask::from_tops(w, h, vec![3; 4]);
+        let (road, hood_share) = scene_coverage(&seg, &hood, &[1]);
+        assert_eq!((road, hood_share), (0.0, 0.25));
+        let (road, hood_share) = scene_coverage(&seg, &HoodMask::none(w, h), &[1]);
+        assert_eq!((road, hood_share), (0.25, 0.0));
+    }
+}

@@ -1,0 +1,113 @@
+//! Temporal smoothing of class logits: an exponential moving average at the
+//! logits' own (1/4) resolution, so a pixel's class only flips when the
+//! evidence for the change lasts a few frames. Averaging logits (not
+//! probabilities or labels) keeps one confident frame able to outvote a
+//! run of unsure ones, and costs one pass over a small buffer.
+
+/// Weight of the newest frame by default: about a 2-frame memory, so at 25
+/// fps the mask trails a moving edge by ~40 ms while single-frame flips are
+/// halved.
+pub const DEFAULT_WEIGHT: f32 = 0.5;
+
+pub struct LogitSmoother {
+    /// Weight of the newest frame, in (0, 1]; 1 = no smoothing.
+    weight: f32,
+    state: Vec<f32>,
+    /// Sequence number of the newest frame folded into `state`.
+    newest: Option<u64>,
+}
+
+impl LogitSmoother {
+    pub fn new(weight: f32) -> Self {
+        assert!(weight > 0.0 && weight <= 1.0, "smoothing weight {weight} outside (0, 1]");
+        LogitSmoother { weight, state: Vec::new(), newest: None }
+    }
+
+    /// Sequence number of the newest frame in the average.
+    pub fn newest(&self) -> Option<u64> {
+        self.newest
+    }
+
+    /// Forget the past (scene cut, reconnect, new frame size).
+    pub fn reset(&mut self) {
+        self.newest = None;
+    }
+
+    /// Replaces `logits` (frame `seq`) with the smoothed logits. A frame older
+    /// than one already folded in (workers finish out of order) is blended
+    /// with the state but does not move it, so order stays causal.
+    pub fn apply(&mut self, seq: u64, logits: &mut [f32]) {
+        let fresh = self.newest.is_none() || self.state.len() != logits.len();
+        if fresh {
+            self.state.clear();
+            self.state.extend_from_slice(logits);
+            self.newest = Some(seq);
+            return;
+        }
+        let (a, b) = (self.weight, 1.0 - self.weight);
+        if self.newest.is_some_and(|n| seq > n) {
+            for (s, l) in self.state.iter_mut().zip(logits.iter_mut()) {
+                *s = a * *l + b * *s;
+                *l = *s;
+            }
+            self.newest = Some(seq);
+        } else {
+            for (s, l) in self.state.iter().zip(logits.iter_mut()) {
+                *l = a * *l + b * *s;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_frame_passes_through_then_averages() {
+        let mut s = LogitSmoother::new(0.5);
+        let mut a = vec![2.0, -2.0];
+        s.apply(0, &mut a);
+        assert_eq!(a, [2.0, -2.0]);
+        let mut b = vec![0.0, 0.0];
+        s.apply(1, &mut b);
+        assert_eq!(b, [1.0, -1.0]);
+        let mut c = vec![0.0, 0.0];
+        s.apply(2, &mut c);
+        assert_eq!(c, [0.5, -0.5]);
+    }
+
+    #[test]
+    fn late_frames_do_not_move_the_state() {
+        let mut s = LogitSmoother::new(0.5);
+        s.apply(5, &mut [4.0]);
+        let mut late = [0.0];
+        s.apply(3, &mut late);
+        assert_eq!(late, [2.0]);
+        let mut next = [0.0];
+        s.apply(6, &mut next);
+        assert_eq!(next, [2.0], "state still 4.0 after the late frame");
+    }
+
+    #[test]
+    fn reset_and_size_change_start_over() {
+        let mut s = LogitSmoother::new(0.25);
+        s.apply(0, &mut [8.0]);
+        s.reset();
+        let mut x = [1.0];
+        s.apply(1, &mut x);
+        assert_eq!(x, [1.0]);
+        let mut y = [3.0, 3.0];
+        s.apply(2, &mut y);
+        assert_eq!(y, [3.0, 3.0]);
+    }
+
+    #[test]
+    fn weight_one_is_identity() {
+        let mut s = LogitSmoother::new(1.0);
+        s.apply(0, &mut [1.0]);
+        let mut x = [7.0];
+        s.apply(1, &mut x);
+        assert_eq!(x, [7.0]);
+    }
+}

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Builds what a GPU machine without Rust or GStreamer can run, into
 # target/device/: the engine-only roadseg binary (infer/eval/bench, CUDA
-# included) and the CUDA test executables. Carry `target/device` there and run
+# included), the CUDA test executables, build-info.txt (the revision built),
+# and shared-tools/: a copy of ../shared's fixture generator and its one input
+# image (see below). Carry `target/device` there and run
+#   OUT=$OUT bench/gpu-check.sh          # everything, < 9 minutes (docs/cuda.md)
+# or single pieces:
 #   ROADSEG_REPO=$PWD target/device/test-cuda --nocapture
 #   target/device/roadseg bench --device cuda ...
 # (ROADSEG_SHARED points the tests at the fixtures when ../shared is elsewhere.)
@@ -23,6 +27,31 @@ for line in sys.stdin:
   cp "$exe" "$out/test-$t"
 done
 # Debug info would put the folder over the 64 MiB a device run can carry.
-strip --strip-debug "$out"/*
-ls -la "$out"
+strip --strip-debug "$out"/roadseg "$out"/test-*
+
+{
+  echo "rev $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo ' (dirty)')"
+  echo "built $(date -u +%FT%TZ)"
+  echo "features ${features[*]}"
+} >"$out/build-info.txt"
+
+# The GPU machine gets the checkout and the carried paths, not ../shared, so
+# bench/gpu-check.sh regenerates the ../shared SegFormer fixtures there (91 MB,
+# too big to carry) with ../shared's own generator. Copied into this ignored
+# build folder, never into the project: the generator script and its one input
+# image. The script reads IMGDIR/bdd.jpg; fixtures/segformer/b0-image-1024x576/
+# input.png holds exactly the pixels that fixture was made from (PNG data under
+# that name: PIL opens files by content), so the regenerated case sees the same
+# image. About 0.7 MB.
+shared=${ROADSEG_SHARED:-../shared}
+gen=$shared/tools/make_segformer_goldens.py
+img=$shared/fixtures/segformer/b0-image-1024x576/input.png
+if [ -f "$gen" ] && [ -f "$img" ]; then
+  mkdir -p "$out/shared-tools"
+  cp "$gen" "$out/shared-tools/"
+  cp "$img" "$out/shared-tools/bdd.jpg"
+else
+  echo "warning: $gen or $img not found: bench/gpu-check.sh will not be able to regenerate the fixtures" >&2
+fi
+ls -la "$out" "$out/shared-tools" 2>/dev/null
 du -sh "$out"

@@ -1,43 +1,123 @@
 //! Rule: the bundled default model finds the road: a synthetic drive pushed
 //! through the whole pipeline (render -> H.264 -> decode -> infer -> masks)
-//! keeps a high road IoU against the renderer's ground truth.
+//! keeps a high road IoU against the renderer's ground truth, with and without
+//! temporal smoothing; the hood estimate matches the drawn bonnet; smoothing
+//! at least halves the mask flicker on real dashcam footage.
 
 mod common;
 
+use std::path::Path;
+
 use common::*;
 
-/// Floor for the bundled model on the synthetic drive (measured: 0.817 with the
-/// preliminary checkpoint, 0.7514 with the shipped one (CamVid road 0.90), the
-/// same with 1 or 2 threads; raise it as the model improves).
-const ROAD_IOU_FLOOR: f64 = 0.75;
+/// Floor for the bundled model on the synthetic drive, smoothing off. History:
+/// 0.817 (preliminary checkpoint), 0.7514 (CPU-trained, CamVid road 0.90);
+/// the GPU-trained checkpoint shipped now measures 0.9588 (1 and 2 threads).
+const ROAD_IOU_FLOOR: f64 = 0.94;
+/// The hood estimate against the bonnet the renderer draws (measured 0.98).
+const HOOD_IOU_FLOOR: f64 = 0.9;
+
+/// Renders the drive; returns the clip's path.
+fn synth(dir: &Path, frames: u32, size: &str, seed: u32, truth: Option<&Path>) -> String {
+    let clip = dir.join(format!("drive-{frames}-{size}-{seed}.mp4"));
+    let (frames, seed) = (frames.to_string(), seed.to_string());
+    let mut args = vec!["synth", "-o", clip.to_str().unwrap(), "--frames", &frames, "--size", size, "--seed", &seed];
+    if let Some(t) = truth {
+        args.extend(["--masks-out", t.to_str().unwrap()]);
+    }
+    let (code, _, stderr) = roadseg(&args);
+    assert_eq!(code, 0, "{stderr}");
+    clip.to_str().unwrap().to_string()
+}
+
+/// `roadseg process` on the CPU; returns its summary line.
+fn process(clip: &str, out_dir: &Path, extra: &[&str]) -> String {
+    let out = out_dir.join("out.mp4");
+    let mut args = vec!["process", clip, "-o", out.to_str().unwrap(), "--device", "cpu", "--threshold", "0"];
+    args.extend_from_slice(extra);
+    let (code, stdout, stderr) = roadseg(&args);
+    assert_eq!(code, 0, "{stderr}");
+    stdout
+}
+
+fn load_masks(dir: &Path, frames: u32) -> Vec<u8> {
+    let mut all = Vec::new();
+    for i in 0..frames {
+        let m = image::open(dir.join(format!("{i:05}.png"))).unwrap().to_luma8();
+        all.extend_from_slice(m.as_raw());
+    }
+    all
+}
+
+/// "road flicker 1.234%" of the process summary, as a share.
+fn flicker(summary: &str) -> f64 {
+    let after = summary.split("road flicker ").nth(1).unwrap_or_else(|| panic!("no flicker in: {summary}"));
+    after.split('%').next().unwrap().parse::<f64>().unwrap() / 100.0
+}
 
 #[test]
-fn synthetic_drive_road_iou_stays_high() {
+fn synthetic_drive_road_iou_stays_high_with_and_without_smoothing() {
     let tmp = tempfile::tempdir().unwrap();
-    let clip = tmp.path().join("drive.mp4");
     let truth = tmp.path().join("truth");
-    let (code, _, stderr) = roadseg(&[
-        "synth", "-o", clip.to_str().unwrap(), "--frames", "12", "--size", "640x360", "--seed", "7", "--masks-out",
-        truth.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "{stderr}");
-    let predicted = tmp.path().join("pred");
-    let out = tmp.path().join("out.mp4");
-    let (code, _, stderr) = roadseg(&[
-        "process", clip.to_str().unwrap(), "-o", out.to_str().unwrap(), "--device", "cpu", "--threshold", "0",
-        "--masks-out", predicted.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "{stderr}");
-    let (mut all_truth, mut all_pred) = (Vec::new(), Vec::new());
-    for i in 0..12 {
-        let name = format!("{i:05}.png");
-        let t = image::open(truth.join(&name)).unwrap().to_luma8();
-        let p = image::open(predicted.join(&name)).unwrap().to_luma8();
-        assert_eq!(t.dimensions(), p.dimensions());
-        all_truth.extend_from_slice(t.as_raw());
-        all_pred.extend_from_slice(p.as_raw());
+    let clip = synth(tmp.path(), 12, "640x360", 7, Some(&truth));
+    let truth = load_masks(&truth, 12);
+    let mut ious = Vec::new();
+    for smooth in ["off", "on"] {
+        let predicted = tmp.path().join(format!("pred-{smooth}"));
+        process(&clip, tmp.path(), &["--smooth", smooth, "--masks-out", predicted.to_str().unwrap()]);
+        let iou = roadseg::synth::road_iou(&load_masks(&predicted, 12), &truth).expect("the drive has road");
+        eprintln!("synthetic road IoU of the bundled model, smoothing {smooth}: {iou:.4}");
+        ious.push(iou);
     }
-    let iou = roadseg::synth::road_iou(&all_pred, &all_truth).expect("the drive has road");
-    eprintln!("synthetic road IoU of the bundled model: {iou:.4}");
-    assert!(iou >= ROAD_IOU_FLOOR, "road IoU {iou:.4} < {ROAD_IOU_FLOOR}");
+    assert!(ious[0] >= ROAD_IOU_FLOOR, "road IoU {:.4} < {ROAD_IOU_FLOOR}", ious[0]);
+    assert!(ious[1] >= ious[0], "smoothing lowered road IoU: {:.4} < {:.4}", ious[1], ious[0]);
+}
+
+#[test]
+fn hood_estimate_matches_the_synthetic_bonnet() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clip = synth(tmp.path(), 40, "640x360", 3, None);
+    let hood_png = tmp.path().join("hood.png");
+    let stats = tmp.path().join("stats.jsonl");
+    // The model size does not matter to the hood: a small one keeps this quick.
+    let summary = process(
+        &clip,
+        tmp.path(),
+        &["--size", "320x192", "--hood-out", hood_png.to_str().unwrap(), "--stats-out", stats.to_str().unwrap()],
+    );
+    let estimate = image::open(&hood_png).unwrap().to_luma8();
+    let truth = roadseg::synth::hood_mask(640, 360);
+    let iou = roadseg::synth::road_iou(estimate.as_raw(), &truth).unwrap();
+    eprintln!("hood IoU through H.264 and the pipeline: {iou:.4} ({summary})");
+    assert!(iou >= HOOD_IOU_FLOOR, "hood IoU {iou:.4} < {HOOD_IOU_FLOOR}");
+
+    let lines: Vec<serde_json::Value> =
+        std::fs::read_to_string(&stats).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 40);
+    let truth_pct = truth.iter().filter(|&&m| m != 0).count() as f64 / truth.len() as f64 * 100.0;
+    let last = lines.last().unwrap()["hood_pct"].as_f64().expect("hood_pct in every line");
+    assert!((last - truth_pct).abs() < 1.5, "hood_pct {last} vs drawn {truth_pct:.2}");
+    assert_eq!(lines[0]["hood_pct"].as_f64(), Some(0.0), "no hood claimed before any motion was seen");
+}
+
+#[test]
+fn no_hood_is_claimed_without_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clip = tmp.path().join("nohood.mp4");
+    let (code, _, stderr) =
+        roadseg(&["synth", "-o", clip.to_str().unwrap(), "--frames", "30", "--size", "480x270", "--seed", "4", "--no-hood"]);
+    assert_eq!(code, 0, "{stderr}");
+    let summary = process(clip.to_str().unwrap(), tmp.path(), &["--size", "320x192"]);
+    assert!(!summary.contains("of the frame"), "a hood was claimed: {summary}");
+}
+
+#[test]
+fn smoothing_halves_flicker_on_real_dashcam_footage() {
+    let Some(clip) = shared("data/dashcam/solidWhiteRight.mp4") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let clip = clip.to_str().unwrap();
+    let plain = flicker(&process(clip, tmp.path(), &["--smooth", "off"]));
+    let smoothed = flicker(&process(clip, tmp.path(), &["--smooth", "on"]));
+    eprintln!("road flicker on {clip}: {:.3}% plain, {:.3}% smoothed", plain * 100.0, smoothed * 100.0);
+    assert!(smoothed <= 0.5 * plain, "smoothing cut flicker only from {plain:.5} to {smoothed:.5}");
 }

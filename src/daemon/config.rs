@@ -293,7 +293,7 @@ pub struct StreamConfig {
     /// value of `live` (on for cameras, off for files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub smooth: Option<bool>,
-    /// Weight of the newest frame in the smoothed logits, (0, 1]. Default 0.5.
+    /// Weight of the newest frame in the smoothed logits, (0, 1]. Default 0.3.
     #[serde(default = "defaults::smooth_weight")]
     pub smooth_weight: f32,
     /// Estimate the ego vehicle's hood, keep it out of road coverage and

@@ -197,6 +197,9 @@ fn live_stream_is_inferred_served_recorded_and_stops_cleanly() {
     d.wait_for("frames_inferred rising", Duration::from_secs(10), || {
         metric(mport, "roadseg_frames_inferred_total", "cam") > first
     });
+    // A test pattern has no bonnet: the hood gauge is exported and stays 0.
+    assert_eq!(metric(mport, "roadseg_hood_coverage_ratio", "cam"), 0.0, "hood gauge\n{}", scrape(mport));
+    assert!((0.0..=1.0).contains(&metric(mport, "roadseg_road_coverage_ratio", "cam")));
     let url = format!("rtsp://127.0.0.1:{rport}/cam");
     let (frames, err) = probe_frames(&url, &["-rtsp_transport", "tcp", "-read_intervals", "%+3"]);
     assert!(
@@ -224,6 +227,7 @@ fn live_stream_is_inferred_served_recorded_and_stops_cleanly() {
     }
     let stats = std::fs::read_to_string(rec.join("cam.jsonl")).unwrap();
     assert!(stats.lines().count() > 5, "{stats}");
+    assert!(stats.lines().all(|l| l.contains("\"hood_pct\":")), "hood_pct in every line: {stats}");
 }
 
 #[test]

@@ -25,6 +25,9 @@ const HORIZON: u32 = 150;
 /// (median) cell motion, or below `STILL_FLOOR` luma levels, whichever is higher.
 const STILL_SHARE: f32 = 0.2;
 const STILL_FLOOR: f32 = 0.6;
+/// The scene just above a hood's edge moves at least this many times the
+/// still threshold.
+const EDGE_CONTRAST: f32 = 2.5;
 /// The hood never covers more than this share of the frame height: a longer
 /// still run is a stopped scene or a static camera, not a bonnet.
 const MAX_HEIGHT_SHARE: f32 = 0.4;
@@ -220,8 +223,18 @@ impl HoodEstimator {
         let median = sorted[sorted.len() / 2];
         let still = (STILL_SHARE * median).max(STILL_FLOOR);
         let max_rows = ((MAX_HEIGHT_SHARE * self.height as f32) as usize / self.cell_h).min(self.rows);
+        // A bonnet's edge is a step from still to clearly moving scene. A run
+        // that reaches the cap, or ends where the cells above barely move
+        // (sensor noise over a fixed camera's still road), is not one.
+        let above = (self.rows / 20).max(2);
+        let motion_at = |r: usize, c: usize| self.motion[r * self.cols + c];
         let runs: Vec<usize> = (0..self.cols)
-            .map(|c| (0..max_rows).take_while(|&r| self.motion[r * self.cols + c] < still).count())
+            .map(|c| {
+                let run = (0..max_rows).take_while(|&r| motion_at(r, c) < still).count();
+                let next = run..(run + above).min(self.rows);
+                let scene = next.clone().map(|r| motion_at(r, c)).sum::<f32>() / next.len().max(1) as f32;
+                if run >= max_rows || scene < EDGE_CONTRAST * still { 0 } else { run }
+            })
             .collect();
         let radius = (self.cols / 40).max(2);
         let smoothed: Vec<usize> = (0..self.cols)
@@ -282,6 +295,40 @@ mod tests {
     fn no_hood_when_there_is_none() {
         let (est, _) = run_drive(false, 40);
         assert!(est.coverage() < 0.01, "hood coverage {} without a hood", est.coverage());
+    }
+
+    /// Frames from a fixed camera: still road below, something moving in
+    /// the top third (traffic far away), sensor noise everywhere.
+    fn fixed_camera_frames(n: usize) -> Vec<Vec<u8>> {
+        let (w, h) = (160, 90);
+        let mut seed = 7u32;
+        (0..n)
+            .map(|i| {
+                (0..w * h)
+                    .map(|p| {
+                        seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                        let noise = (seed >> 31) as u8;
+                        let (x, y) = (p % w, p / w);
+                        let moving = y < h / 3 && (x + i * 7) % 40 < 20;
+                        noise + if moving { 200 } else { 90 }
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_fixed_camera_has_no_hood() {
+        let mut est = HoodEstimator::new(160, 90);
+        for luma in fixed_camera_frames(60) {
+            est.observe(&luma);
+        }
+        assert!(est.estimate().is_empty(), "still road of a fixed camera taken for a hood: {:.3}", est.estimate().coverage());
+        let mut frozen = HoodEstimator::new(160, 90);
+        for _ in 0..30 {
+            frozen.observe(&vec![120u8; 160 * 90]);
+        }
+        assert!(frozen.estimate().is_empty(), "a frozen picture taken for a hood");
     }
 
     #[test]

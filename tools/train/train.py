@@ -13,6 +13,11 @@ bilinearly (align_corners=False, antialias=False) to the inference size
 255, normalised with the ImageNet mean/std; the 1/4-resolution logits are
 upsampled bilinearly to the label size and arg-maxed.
 
+Training batches (PIL augmentation) come from a torch DataLoader: built in the
+main process with --workers 0 (the CPU default), in worker processes otherwise
+(the CUDA default).  A batch depends only on (--seed, epoch, step), so runs are
+reproducible whatever the worker count.
+
 See README.md next to this file for usage.
 """
 
@@ -35,6 +40,7 @@ import time
 import numpy as np
 import torch
 import torch.nn.functional as F
+import torch.utils.data
 from PIL import Image, ImageEnhance
 
 CLASSES = [
@@ -196,16 +202,177 @@ def normalize(x: torch.Tensor) -> torch.Tensor:
     return (x / 255.0 - mean) / std
 
 
-def make_batch(imgs, labs, idxs, rng, args, device):
+def make_batch(imgs, labs, idxs, rng, args):
+    """Augment the samples ``idxs`` (drawing from ``rng``) and stack them.
+    Returns CPU uint8 tensors: images N,3,H,W (RGB, 0..255) and labels N,H,W
+    (class ids, IGNORE, NOT_ROAD).  Kept uint8 so that the worker -> main
+    process -> device copies move 1 byte per value; ``to_device`` makes the
+    float / long tensors the model and loss use."""
     ims, ls = [], []
     for i in idxs:
         a, b = augment(imgs[i], labs[i], rng, args)
-        ims.append(np.ascontiguousarray(a))
-        ls.append(np.ascontiguousarray(b))
-    x = torch.from_numpy(np.stack(ims)).permute(0, 3, 1, 2).float()
-    y = torch.from_numpy(np.stack(ls)).long()
-    x = normalize(x.to(device, non_blocking=True))
-    return x, y.to(device, non_blocking=True)
+        ims.append(a)
+        ls.append(b)
+    x = torch.from_numpy(np.stack(ims)).permute(0, 3, 1, 2).contiguous()
+    y = torch.from_numpy(np.stack(ls))
+    return x, y
+
+
+def to_device(x: torch.Tensor, y: torch.Tensor, device):
+    """uint8 batch (from make_batch / the loader) -> normalised float images and
+    long labels on ``device``.  The copies are non_blocking; they overlap with
+    other work when the loader hands out pinned memory (pin_memory on CUDA)."""
+    x = normalize(x.to(device, non_blocking=True).float())
+    return x, y.to(device, non_blocking=True).long()
+
+
+def batch_rng(seed: int, epoch: int, step: int) -> random.Random:
+    """The RNG that draws all augmentation (and synthetic-frame) choices of
+    one batch.  A string seed is hashed with SHA-512 by ``random``, so it is the
+    same in every process and independent of PYTHONHASHSEED: a batch's content
+    depends only on (seed, epoch, step), not on which worker builds it or on
+    how many workers there are."""
+    return random.Random(f"roadseg-batch:{seed}:{epoch}:{step}")
+
+
+def epoch_order(seed: int, epoch: int, n: int) -> list[int]:
+    """The shuffled order of the n training frames in ``epoch``."""
+    perm = list(range(n))
+    random.Random(f"roadseg-perm:{seed}:{epoch}").shuffle(perm)
+    return perm
+
+
+class TrainBatches(torch.utils.data.Dataset):
+    """Training batches as dataset items: item (epoch, step) is the whole batch
+    of that step, i.e. ``batch_size`` augmented CamVid frames taken in the
+    epoch's shuffled order, followed by ``synth_per_batch`` augmented synthetic
+    frames drawn at random (with ``--synth``).  Used with ``batch_size=None`` in
+    the DataLoader, so each worker builds complete batches and the main
+    process only copies them to the device."""
+
+    def __init__(self, imgs, labs, synth_imgs, synth_labs, args):
+        self.imgs, self.labs = imgs, labs
+        self.synth_imgs, self.synth_labs = synth_imgs, synth_labs
+        self.args = args
+        self._perm_epoch, self._perm = None, None
+
+    def __len__(self):  # not used by the sampler; for completeness
+        return max(1, len(self.imgs) // self.args.batch_size)
+
+    def __getitem__(self, key):
+        epoch, step = key
+        a = self.args
+        if self._perm_epoch != epoch:
+            self._perm_epoch, self._perm = epoch, epoch_order(a.seed, epoch, len(self.imgs))
+        rng = batch_rng(a.seed, epoch, step)
+        idxs = self._perm[step * a.batch_size:(step + 1) * a.batch_size]
+        x, y = make_batch(self.imgs, self.labs, idxs, rng, a)
+        if self.synth_imgs and a.synth_per_batch > 0:
+            sidx = [rng.randrange(len(self.synth_imgs)) for _ in range(a.synth_per_batch)]
+            xs, ys = make_batch(self.synth_imgs, self.synth_labs, sidx, rng, a)
+            x, y = torch.cat([x, xs]), torch.cat([y, ys])
+        return x, y
+
+
+class EpochSampler(torch.utils.data.Sampler):
+    """Yields the keys (epoch, 0) .. (epoch, steps-1) of TrainBatches.  The
+    sampler runs in the main process, so ``set_epoch`` reaches persistent
+    workers too (they get the epoch with every key)."""
+
+    def __init__(self, steps: int):
+        self.steps, self.epoch = steps, 1
+
+    def set_epoch(self, epoch: int):
+        self.epoch = epoch
+
+    def __len__(self):
+        return self.steps
+
+    def __iter__(self):
+        return iter([(self.epoch, k) for k in range(self.steps)])
+
+
+class _WorkerInit:
+    """DataLoader worker setup (a picklable callable, so it also works with
+    the spawn / forkserver start methods)."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+
+    def __call__(self, worker_id: int):
+        # one torch thread per worker: N workers x M threads would oversubscribe
+        # the cores that the main process needs for its own work
+        torch.set_num_threads(1)
+        # Ctrl-C / SIGTERM are for the main process, which finishes the step,
+        # validates, exports and then shuts the workers down; a worker that
+        # died on the signal would make the DataLoader raise instead.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        # the augmentation only uses batch_rng(); seed the global RNGs anyway
+        # (seed + worker id + DataLoader's per-run base seed) in case a library does
+        info = torch.utils.data.get_worker_info()
+        s = (self.seed * 1000003 + worker_id + info.seed) % (2 ** 32)
+        random.seed(s)
+        np.random.seed(s)
+
+
+def default_workers(device) -> int:
+    """--workers default: 0 (in-process, as before) on CPU, where the cores are
+    better spent on the model; min(8, cores - 1) on CUDA."""
+    if device.type != "cuda":
+        return 0
+    try:
+        ncpu = len(os.sched_getaffinity(0))
+    except AttributeError:
+        ncpu = os.cpu_count() or 1
+    return max(1, min(8, ncpu - 1))
+
+
+def make_loader(dataset: TrainBatches, steps: int, workers: int, prefetch: int,
+                device, seed: int):
+    sampler = EpochSampler(steps)
+    kw = dict(batch_size=None, sampler=sampler, num_workers=workers,
+              pin_memory=device.type == "cuda")
+    if workers > 0:
+        kw.update(persistent_workers=True, prefetch_factor=prefetch,
+                  worker_init_fn=_WorkerInit(seed))
+    return torch.utils.data.DataLoader(dataset, **kw), sampler
+
+
+def check_data(dataset: TrainBatches, steps: int, args, device, fh) -> int:
+    """--check-data N: build the first N batches of epoch 1 twice, each time
+    with a fresh loader, and check that they are identical.  Logs one SHA-256
+    over the N batches (compare it between runs, e.g. with other --workers
+    values: it should not change) and the loader's batches/s."""
+    import hashlib
+    digests, rates = [], []
+    for rep in range(2):
+        loader, sampler = make_loader(dataset, steps, args.workers, args.prefetch_factor,
+                                      device, args.seed)
+        sampler.set_epoch(1)
+        h = hashlib.sha256()
+        t0 = time.perf_counter()
+        n = 0
+        for x, y in loader:
+            h.update(x.numpy().tobytes())
+            h.update(y.numpy().tobytes())
+            n += 1
+            if n == 1:
+                t1 = time.perf_counter()
+                log(f"check-data pass {rep + 1}: first batch x {tuple(x.shape)} {x.dtype}, "
+                    f"y {tuple(y.shape)} {y.dtype}, labels {sorted(set(y.unique().tolist()))}, "
+                    f"after {t1 - t0:.2f} s", fh)
+            if n >= args.check_data:
+                break
+        dt = time.perf_counter() - t1
+        rates.append((n - 1) / dt if n > 1 and dt > 0 else float("nan"))
+        digests.append(h.hexdigest())
+        del loader
+    same = digests[0] == digests[1]
+    log(f"check-data: {n} batches, workers {args.workers}, sha256 {digests[0][:16]} / "
+        f"{digests[1][:16]} -> {'IDENTICAL' if same else 'DIFFERENT'}; loader "
+        f"{rates[0]:.2f} / {rates[1]:.2f} batches/s (after the first batch)", fh)
+    return 0 if same else 1
 
 
 def preprocess_like_daemon(im: Image.Image, width: int, device) -> torch.Tensor:
@@ -345,7 +512,23 @@ def main(argv=None):
                     help="wall-clock budget in minutes for the whole run, including "
                          "validation and export (0 = none).  The LR schedule is "
                          "stretched over it.")
-    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch default)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch CPU threads of the main process (0 = torch default); "
+                         "loader workers always use 1")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="DataLoader worker processes that build the augmented batches "
+                         "(0 = in the main process, as before).  Default: 0 on CPU, "
+                         "min(8, cores - 1) on CUDA.  GPU runs need several: one batch "
+                         "of 8 costs 0.1-0.4 s of single-threaded PIL work")
+    ap.add_argument("--prefetch-factor", type=int, default=2,
+                    help="batches each worker prepares ahead (with --workers > 0)")
+    ap.add_argument("--log-every", type=int, default=20,
+                    help="every N steps log the data-loading wait vs the whole step "
+                         "time (0 = only per epoch)")
+    ap.add_argument("--check-data", type=int, default=0, metavar="N",
+                    help="build the first N training batches twice with fresh loaders, "
+                         "check they are identical, log their hash and the loader's "
+                         "batches/s, and exit without training")
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--lr", type=float, default=1e-3)
@@ -401,10 +584,14 @@ def main(argv=None):
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
 
+    if args.workers is None:
+        args.workers = default_workers(device)
+    if args.workers < 0:
+        ap.error("--workers must be >= 0")
+
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
-    rng = random.Random(args.seed)
 
     log_path = args.log or os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "logs",
@@ -413,7 +600,7 @@ def main(argv=None):
     fh = open(log_path, "a")
     log("args " + json.dumps(vars(args), sort_keys=True), fh)
     log(f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
-        f"pid {os.getpid()}", fh)
+        f"loader workers {args.workers}, pid {os.getpid()}", fh)
 
     # stop cleanly on SIGTERM / SIGINT: finish the current step, export, exit
     stop = {"flag": False}
@@ -427,7 +614,17 @@ def main(argv=None):
     train_imgs, train_labs = load_pairs(list_pairs(args.data, "train", args.limit_train))
     synth_imgs, synth_labs = load_synth(args.synth) if args.synth else ([], [])
     val_imgs, val_labs = load_pairs(list_pairs(args.data, "val", args.limit_val))
-    log(f"data: {len(train_imgs)} train, {len(val_imgs)} val images", fh)
+    log(f"data: {len(train_imgs)} train, {len(val_imgs)} val, {len(synth_imgs)} synthetic images", fh)
+
+    n_train = len(train_imgs)
+    iters_per_epoch = max(1, n_train // args.batch_size)  # drop last partial batch
+    if args.iters_per_epoch:
+        iters_per_epoch = min(iters_per_epoch, args.iters_per_epoch)
+    train_set = TrainBatches(train_imgs, train_labs, synth_imgs, synth_labs, args)
+    if args.check_data > 0:
+        rc = check_data(train_set, iters_per_epoch, args, device, fh)
+        fh.close()
+        return rc
 
     # class weights from train label frequencies
     counts = np.zeros(NUM_CLASSES, np.float64)
@@ -466,13 +663,13 @@ def main(argv=None):
         {"params": no_decay, "weight_decay": 0.0},
     ], lr=args.lr, betas=(0.9, 0.999))
 
-    n_train = len(train_imgs)
-    iters_per_epoch = max(1, n_train // args.batch_size)  # drop last partial batch
-    if args.iters_per_epoch:
-        iters_per_epoch = min(iters_per_epoch, args.iters_per_epoch)
     total_iters = args.epochs * iters_per_epoch
     log(f"{iters_per_epoch} iters/epoch, batch {args.batch_size}, crop {args.crop_w}x{args.crop_h}, "
         f"max {args.epochs} epochs, budget {args.time_budget_min} min", fh)
+    # The loader is created after the model is on the device (fork after CUDA
+    # init is fine: the workers never touch CUDA).
+    loader, sampler = make_loader(train_set, iters_per_epoch, args.workers,
+                                  args.prefetch_factor, device, args.seed)
 
     # time reserved at the end for the last validation + export (updated from measurements)
     est_val_s = 0.0
@@ -495,9 +692,11 @@ def main(argv=None):
         epoch += 1
         model.train()
         t_ep = time.time()
-        perm = list(range(n_train))
-        rng.shuffle(perm)
+        sampler.set_epoch(epoch)
+        batches = iter(loader)
         loss_sum, n_done = 0.0, 0
+        wait_ep = 0.0                   # data-loading wait this epoch (s)
+        wait_win, step_win, n_win = 0.0, 0.0, 0   # the --log-every window
         out_of_time = False
         for k in range(iters_per_epoch):
             remaining = budget_s - (time.time() - t_start)
@@ -507,13 +706,12 @@ def main(argv=None):
             lr = lr_at(it)
             for g in opt.param_groups:
                 g["lr"] = lr
-            idxs = perm[k * args.batch_size:(k + 1) * args.batch_size]
-            t_it = time.time()
-            x, y = make_batch(train_imgs, train_labs, idxs, rng, args, device)
-            if synth_imgs and args.synth_per_batch > 0:
-                sidx = [rng.randrange(len(synth_imgs)) for _ in range(args.synth_per_batch)]
-                xs, ys = make_batch(synth_imgs, synth_labs, sidx, rng, args, device)
-                x, y = torch.cat([x, xs]), torch.cat([y, ys])
+            t_it = time.perf_counter()
+            # With --workers 0 this builds the batch here; otherwise it waits
+            # for the next batch the workers have (or are still) preparing.
+            xb, yb = next(batches)
+            t_data = time.perf_counter() - t_it
+            x, y = to_device(xb, yb, device)
             logits = model(pixel_values=x).logits
             logits = F.interpolate(logits, size=y.shape[-2:], mode="bilinear", align_corners=False)
             not_road = y == NOT_ROAD
@@ -527,19 +725,31 @@ def main(argv=None):
             if args.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
             opt.step()
-            if not torch.isfinite(loss.detach()):
+            loss_f = float(loss.detach())  # waits for the device: the step time below is real
+            if not math.isfinite(loss_f):
                 log(f"non-finite loss at iter {it}", fh)
-            dt = time.time() - t_it
+            dt = time.perf_counter() - t_it
             # robust running estimate (ignores SIGSTOP pauses longer than 5x the median-ish)
             est_iter_s = dt if est_iter_s == 0 else (0.9 * est_iter_s + 0.1 * min(dt, 5 * est_iter_s))
-            loss_sum += float(loss.detach())
+            loss_sum += loss_f
             n_done += 1
             it += 1
+            wait_ep += t_data
+            wait_win += t_data
+            step_win += dt
+            n_win += 1
+            if args.log_every > 0 and n_win >= args.log_every:
+                log(f"iter {it}: data wait {1e3 * wait_win / n_win:.1f} ms / step "
+                    f"{1e3 * step_win / n_win:.1f} ms ({100 * wait_win / step_win:.0f}% waiting "
+                    f"for data), {n_win / step_win:.2f} steps/s, loss {loss_f:.4f}", fh)
+                wait_win, step_win, n_win = 0.0, 0.0, 0
+        del batches  # (persistent workers: the next iter() discards batches still in flight)
         t_train = time.time() - t_ep
         if n_done == 0:
             break
         msg = (f"epoch {epoch} iters {it} loss {loss_sum / n_done:.4f} lr {lr:.2e} "
-               f"train {t_train:.0f}s ({t_train / n_done:.2f}s/it) "
+               f"train {t_train:.0f}s ({t_train / n_done:.2f}s/it, data wait "
+               f"{wait_ep / n_done:.2f}s/it = {100 * wait_ep / max(t_train, 1e-9):.0f}%) "
                f"elapsed {(time.time() - t_start) / 60:.1f} min progress {progress(it):.3f}")
         last = out_of_time or stop["flag"] or epoch >= args.epochs
         do_val = last or (epoch % args.val_every == 0) or progress(it) >= 0.7
@@ -564,6 +774,7 @@ def main(argv=None):
         if last:
             break
 
+    del loader  # shut the loader's workers down before the final export
     # final: (re-)export the best-val checkpoint
     if best["state"] is not None:
         model.load_state_dict(best["state"])

@@ -116,8 +116,42 @@ fn smoothing_halves_flicker_on_real_dashcam_footage() {
     let Some(clip) = shared("data/dashcam/solidWhiteRight.mp4") else { return };
     let tmp = tempfile::tempdir().unwrap();
     let clip = clip.to_str().unwrap();
-    let plain = flicker(&process(clip, tmp.path(), &["--smooth", "off"]));
-    let smoothed = flicker(&process(clip, tmp.path(), &["--smooth", "on"]));
+    let (plain, smoothed) = (process(clip, tmp.path(), &["--smooth", "off"]), process(clip, tmp.path(), &["--smooth", "on"]));
+    assert!(!plain.contains("of the frame"), "the clip has no bonnet, yet: {plain}");
+    let (plain, smoothed) = (flicker(&plain), flicker(&smoothed));
     eprintln!("road flicker on {clip}: {:.3}% plain, {:.3}% smoothed", plain * 100.0, smoothed * 100.0);
     assert!(smoothed <= 0.5 * plain, "smoothing cut flicker only from {plain:.5} to {smoothed:.5}");
+}
+
+#[test]
+fn hood_estimate_on_real_footage_with_a_real_bonnet() {
+    let (Some(clip), Some(bonnet)) = (shared("data/dashcam/solidWhiteRight.mp4"), shared("data/dashcam/bdd/cc97fab0-f9a08d07.jpg"))
+    else {
+        return;
+    };
+    // The real clip has no bonnet of its own: give it the bottom 64 rows of a
+    // real BDD100K frame (a white bonnet), still while the highway moves.
+    let tmp = tempfile::tempdir().unwrap();
+    let composite = tmp.path().join("with-bonnet.mp4");
+    let mut ffmpeg = std::process::Command::new("ffmpeg");
+    ffmpeg.args(["-loglevel", "error", "-y", "-i"]).arg(&clip).arg("-i").arg(&bonnet).args([
+        "-filter_complex",
+        "[1:v]scale=960:540,crop=960:64:0:476[strip];[0:v][strip]overlay=0:476",
+        "-c:v",
+        "libx264",
+        "-preset",
+        "veryfast",
+        "-pix_fmt",
+        "yuv420p",
+    ]);
+    let (ok, _, err) = run_with_timeout(ffmpeg.arg(&composite), std::time::Duration::from_secs(120));
+    assert!(ok, "ffmpeg: {err}");
+    let hood_png = tmp.path().join("hood.png");
+    let summary = process(composite.to_str().unwrap(), tmp.path(), &["--size", "320x192", "--hood-out", hood_png.to_str().unwrap()]);
+    let estimate = image::open(&hood_png).unwrap().to_luma8();
+    let truth: Vec<u8> = (0..960 * 540).map(|i| u8::from(i / 960 >= 476)).collect();
+    let iou = roadseg::synth::road_iou(estimate.as_raw(), &truth).unwrap();
+    eprintln!("hood IoU on real footage with a composited real bonnet: {iou:.4} ({summary})");
+    // Measured 0.92: the still, uniform asphalt just above the bonnet joins it in places.
+    assert!(iou >= 0.85, "hood IoU {iou:.4}");
 }

@@ -29,6 +29,8 @@ const STILL_FLOOR: f32 = 0.6;
 /// much as the hood itself (measured: 7x to 100x on real footage, ~1.2x for
 /// sensor noise over a fixed camera's still road).
 const EDGE_CONTRAST: f32 = 3.0;
+/// Cells on each side of a candidate edge when looking for the biggest step.
+const STEP_CELLS: usize = 2;
 /// The hood never covers more than this share of the frame height: a longer
 /// still run is a stopped scene or a static camera, not a bonnet.
 const MAX_HEIGHT_SHARE: f32 = 0.4;
@@ -229,21 +231,35 @@ impl HoodEstimator {
         // than those below (noise over a fixed camera's still road), is not one.
         let above = (self.rows / 20).max(2);
         let motion_at = |r: usize, c: usize| self.motion[r * self.cols + c];
-        let runs: Vec<usize> = (0..self.cols)
+        // Per column: Some(run) where the column shows a clear edge (or no
+        // still cells at all: no hood there), None where it cannot tell.
+        let runs: Vec<Option<usize>> = (0..self.cols)
             .map(|c| {
-                let run = (0..max_rows).take_while(|&r| motion_at(r, c) < still).count();
-                let next = run..(run + above).min(self.rows);
-                let scene = next.clone().map(|r| motion_at(r, c)).sum::<f32>() / next.len().max(1) as f32;
-                let inside = (0..run).map(|r| motion_at(r, c)).sum::<f32>() / run.max(1) as f32;
-                if run >= max_rows || scene < still || scene < EDGE_CONTRAST * inside { 0 } else { run }
+                let mean = |rows: std::ops::Range<usize>| rows.clone().map(|r| motion_at(r, c)).sum::<f32>() / rows.len().max(1) as f32;
+                let still_run = (0..max_rows).take_while(|&r| motion_at(r, c) < still).count();
+                if still_run == 0 || still_run >= max_rows {
+                    return (still_run == 0).then_some(0);
+                }
+                // Still-looking asphalt right above a bonnet joins the run; the
+                // edge is the biggest step in motion within it.
+                let step = |r: usize| (mean(r..(r + STEP_CELLS).min(self.rows)) + 0.01) / (mean(r.saturating_sub(STEP_CELLS)..r) + 0.01);
+                let run = (1..=still_run).max_by(|&a, &b| step(a).total_cmp(&step(b))).unwrap_or(still_run);
+                let (inside, scene) = (mean(0..run), mean(run..(run + above).min(self.rows)));
+                (scene >= EDGE_CONTRAST * inside).then_some(run)
             })
             .collect();
+        // Median of the columns that can tell, over a window; a column whose
+        // window is mostly undecided has no hood (a bonnet spans its neighbours).
         let radius = (self.cols / 40).max(2);
         let smoothed: Vec<usize> = (0..self.cols)
             .map(|c| {
-                let mut window: Vec<usize> = runs[c.saturating_sub(radius)..(c + radius + 1).min(self.cols)].to_vec();
-                window.sort_unstable();
-                window[window.len() / 2]
+                let span = &runs[c.saturating_sub(radius)..(c + radius + 1).min(self.cols)];
+                let mut known: Vec<usize> = span.iter().flatten().copied().collect();
+                if known.len() * 2 < span.len() {
+                    return 0;
+                }
+                known.sort_unstable();
+                known[known.len() / 2]
             })
             .collect();
         let top = (0..self.width)

@@ -129,3 +129,39 @@ fn device_cuda_without_a_driver_fails_with_a_clear_message() {
     assert!(err.contains("running on the CPU"), "the fallback is announced: {err}");
     assert!(out.contains("cpu"), "{out}");
 }
+
+#[test]
+fn json_logs_and_the_model_found_from_any_directory() {
+    // Rule: --log-format json (or ROADSEG_LOG_FORMAT=json) writes one JSON object per log line; RUST_LOG sets levels when ROADSEG_LOG does not; $ROADSEG_MODEL stands in for the bundled model when run from elsewhere.
+    let tmp = tempfile::tempdir().unwrap();
+    write_test_images(tmp.path());
+    let image = tmp.path().join("a.png");
+    let run = |envs: &[(&str, &str)], args: &[&str]| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_roadseg"));
+        cmd.current_dir(tmp.path()).env_remove("ROADSEG_LOG").env_remove("RUST_LOG").env_remove("ROADSEG_LOG_FORMAT");
+        cmd.args(args).args(["infer", "--device", "cpu", "--image", image.to_str().unwrap(), "--size", "203x141"]);
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    };
+    let model = repo().join(MODEL);
+    let model = model.to_str().unwrap();
+    for (envs, args) in [(vec![("ROADSEG_MODEL", model)], vec!["--log-format", "json"]), (vec![("ROADSEG_MODEL", model), ("ROADSEG_LOG_FORMAT", "json")], vec![])] {
+        let out = run(&envs, &args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(stderr.lines().count() >= 1, "some log lines: {stderr}");
+        for line in stderr.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+            assert!(v["level"].is_string() && v["message"].is_string(), "{line}");
+        }
+        assert!(stderr.contains("\"message\":\"model loaded\""), "{stderr}");
+    }
+    let quiet = run(&[("ROADSEG_MODEL", model), ("RUST_LOG", "error")], &[]);
+    assert!(quiet.status.success());
+    assert!(!String::from_utf8_lossy(&quiet.stderr).contains("model loaded"), "RUST_LOG=error honoured");
+    let missing = run(&[("ROADSEG_MODEL", "/nonexistent/model")], &[]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/model"), "the error names $ROADSEG_MODEL's folder");
+}

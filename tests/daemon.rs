@@ -441,7 +441,7 @@ fn a_shutdown_past_its_deadline_is_logged_and_exits_non_zero() {
 
 #[test]
 fn bad_configs_are_reported_clearly_without_panicking() {
-    // Rule: check-config and run reject an unknown key, a wrongly typed value and a missing model folder with a message naming the problem, exit 1 and no panic.
+    // Rule: check-config and run reject an unknown key, a wrongly typed value and a missing model folder with a message naming the problem, a failing exit status and no panic.
     let dir = tempfile::tempdir().unwrap();
     let good_stream = test_stream("cam", "stats = \"/tmp/x.jsonl\"");
     let head = header(0, free_port());
@@ -484,6 +484,30 @@ fn bad_configs_are_reported_clearly_without_panicking() {
         Duration::from_secs(20),
     );
     assert!(ok && out.contains("cam: test://smpte"), "{out}{err}");
+}
+
+#[test]
+fn a_bad_config_exits_78_so_systemd_does_not_restart_it() {
+    // Rule: a bad config makes check-config and run exit 78 (EX_CONFIG, the unit's RestartPreventExitStatus); check-config takes the file positionally or as --config, like run.
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, header(0, free_port()).replace("width = 224", "widht = 224") + &test_stream("cam", "stats = \"/tmp/x.jsonl\"")).unwrap();
+    let no_streams = dir.path().join("empty.toml");
+    std::fs::write(&no_streams, header(0, free_port())).unwrap();
+    let cases: [&[&str]; 4] = [
+        &["check-config", bad.to_str().unwrap()],
+        &["check-config", "--config", bad.to_str().unwrap()],
+        &["run", "--config", bad.to_str().unwrap()],
+        &["run", "--config", no_streams.to_str().unwrap()],
+    ];
+    for args in cases {
+        let out = Command::new(BIN).args(args).env_remove("NOTIFY_SOCKET").output().unwrap();
+        assert_eq!(out.status.code(), Some(78), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, header(0, free_port()) + &test_stream("cam", "stats = \"/tmp/x.jsonl\"")).unwrap();
+    let out = Command::new(BIN).args(["check-config", "--config", good.to_str().unwrap()]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]

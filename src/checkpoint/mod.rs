@@ -2,6 +2,7 @@
 //! (float32, float16 or bfloat16), memory-mapped and checked tensor by tensor.
 
 mod config;
+mod locate;
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
@@ -11,6 +12,7 @@ use memmap2::Mmap;
 use safetensors::{Dtype, SafeTensors};
 
 pub use config::SegformerConfig;
+pub use locate::{BUNDLED_MODEL, MODEL_ENV, SYSTEM_MODEL, locate_model};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {

@@ -9,13 +9,14 @@ use roadseg::backend::cpu::CpuBackend;
 use roadseg::device::{self, DeviceRequest};
 use roadseg::engine::{AnyEngine, ModelSpec, Preset};
 
-/// The model folder shipped with roadseg (relative to the working directory).
-pub const BUNDLED_MODEL: &str = "models/roadseg-camvid";
+use roadseg::checkpoint::BUNDLED_MODEL;
 
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
     /// HuggingFace SegFormer checkpoint folder (config.json + model.safetensors).
-    #[arg(long, default_value = BUNDLED_MODEL)]
+    /// The default is looked for in $ROADSEG_MODEL, ./models/roadseg-camvid,
+    /// /usr/share/roadseg/models/roadseg-camvid, then beside the binary.
+    #[arg(long, default_value = BUNDLED_MODEL, value_parser = parse_model_path)]
     pub model: PathBuf,
     /// cpu, cuda, cuda:0,1 or auto (CUDA when usable, else CPU with a warning).
     #[arg(long, default_value = "auto")]
@@ -95,4 +96,8 @@ pub fn load_engines(args: &ModelArgs, size: (usize, usize), threshold: f32, back
     };
     let (engines, _) = roadseg::engine::load_engines(&spec, &resolved, count, backend)?;
     Ok(LoadedMany { engines, device: resolved.device, precision: resolved.precision })
+}
+
+fn parse_model_path(s: &str) -> Result<PathBuf, String> {
+    Ok(roadseg::checkpoint::locate_model(std::path::Path::new(s)))
 }

@@ -16,7 +16,11 @@ pub struct RunArgs {
 #[derive(Args, Debug)]
 pub struct CheckConfigArgs {
     /// Configuration file (TOML) to check, as `run --config FILE` would read it.
-    pub file: PathBuf,
+    #[arg(required_unless_present = "config")]
+    pub file: Option<PathBuf>,
+    /// The same file, spelt as for `run`.
+    #[arg(long, short, conflicts_with = "file")]
+    pub config: Option<PathBuf>,
 }
 
 pub fn run(args: RunArgs) -> Result<()> {
@@ -24,7 +28,8 @@ pub fn run(args: RunArgs) -> Result<()> {
 }
 
 pub fn check_config(args: CheckConfigArgs) -> Result<()> {
-    let summary = roadseg::daemon::run::check_config(&args.file)?;
+    let file = args.file.or(args.config).expect("clap requires one of them");
+    let summary = roadseg::daemon::run::check_config(&file)?;
     print!("{summary}");
     Ok(())
 }

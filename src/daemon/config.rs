@@ -59,6 +59,8 @@ pub enum ConfigError {
     Parse { origin: String, message: String },
     #[error("{0}")]
     Invalid(Problems),
+    #[error("no streams configured: add at least one [[streams]] section")]
+    NoStreams,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]

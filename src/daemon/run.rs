@@ -55,7 +55,7 @@ pub fn check_config(path: &Path) -> Result<Summary> {
 fn load_config(path: Option<&Path>) -> Result<DaemonConfig> {
     let config = check(path)?.config;
     if config.streams.is_empty() {
-        bail!("no streams configured: add at least one [[streams]] section");
+        return Err(super::config::ConfigError::NoStreams.into());
     }
     Ok(config)
 }

@@ -98,7 +98,9 @@ impl DaemonConfig {
         }
         let origin = sources.describe();
         let parse = |err| ConfigError::parse(&origin, err);
-        builder.add_source(env).build().map_err(parse)?.try_deserialize().map_err(parse)
+        let mut config: DaemonConfig = builder.add_source(env).build().map_err(parse)?.try_deserialize().map_err(parse)?;
+        config.model.path = crate::checkpoint::locate_model(&config.model.path);
+        Ok(config)
     }
 
     /// Defaults < `text` (TOML); `origin` names it in errors.

@@ -487,6 +487,42 @@ fn bad_configs_are_reported_clearly_without_panicking() {
 }
 
 #[test]
+fn metrics_pass_promtool() {
+    // Rule: /metrics passes `promtool check metrics` with nothing reported (names with units, _total on counters, help texts).
+    let Ok(promtool) = which("promtool") else {
+        eprintln!("SKIP: promtool is not installed (Debian package prometheus)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (mport, rport) = (free_port(), free_port());
+    let config = dir.path().join("roadseg.toml");
+    let output = format!("rtsp = \"{{stream}}\"\nstats = \"{}/cam.jsonl\"", dir.path().display());
+    std::fs::write(&config, header(mport, rport) + &test_stream("cam", &output)).unwrap();
+    let mut d = Daemon::start(&config, &dir.path().join("log"));
+    d.wait_for("frames inferred", Duration::from_secs(30), || metric(mport, "roadseg_frames_inferred_total", "cam") > 2.0);
+    let text = scrape(mport);
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or(&text).to_string();
+    let mut child = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), body.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let report = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && report.trim().is_empty(), "promtool: {report}\n{body}");
+}
+
+/// `name` on $PATH.
+fn which(name: &str) -> Result<PathBuf, ()> {
+    std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|p| p.join(name)).find(|p| p.is_file()))
+        .ok_or(())
+}
+
+#[test]
 fn a_bad_config_exits_78_so_systemd_does_not_restart_it() {
     // Rule: a bad config makes check-config and run exit 78 (EX_CONFIG, the unit's RestartPreventExitStatus); check-config takes the file positionally or as --config, like run.
     let dir = tempfile::tempdir().unwrap();

@@ -133,17 +133,33 @@ impl Default for WorkersConfig {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[derive(Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MetricsConfig {
-    /// `IP:port` of the /metrics, /healthz, /readyz endpoint; "" disables it.
-    /// Default `127.0.0.1:9464`.
+    /// `IP:port` of the HTTP endpoint: /metrics, /healthz, /readyz, the
+    /// status page `/` and `/api/v1/...`; "" disables it. Default `127.0.0.1:9464`.
     pub listen: String,
+    /// Basic auth, required (and only asked for) when `listen` is not a
+    /// loopback address; both or neither. Unset, the RTSP credentials are
+    /// used. /healthz and /readyz never ask (probes). Default none.
+    pub username: Option<String>,
+    pub password: Option<String>,
 }
 
 impl Default for MetricsConfig {
     fn default() -> Self {
-        MetricsConfig { listen: "127.0.0.1:9464".to_string() }
+        MetricsConfig { listen: "127.0.0.1:9464".to_string(), username: None, password: None }
+    }
+}
+
+// By hand so the password never reaches a log line.
+impl fmt::Debug for MetricsConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MetricsConfig")
+            .field("listen", &self.listen)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
     }
 }
 
@@ -151,6 +167,12 @@ impl MetricsConfig {
     /// `None` when disabled or (before validation) unparsable.
     pub fn listen_addr(&self) -> Option<SocketAddr> {
         parse_listen(&self.listen)
+    }
+
+    /// Whether HTTP clients must authenticate: the endpoint is reachable
+    /// from other hosts.
+    pub fn needs_auth(&self) -> bool {
+        self.listen_addr().is_some_and(|a| !a.ip().is_loopback())
     }
 }
 
@@ -162,11 +184,15 @@ pub struct RtspConfig {
     /// Basic auth for every mount; both or neither. Default none.
     pub username: Option<String>,
     pub password: Option<String>,
+    /// Serve without credentials on an address other hosts can reach.
+    /// Default false: a `listen` beyond loopback then needs username and
+    /// password, and validation refuses the config without them.
+    pub allow_anonymous: bool,
 }
 
 impl Default for RtspConfig {
     fn default() -> Self {
-        RtspConfig { listen: "127.0.0.1:8554".to_string(), username: None, password: None }
+        RtspConfig { listen: "127.0.0.1:8554".to_string(), username: None, password: None, allow_anonymous: false }
     }
 }
 
@@ -177,6 +203,7 @@ impl fmt::Debug for RtspConfig {
             .field("listen", &self.listen)
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("allow_anonymous", &self.allow_anonymous)
             .finish()
     }
 }
@@ -445,6 +472,19 @@ impl DaemonConfig {
     /// start-up log.
     pub fn warnings(&self) -> Vec<String> {
         validate::warnings(self)
+    }
+
+    /// Basic-auth credentials for the HTTP endpoint when it needs them:
+    /// `[metrics]`'s own, else `[rtsp]`'s.
+    pub fn http_credentials(&self) -> Option<(&str, &str)> {
+        if !self.metrics.needs_auth() {
+            return None;
+        }
+        let m = &self.metrics;
+        match (m.username.as_deref(), m.password.as_deref()) {
+            (Some(u), Some(p)) => Some((u, p)),
+            _ => self.rtsp.credentials(),
+        }
     }
 
     pub fn stream(&self, name: &str) -> Option<&StreamConfig> {

@@ -7,10 +7,11 @@
 //! A removed stream's series stay in /metrics until the process restarts
 //! (the exporter cannot unregister); its `roadseg_stream_up` drops to 0.
 
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use ::metrics::{Counter, Gauge, Histogram, Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use ::metrics::{Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder};
 
 pub use super::health::Health;
@@ -173,6 +174,10 @@ impl Sink {
 
 /// One stream's handles. `roadseg_stream_up` is not here: it is driven by
 /// [`Health::set_stream_up`], so /readyz and the gauge cannot disagree.
+///
+/// The handles that the status API reports also count into
+/// [`StreamReadings`] (one more atomic per update), because the exporter's
+/// values cannot be read back per series without rendering everything.
 #[derive(Clone)]
 pub struct StreamMetrics {
     pub frames_decoded: Counter,
@@ -185,22 +190,35 @@ pub struct StreamMetrics {
     pub hood_coverage: Gauge,
     pub reconnects: Counter,
     pub rtsp_clients: Gauge,
+    readings: Arc<StreamReadings>,
 }
 
 impl StreamMetrics {
     pub fn new(stream: &str) -> StreamMetrics {
         let s = stream.to_string();
+        let r = Arc::new(StreamReadings::default());
+        let tee = |c: Counter, into: fn(&StreamReadings) -> &AtomicU64| Counter::from_arc(Arc::new(TeeCounter { inner: c, readings: r.clone(), into }));
+        let dropped = DropReason::ALL.map(|reason| {
+            let c = counter!(FRAMES_DROPPED, "stream" => s.clone(), "reason" => reason.label());
+            let into: fn(&StreamReadings) -> &AtomicU64 = match reason {
+                DropReason::RingFull => |r| &r.dropped[0],
+                DropReason::InferenceError => |r| &r.dropped[1],
+                DropReason::DecodeError => |r| &r.dropped[2],
+            };
+            tee(c, into)
+        });
         StreamMetrics {
-            frames_decoded: counter!(FRAMES_DECODED, "stream" => s.clone()),
-            frames_inferred: counter!(FRAMES_INFERRED, "stream" => s.clone()),
-            dropped: DropReason::ALL.map(|r| counter!(FRAMES_DROPPED, "stream" => s.clone(), "reason" => r.label())),
+            frames_decoded: tee(counter!(FRAMES_DECODED, "stream" => s.clone()), |r| &r.decoded),
+            frames_inferred: tee(counter!(FRAMES_INFERRED, "stream" => s.clone()), |r| &r.inferred),
+            dropped,
             written: Sink::ALL.map(|k| counter!(FRAMES_WRITTEN, "stream" => s.clone(), "sink" => k.label())),
-            latency: histogram!(LATENCY, "stream" => s.clone()),
+            latency: Histogram::from_arc(Arc::new(TeeLatency { inner: histogram!(LATENCY, "stream" => s.clone()), readings: r.clone() })),
             ring_depth: gauge!(RING_DEPTH, "stream" => s.clone()),
-            road_coverage: gauge!(ROAD_COVERAGE, "stream" => s.clone()),
+            road_coverage: Gauge::from_arc(Arc::new(TeeCoverage { inner: gauge!(ROAD_COVERAGE, "stream" => s.clone()), readings: r.clone() })),
             hood_coverage: gauge!(HOOD_COVERAGE, "stream" => s.clone()),
-            reconnects: counter!(RECONNECTS, "stream" => s.clone()),
+            reconnects: tee(counter!(RECONNECTS, "stream" => s.clone()), |r| &r.reconnects),
             rtsp_clients: gauge!(RTSP_CLIENTS, "stream" => s),
+            readings: r,
         }
     }
 
@@ -214,6 +232,105 @@ impl StreamMetrics {
 
     pub fn record_latency(&self, latency: Duration) {
         self.latency.record(latency.as_secs_f64());
+    }
+
+    /// What this handle set has counted since it was built (the stream's
+    /// start or its restart by a reload).
+    pub fn readings(&self) -> StreamReading {
+        self.readings.read()
+    }
+}
+
+/// Atomics beside the exported series, for the status API.
+#[derive(Debug, Default)]
+struct StreamReadings {
+    decoded: AtomicU64,
+    inferred: AtomicU64,
+    dropped: [AtomicU64; 3],
+    reconnects: AtomicU64,
+    /// Frames through the output stage: one latency sample each.
+    out: AtomicU64,
+    /// f64 bits of the last value.
+    latency_s: AtomicU64,
+    road_coverage: AtomicU64,
+}
+
+impl StreamReadings {
+    fn read(&self) -> StreamReading {
+        let f = |a: &AtomicU64| f64::from_bits(a.load(Ordering::Relaxed));
+        let out = self.out.load(Ordering::Relaxed);
+        let inferred = self.inferred.load(Ordering::Relaxed);
+        StreamReading {
+            frames_decoded: self.decoded.load(Ordering::Relaxed),
+            frames_inferred: inferred,
+            frames_out: out,
+            dropped: DropReason::ALL.map(|r| (r, self.dropped[r as usize].load(Ordering::Relaxed))),
+            reconnects: self.reconnects.load(Ordering::Relaxed),
+            latency_s: (out > 0).then(|| f(&self.latency_s)),
+            road_coverage: (inferred > 0).then(|| f(&self.road_coverage)),
+        }
+    }
+}
+
+/// One read of a stream's numbers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StreamReading {
+    pub frames_decoded: u64,
+    pub frames_inferred: u64,
+    pub frames_out: u64,
+    pub dropped: [(DropReason, u64); 3],
+    pub reconnects: u64,
+    /// Source to annotated output, of the last frame out.
+    pub latency_s: Option<f64>,
+    /// Of the last frame inferred.
+    pub road_coverage: Option<f64>,
+}
+
+struct TeeCounter {
+    inner: Counter,
+    readings: Arc<StreamReadings>,
+    into: fn(&StreamReadings) -> &AtomicU64,
+}
+
+impl CounterFn for TeeCounter {
+    fn increment(&self, value: u64) {
+        (self.into)(&self.readings).fetch_add(value, Ordering::Relaxed);
+        self.inner.increment(value);
+    }
+    fn absolute(&self, value: u64) {
+        (self.into)(&self.readings).fetch_max(value, Ordering::Relaxed);
+        self.inner.absolute(value);
+    }
+}
+
+struct TeeLatency {
+    inner: Histogram,
+    readings: Arc<StreamReadings>,
+}
+
+impl HistogramFn for TeeLatency {
+    fn record(&self, value: f64) {
+        self.readings.latency_s.store(value.to_bits(), Ordering::Relaxed);
+        self.readings.out.fetch_add(1, Ordering::Relaxed);
+        self.inner.record(value);
+    }
+}
+
+struct TeeCoverage {
+    inner: Gauge,
+    readings: Arc<StreamReadings>,
+}
+
+impl GaugeFn for TeeCoverage {
+    fn increment(&self, value: f64) {
+        self.inner.increment(value);
+    }
+    fn decrement(&self, value: f64) {
+        self.inner.decrement(value);
+    }
+    fn set(&self, value: f64) {
+        self.readings.road_coverage.store(value.to_bits(), Ordering::Relaxed);
+        self.inner.set(value);
     }
 }
 

@@ -23,10 +23,11 @@ use anyhow::{Context, Result, anyhow, bail};
 
 use super::config::{DaemonConfig, ModelConfig, SourceUri, Summary, check};
 use super::health::Health;
-use super::http::HttpServer;
 use super::metrics::{self, DeviceMetrics, StreamMetrics};
 use super::notify;
+use super::status::{StreamDirectory, StreamStatus};
 use super::supervisor::{StreamContext, StreamSupervisor};
+use super::web::{Credentials, WebContext, WebServer};
 use crate::backend::cpu::CpuBackend;
 use crate::device::{self, DeviceRequest, Resolved};
 use crate::engine::{self, AnyEngine, ModelSpec};
@@ -97,6 +98,8 @@ struct Daemon {
     rtsp: Option<Arc<RtspServer>>,
     health: Arc<Health>,
     stream_metrics: StreamMetricMap,
+    /// What the status page and API list.
+    directory: Arc<StreamDirectory>,
     streams: Vec<StreamSupervisor>,
     /// Start-up is over: streams started from now on are named for their own start.
     running: bool,
@@ -104,13 +107,18 @@ struct Daemon {
 }
 
 impl Daemon {
-    fn context(&self, name: &str) -> StreamContext {
+    fn context(&self, config: &super::config::StreamConfig) -> StreamContext {
+        let name = &config.name;
         let metrics = StreamMetrics::new(name);
         self.stream_metrics
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(name.to_string(), metrics.clone());
+        let source = SourceUri::redacted(&config.uri);
+        let status = Arc::new(StreamStatus::new(name, source, config.is_live(), metrics.clone()));
+        self.directory.insert(status.clone());
         StreamContext {
+            status,
             pool: self.pool.clone(),
             rtsp: self.rtsp.clone(),
             health: self.health.clone(),
@@ -145,7 +153,7 @@ impl Daemon {
 
     fn start_stream(&mut self, config: &super::config::StreamConfig) {
         self.health.add_stream(&config.name);
-        let ctx = self.context(&config.name);
+        let ctx = self.context(config);
         tracing::info!(
             stream = %config.name,
             source = %SourceUri::redacted(&config.uri),
@@ -249,6 +257,7 @@ impl Daemon {
         }
         for name in &plan.removed {
             self.health.remove_stream(name);
+            self.directory.remove(name);
             tracing::info!(stream = %name, "stream removed");
         }
         self.config = new;
@@ -313,10 +322,16 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
     for s in &config.streams {
         health.add_stream(&s.name);
     }
+    let directory = Arc::new(StreamDirectory::new());
     let http = match config.metrics.listen_addr() {
         Some(addr) => {
-            let handle = metrics::install()?;
-            Some(HttpServer::start(addr, handle, health.clone())?)
+            let ctx = WebContext {
+                metrics: metrics::install()?,
+                health: health.clone(),
+                streams: directory.clone(),
+                credentials: config.http_credentials().map(|(u, p)| Credentials::new(u, p)),
+            };
+            Some(WebServer::start(addr, ctx)?)
         }
         None => None,
     };
@@ -338,6 +353,7 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
         rtsp: None,
         health: health.clone(),
         stream_metrics: Arc::default(),
+        directory,
         streams: Vec::new(),
         running: false,
         workers_ready: Arc::default(),

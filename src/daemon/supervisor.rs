@@ -25,10 +25,12 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use super::config::{RtspTransport, StreamConfig, format_start};
 use super::health::Health;
 use super::metrics::{DropReason, Sink, StreamMetrics};
+use super::status::{StreamState, StreamStatus};
 use crate::video::annotate::FrameStats;
 use crate::video::frame::VideoInfo;
 use crate::video::output::{FrameSink, OutputObserver, StatsWriter};
 use crate::video::pool::{SkipReason, WorkerPool};
+use crate::video::ring::FrameBuf;
 use crate::video::ring::FrameRing;
 use crate::video::rtsp::RtspServer;
 use crate::video::source::{self, Source, SourceSettings};
@@ -50,6 +52,8 @@ pub struct StreamContext {
     pub rtsp: Option<Arc<RtspServer>>,
     pub health: Arc<Health>,
     pub metrics: StreamMetrics,
+    /// State, last frame and latest annotated frame for the status page.
+    pub status: Arc<StreamStatus>,
     /// `{start}` in the names of the stream's first outputs: the daemon's
     /// start, or the stream's own for one added or restarted by a reload (so
     /// it cannot overwrite the earlier recording). Outputs re-opened for a new
@@ -201,8 +205,8 @@ struct Supervisor {
     info: Arc<Mutex<Option<VideoInfo>>>,
 }
 
-/// Metrics for one stream's output stage.
-struct Observer(StreamMetrics);
+/// Metrics and the latest frame for one stream's output stage.
+struct Observer(StreamMetrics, Arc<StreamStatus>);
 
 impl OutputObserver for Observer {
     fn written(&self, sink: &'static str) {
@@ -222,6 +226,9 @@ impl OutputObserver for Observer {
     }
     fn frame_out(&self, latency: Duration, _stats: &FrameStats) {
         self.0.record_latency(latency);
+    }
+    fn keep_latest(&self, buf: &mut FrameBuf) {
+        self.1.latest.offer(buf);
     }
 }
 
@@ -272,11 +279,13 @@ impl Supervisor {
         loop {
             match self.session(&mut backoff, session_start) {
                 SessionEnd::Stopped => {
+                    self.ctx.status.set_state(StreamState::Stopped);
                     tracing::info!(stream = %self.name(), "stream stopped");
                     break;
                 }
                 SessionEnd::Down => {
                     self.ctx.health.set_stream_up(self.name(), false);
+                    self.ctx.status.set_state(StreamState::Down);
                     tracing::warn!(stream = %self.name(), "stream is down and stays down (not live); other streams keep running");
                     break;
                 }
@@ -436,8 +445,9 @@ impl Supervisor {
         let (events_tx, events_rx) = crossbeam_channel::unbounded();
         let requeue = events_tx.clone();
         let waker = self.ctx.pool.read().unwrap_or_else(PoisonError::into_inner).waker();
-        let m = self.ctx.metrics.clone();
+        let (m, status) = (self.ctx.metrics.clone(), self.ctx.status.clone());
         let on_decoded: DecodeObserver = Arc::new(move |_, depth| {
+            status.frame_arrived();
             m.frames_decoded.increment(1);
             m.ring_depth.set(depth as f64);
         });
@@ -491,7 +501,7 @@ impl Supervisor {
                     output_rx,
                     sinks,
                     stats,
-                    observer: Arc::new(Observer(self.ctx.metrics.clone())),
+                    observer: Arc::new(Observer(self.ctx.metrics.clone(), self.ctx.status.clone())),
                     finish_timeout: self.ctx.finish_timeout,
                     on_frame: None,
                     want_masks: false,
@@ -501,6 +511,7 @@ impl Supervisor {
             )
         };
         self.ctx.health.set_stream_up(&name, true);
+        self.ctx.status.set_state(StreamState::Up);
 
         let finished = AtomicBool::new(false);
         // Stops intake, drains, finalises the sinks and unmounts; the source is stopped after the drain
@@ -566,6 +577,7 @@ impl Supervisor {
                 return SessionEnd::Down;
             }
             self.ctx.health.set_stream_up(&name, false);
+            self.ctx.status.set_state(StreamState::Reconnecting);
             tracing::warn!(stream = %name, "source lost: {}", failure.1);
             if let Some(s) = source.take() {
                 s.stop();
@@ -586,6 +598,7 @@ impl Supervisor {
                     tracing::info!(stream = %name, "source reconnected");
                     source = Some(s);
                     self.ctx.health.set_stream_up(&name, true);
+                    self.ctx.status.set_state(StreamState::Up);
                 }
                 Err(_) => {
                     let deadline = self

@@ -12,6 +12,7 @@ pub mod reorder;
 mod rgba;
 pub mod ring;
 pub mod rtsp;
+pub mod snapshot;
 pub mod sink;
 pub mod source;
 pub mod stream;

@@ -31,6 +31,9 @@ pub trait OutputObserver: Send + Sync {
     fn sink_failed(&self, _sink: &'static str, _err: &str) {}
     fn skipped(&self, _reason: SkipReason) {}
     fn frame_out(&self, _latency: Duration, _stats: &FrameStats) {}
+    /// Last look at a written frame before its buffer goes back to the pool;
+    /// may swap `buf.data` (see `snapshot::LatestFrame::offer`).
+    fn keep_latest(&self, _buf: &mut FrameBuf) {}
 }
 
 pub struct NoObserver;
@@ -126,7 +129,7 @@ fn run(mut p: OutputParts) -> OutputSummary {
     let mut summary = OutputSummary::default();
     let mut fps_window = (Instant::now(), 0u64);
     let mut previous_mask: Vec<u8> = Vec::new();
-    let mut emit = |(buf, stats): (FrameBuf, FrameStats), p: &mut OutputParts, summary: &mut OutputSummary| {
+    let mut emit = |(mut buf, stats): (FrameBuf, FrameStats), p: &mut OutputParts, summary: &mut OutputSummary| {
         for sink in p.sinks.iter_mut() {
             match sink.write(&buf) {
                 Ok(()) => p.observer.written(sink.kind()),
@@ -162,6 +165,7 @@ fn run(mut p: OutputParts) -> OutputSummary {
             }
             previous_mask.clone_from(&buf.road_mask);
         }
+        p.observer.keep_latest(&mut buf);
         fps_window.1 += 1;
         let elapsed = fps_window.0.elapsed();
         if elapsed >= Duration::from_secs(1) {

@@ -38,7 +38,7 @@ pub struct FrameBuf {
 }
 
 impl FrameBuf {
-    fn empty() -> Self {
+    pub(crate) fn empty() -> Self {
         FrameBuf { seq: 0, timing: FrameTiming::default(), width: 0, height: 0, data: Vec::new(), dropped_before: 0, road_mask: Vec::new(), decoded_at: Instant::now() }
     }
 

@@ -44,7 +44,11 @@ impl fmt::Display for Summary {
         writeln!(f, "  road classes {:?}, confidence threshold {}", m.road_classes, m.confidence_threshold)?;
         writeln!(f, "workers: {}", c.workers.count)?;
         match c.metrics.listen_addr() {
-            Some(a) => writeln!(f, "metrics: http://{a}/metrics (also /healthz, /readyz)")?,
+            Some(a) => writeln!(
+                f,
+                "metrics: http://{a}/metrics (also /healthz, /readyz, /api/v1/streams and the status page at /{})",
+                if c.metrics.needs_auth() { "; Basic auth" } else { "" }
+            )?,
             None => writeln!(f, "metrics: HTTP endpoint disabled")?,
         }
         let auth = if c.rtsp.credentials().is_some() { "basic auth" } else { "no auth" };

@@ -278,6 +278,8 @@ fn validation_rules_for_global_sections() {
     check(|c| c.rtsp.listen = c.metrics.listen.clone(), "rtsp.listen", "also metrics.listen");
     check(|c| c.rtsp.username = Some("u".into()), "rtsp.password", "both");
     check(|c| c.rtsp.password = Some("p".into()), "rtsp.username", "both");
+    check(|c| c.metrics.username = Some("u".into()), "metrics.password", "both");
+    check(|c| c.metrics.listen = "0.0.0.0:9464".into(), "metrics.listen", "Basic auth");
     check(|c| c.daemon.shutdown_timeout_s = 0, "daemon.shutdown_timeout_s", "1..=600");
     let mut c = valid();
     c.metrics.listen = String::new();
@@ -407,6 +409,24 @@ fn rtsp_password_is_not_debug_printed() {
 }
 
 #[test]
+fn http_auth_only_beyond_loopback_and_rtsp_credentials_are_reused() {
+    // Rule: the HTTP endpoint asks for Basic auth only when metrics.listen is not loopback, with [metrics]'s credentials, else [rtsp]'s; Debug never shows the password.
+    let mut c = DaemonConfig::default();
+    c.rtsp.username = Some("viewer".into());
+    c.rtsp.password = Some("rtsp-secret".into());
+    for loopback in ["127.0.0.1:9464", "127.0.0.2:9464", "[::1]:9464"] {
+        c.metrics.listen = loopback.into();
+        assert_eq!(c.http_credentials(), None, "{loopback}");
+    }
+    c.metrics.listen = "0.0.0.0:9464".into();
+    assert_eq!(c.http_credentials(), Some(("viewer", "rtsp-secret")));
+    c.metrics.username = Some("ops".into());
+    c.metrics.password = Some("http-secret".into());
+    assert_eq!(c.http_credentials(), Some(("ops", "http-secret")));
+    assert!(!format!("{c:?}").contains("http-secret"));
+}
+
+#[test]
 fn uri_parts_and_redaction() {
     // Rule: URIs split into scheme, authority, path and query; passwords are masked in logs.
     let u = SourceUri::parse("RTSP://admin:pw@[2001:db8::5]:554/Streaming/101?transport=tcp").unwrap();
@@ -428,6 +448,8 @@ fn warnings_flag_overwrites_and_open_rtsp() {
     c.streams[0].output.file = Some("/rec/{stream}.mp4".into());
     c.streams[0].output.rtsp = Some("cam".into());
     c.rtsp.listen = "0.0.0.0:8554".into();
+    assert!(c.validate().unwrap_err().to_string().contains("rtsp.allow_anonymous"), "refused unless opted in");
+    c.rtsp.allow_anonymous = true;
     c.validate().unwrap();
     let w = c.warnings();
     assert_eq!(w.len(), 2, "{w:?}");

@@ -115,6 +115,33 @@ fn listeners(c: &mut Collector, config: &DaemonConfig) {
         (Some(u), Some(_)) => c.check(!u.is_empty() && !u.contains(':'), "rtsp.username", || "must be non-empty and hold no ':'".into()),
         (None, None) => {}
     }
+    // Safe default: no anonymous video for other hosts unless asked for.
+    if rtsp.is_some_and(|a| !a.ip().is_loopback()) && r.username.is_none() && r.password.is_none() && !r.allow_anonymous {
+        c.add(
+            "rtsp.listen",
+            format!(
+                "{} is reachable from other hosts but no credentials are set: set rtsp.username and rtsp.password, \
+                 listen on 127.0.0.1, or set rtsp.allow_anonymous = true to serve video to anyone who can connect",
+                r.listen.trim()
+            ),
+        );
+    }
+    let m = &config.metrics;
+    match (&m.username, &m.password) {
+        (Some(_), None) => c.add("metrics.password", "missing: set both metrics.username and metrics.password, or neither"),
+        (None, Some(_)) => c.add("metrics.username", "missing: set both metrics.username and metrics.password, or neither"),
+        (Some(u), Some(_)) => c.check(!u.is_empty() && !u.contains(':'), "metrics.username", || "must be non-empty and hold no ':'".into()),
+        (None, None) => {}
+    }
+    if metrics.is_some_and(|a| !a.ip().is_loopback()) && m.username.is_none() && r.credentials().is_none() {
+        c.add(
+            "metrics.listen",
+            format!(
+                "{} is reachable from other hosts, which shows them the video: set metrics.username and metrics.password (or rtsp.username and rtsp.password) for Basic auth",
+                m.listen.trim()
+            ),
+        );
+    }
 }
 
 fn streams(c: &mut Collector, config: &DaemonConfig) {

@@ -1,0 +1,102 @@
+//! The routes. Handlers read shared state and return; the only CPU work is
+//! rendering /metrics and encoding a snapshot (on a blocking thread).
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Path, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+
+use super::api::{self, Rates};
+use super::{REQUEST_TIMEOUT, WebContext, auth};
+
+const METRICS_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+const PAGE: &str = include_str!("page.html");
+/// Snapshots are for eyes, not measurement.
+const JPEG_QUALITY: u8 = 80;
+
+#[derive(Clone)]
+struct AppState {
+    ctx: WebContext,
+    rates: Arc<Rates>,
+}
+
+pub fn router(ctx: WebContext, runtime: &tokio::runtime::Runtime) -> Router {
+    let rates = Arc::new(Rates::default());
+    runtime.spawn(api::sample_rates(ctx.streams.clone(), rates.clone()));
+    let state = AppState { ctx: ctx.clone(), rates };
+    Router::new()
+        .route("/", get(page))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/api/v1/streams", get(streams))
+        .route("/api/v1/streams/{name}/snapshot.jpg", get(snapshot))
+        .fallback(not_found)
+        .with_state(state)
+        .layer(middleware::from_fn_with_state(ctx, auth::require))
+        .layer(middleware::from_fn(deadline))
+}
+
+fn text(status: StatusCode, body: impl Into<String>) -> Response {
+    (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body.into()).into_response()
+}
+
+async fn deadline(request: Request, next: Next) -> Response {
+    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
+        Ok(r) => r,
+        Err(_) => text(StatusCode::SERVICE_UNAVAILABLE, "request timed out\n"),
+    }
+}
+
+async fn page() -> Response {
+    ([(header::CACHE_CONTROL, "no-cache")], Html(PAGE)).into_response()
+}
+
+async fn metrics(State(s): State<AppState>) -> Response {
+    ([(header::CONTENT_TYPE, METRICS_TYPE)], s.ctx.metrics.render()).into_response()
+}
+
+async fn healthz() -> Response {
+    text(StatusCode::OK, "ok\n")
+}
+
+async fn readyz(State(s): State<AppState>) -> Response {
+    match s.ctx.health.is_ready() {
+        (true, reason) => text(StatusCode::OK, format!("{reason}\n")),
+        (false, reason) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n")),
+    }
+}
+
+async fn streams(State(s): State<AppState>) -> Response {
+    let body = api::streams_json(&s.ctx, &s.rates);
+    ([(header::CACHE_CONTROL, "no-store")], axum::Json(body)).into_response()
+}
+
+async fn snapshot(State(s): State<AppState>, Path(name): Path<String>) -> Response {
+    let Some(stream) = s.ctx.streams.get(&name) else {
+        return text(StatusCode::NOT_FOUND, format!("no stream named '{name}'\n"));
+    };
+    let encoded = tokio::task::spawn_blocking(move || stream.latest.snapshot().map(|shot| shot.to_jpeg(JPEG_QUALITY))).await;
+    match encoded {
+        Ok(Some(Ok(jpeg))) => {
+            ([(header::CONTENT_TYPE, "image/jpeg"), (header::CACHE_CONTROL, "no-store")], jpeg).into_response()
+        }
+        Ok(None) => text(StatusCode::SERVICE_UNAVAILABLE, format!("stream '{name}' has no annotated frame yet\n")),
+        Ok(Some(Err(e))) => {
+            tracing::warn!(stream = %name, "snapshot: {e}");
+            text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n"))
+        }
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("snapshot task failed: {e}\n")),
+    }
+}
+
+async fn not_found() -> Response {
+    text(
+        StatusCode::NOT_FOUND,
+        "not found; try /, /metrics, /healthz, /readyz, /api/v1/streams or /api/v1/streams/NAME/snapshot.jpg\n",
+    )
+}

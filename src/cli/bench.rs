@@ -4,6 +4,7 @@
 use anyhow::Result;
 use clap::Args;
 use roadseg::engine::{FrameRef, PixelFormat};
+use roadseg::temporal::{DEFAULT_WEIGHT, StreamTemporal, TemporalSettings};
 
 use roadseg::backend::cpu::CpuBackend;
 
@@ -32,6 +33,10 @@ pub struct BenchArgs {
     /// (one thread each, as the daemon's workers) and report their total fps.
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
+    /// Also do the per-stream temporal work of a live stream (hood estimate
+    /// and logit smoothing) for every frame, timed apart ("temporal_median_ms").
+    #[arg(long)]
+    pub temporal: bool,
 }
 
 /// Resident set size in MiB, from /proc (None where that is not available).
@@ -76,11 +81,33 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     let mut total = Vec::with_capacity(frames);
     let mut model = Vec::with_capacity(frames);
+    let mut temporal_ms = Vec::with_capacity(frames);
+    let temporal = args.temporal.then(|| StreamTemporal::new(TemporalSettings { smoothing: Some(DEFAULT_WEIGHT), hood: true }));
+    let rgba: Vec<u8> = if args.temporal { pixels.chunks(3).flat_map(|p| [p[0], p[1], p[2], 255]).collect() } else { Vec::new() };
     let (mut rss_at_10, mut rss_peak) = (None, 0.0f64);
     let started = std::time::Instant::now();
     for i in 0..frames {
         let t = std::time::Instant::now();
-        loaded.engine.run_frame(&frame)?;
+        match &temporal {
+            Some(temporal) => {
+                let seq = i as u64;
+                let observed = std::time::Instant::now();
+                temporal.observe(seq, Some(seq * 40_000_000), &rgba, fw, fh);
+                let mut spent = observed.elapsed();
+                loaded.engine.run_frame_filtered(
+                    &frame,
+                    Some(&mut |logits: &mut [f32]| {
+                        let smoothed = std::time::Instant::now();
+                        temporal.smooth(seq, logits);
+                        spent += smoothed.elapsed();
+                    }),
+                )?;
+                temporal_ms.push(spent.as_secs_f64() * 1e3);
+            }
+            None => {
+                loaded.engine.run_frame(&frame)?;
+            }
+        }
         total.push(t.elapsed().as_secs_f64() * 1e3);
         model.push(loaded.engine.timings().inference_ms);
         if i + 1 == 10.min(frames) {
@@ -95,6 +122,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let concurrent = if args.workers > 1 { Some(run_workers(&args, &frame, frames)?) } else { None };
     total.sort_by(f64::total_cmp);
     model.sort_by(f64::total_cmp);
+    temporal_ms.sort_by(f64::total_cmp);
     let out = serde_json::json!({
         "device": loaded.device,
         "precision": loaded.precision.to_string(),
@@ -114,6 +142,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "backend": backend,
         "workers": args.workers,
         "fps_all_workers": concurrent.map(round2),
+        "temporal_median_ms": (!temporal_ms.is_empty()).then(|| round2(percentile(&temporal_ms, 0.5))),
     });
     for (op, ms, calls) in profile {
         eprintln!("{op:<12} {:>9.2} ms/frame {:>6} calls/frame", ms / frames as f64, calls / frames as u64);

@@ -130,3 +130,23 @@ fn a_truncated_clip_keeps_what_could_be_decoded() {
     let frames: u64 = ffprobe_stream(&out)["nb_read_frames"].as_str().unwrap().parse().unwrap();
     assert!(frames > 10 && frames < 221, "{frames} frames from the first 30% of the clip");
 }
+
+#[test]
+fn infer_fps_caps_inference_and_counts_the_rest_as_dropped() {
+    // Rule: --infer-fps N sends at most N frames a second (by timestamp) to inference; the rest are dropped and counted, and the output holds only inferred frames.
+    let tmp = tempfile::tempdir().unwrap();
+    let clip = tmp.path().join("drive.mp4");
+    let (code, _, stderr) = roadseg(&["synth", "-o", clip.to_str().unwrap(), "--frames", "50", "--size", "320x180", "--fps", "25"]);
+    assert_eq!(code, 0, "{stderr}");
+    let out = tmp.path().join("out.mp4");
+    let stats = tmp.path().join("stats.jsonl");
+    let (code, stdout, stderr) =
+        process(&[clip.to_str().unwrap(), "-o", out.to_str().unwrap(), "--stats-out", stats.to_str().unwrap(), "--infer-fps", "5"]);
+    assert_eq!(code, 0, "{stderr}");
+    // 2 s at 25 fps capped at 5 fps: frames at 0, 0.2, ... 1.8 s.
+    assert!(stdout.contains(": 10 frames (40 dropped)"), "{stdout}");
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&stats).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let pts: Vec<f64> = lines.iter().map(|l| l["pts"].as_f64().unwrap()).collect();
+    assert!(pts.windows(2).all(|w| (w[1] - w[0] - 0.2).abs() < 1e-6), "evenly spread: {pts:?}");
+    assert_eq!(ffprobe_stream(&out)["nb_read_frames"].as_str(), Some("10"));
+}

@@ -61,6 +61,10 @@ pub struct ProcessArgs {
     /// Write the final hood estimate here (PNG, 255 = hood, frame-sized).
     #[arg(long)]
     pub hood_out: Option<PathBuf>,
+    /// Infer at most this many frames a second; the others are dropped
+    /// (default: every frame).
+    #[arg(long)]
+    pub infer_fps: Option<f64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -118,7 +122,8 @@ pub fn run(args: ProcessArgs) -> Result<()> {
         events_tx,
         live.then(Instant::now),
         no_decode_observer(),
-    ));
+    )
+    .with_rate_limit(args.infer_fps));
     let mut settings = SourceSettings::new(uri.clone());
     settings.live = live;
     let source = start_source(settings, feeder.clone()).map_err(|e| anyhow!("{e}"))?;
@@ -148,7 +153,7 @@ pub fn run(args: ProcessArgs) -> Result<()> {
     };
     pool.spawn_workers(loaded.engines, annotator, Arc::new(|_, _, _| {}), Arc::new(|_, _| {}));
 
-    let file = open_file_sink(&FileTarget { path: output.clone(), segment_seconds: None }, info).map_err(|e| anyhow!("{e}"))?;
+    let file = open_file_sink(&FileTarget::single(output.clone()), info).map_err(|e| anyhow!("{e}"))?;
     let stats = args.stats_out.as_deref().map(StatsWriter::create).transpose().map_err(|e| anyhow!("{e}"))?;
     let progress = if std::io::stderr().is_terminal() { ProgressBar::new_spinner() } else { ProgressBar::hidden() };
     progress.set_style(ProgressStyle::with_template("{spinner} {pos} frames  {per_sec}  {elapsed}  {msg}").expect("valid template"));

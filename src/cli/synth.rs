@@ -44,7 +44,7 @@ pub fn run(args: SynthArgs) -> Result<()> {
     };
     let drive = SynthDrive::new(spec.clone()).map_err(|e| anyhow!("{e}"))?;
     let info = VideoInfo { width: spec.width, height: spec.height, fps_num: spec.fps as i32, fps_den: 1 };
-    let sink = open_file_sink(&FileTarget { path: args.output.clone(), segment_seconds: None }, info).map_err(|e| anyhow!("{e}"))?;
+    let sink = open_file_sink(&FileTarget::single(args.output.clone()), info).map_err(|e| anyhow!("{e}"))?;
     if let Some(dir) = &args.masks_out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }

@@ -325,6 +325,11 @@ pub struct StreamConfig {
     /// Weight of the newest frame in the smoothed logits, (0, 1]. Default 0.3.
     #[serde(default = "defaults::smooth_weight")]
     pub smooth_weight: f32,
+    /// Frames a second sent to inference at most (like Frigate's
+    /// `detect.fps`); the others are dropped before inference and counted as
+    /// `roadseg_frames_dropped_total{reason="rate_limited"}`. Default: every frame.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub infer_fps: Option<f64>,
     /// Estimate the ego vehicle's hood, keep it out of road coverage and
     /// draw it. Default true.
     #[serde(default = "defaults::hood")]
@@ -368,6 +373,7 @@ impl StreamConfig {
             reconnect_max_ms: defaults::reconnect_max_ms(),
             smooth: None,
             smooth_weight: defaults::smooth_weight(),
+            infer_fps: None,
             hood: defaults::hood(),
             output: OutputConfig::default(),
         }
@@ -409,11 +415,14 @@ pub struct OutputConfig {
     /// JSON-lines statistics sidecar, one line per inferred frame.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stats: Option<String>,
+    /// H.264 bitrate of the recording and the RTSP stream, 100..=100000
+    /// kbit/s. Default 4000 (about 43 GB a day).
+    pub bitrate_kbps: u32,
 }
 
 impl Default for OutputConfig {
     fn default() -> Self {
-        OutputConfig { file: None, segment_seconds: 300, rtsp: None, stats: None }
+        OutputConfig { file: None, segment_seconds: 300, rtsp: None, stats: None, bitrate_kbps: crate::video::stream::DEFAULT_BITRATE_KBPS }
     }
 }
 

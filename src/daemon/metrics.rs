@@ -139,16 +139,18 @@ pub enum DropReason {
     RingFull,
     InferenceError,
     DecodeError,
+    RateLimited,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 3] = [DropReason::RingFull, DropReason::InferenceError, DropReason::DecodeError];
+    pub const ALL: [DropReason; 4] = [DropReason::RingFull, DropReason::InferenceError, DropReason::DecodeError, DropReason::RateLimited];
 
     pub fn label(self) -> &'static str {
         match self {
             DropReason::RingFull => "ring_full",
             DropReason::InferenceError => "inference_error",
             DropReason::DecodeError => "decode_error",
+            DropReason::RateLimited => "rate_limited",
         }
     }
 }
@@ -182,7 +184,7 @@ impl Sink {
 pub struct StreamMetrics {
     pub frames_decoded: Counter,
     pub frames_inferred: Counter,
-    dropped: [Counter; 3],
+    dropped: [Counter; 4],
     written: [Counter; 3],
     pub latency: Histogram,
     pub ring_depth: Gauge,
@@ -197,26 +199,20 @@ impl StreamMetrics {
     pub fn new(stream: &str) -> StreamMetrics {
         let s = stream.to_string();
         let r = Arc::new(StreamReadings::default());
-        let tee = |c: Counter, into: fn(&StreamReadings) -> &AtomicU64| Counter::from_arc(Arc::new(TeeCounter { inner: c, readings: r.clone(), into }));
+        let tee = |c: Counter, slot: Slot| Counter::from_arc(Arc::new(TeeCounter { inner: c, readings: r.clone(), slot }));
         let dropped = DropReason::ALL.map(|reason| {
-            let c = counter!(FRAMES_DROPPED, "stream" => s.clone(), "reason" => reason.label());
-            let into: fn(&StreamReadings) -> &AtomicU64 = match reason {
-                DropReason::RingFull => |r| &r.dropped[0],
-                DropReason::InferenceError => |r| &r.dropped[1],
-                DropReason::DecodeError => |r| &r.dropped[2],
-            };
-            tee(c, into)
+            tee(counter!(FRAMES_DROPPED, "stream" => s.clone(), "reason" => reason.label()), Slot::Dropped(reason))
         });
         StreamMetrics {
-            frames_decoded: tee(counter!(FRAMES_DECODED, "stream" => s.clone()), |r| &r.decoded),
-            frames_inferred: tee(counter!(FRAMES_INFERRED, "stream" => s.clone()), |r| &r.inferred),
+            frames_decoded: tee(counter!(FRAMES_DECODED, "stream" => s.clone()), Slot::Decoded),
+            frames_inferred: tee(counter!(FRAMES_INFERRED, "stream" => s.clone()), Slot::Inferred),
             dropped,
             written: Sink::ALL.map(|k| counter!(FRAMES_WRITTEN, "stream" => s.clone(), "sink" => k.label())),
             latency: Histogram::from_arc(Arc::new(TeeLatency { inner: histogram!(LATENCY, "stream" => s.clone()), readings: r.clone() })),
             ring_depth: gauge!(RING_DEPTH, "stream" => s.clone()),
             road_coverage: Gauge::from_arc(Arc::new(TeeCoverage { inner: gauge!(ROAD_COVERAGE, "stream" => s.clone()), readings: r.clone() })),
             hood_coverage: gauge!(HOOD_COVERAGE, "stream" => s.clone()),
-            reconnects: tee(counter!(RECONNECTS, "stream" => s.clone()), |r| &r.reconnects),
+            reconnects: tee(counter!(RECONNECTS, "stream" => s.clone()), Slot::Reconnects),
             rtsp_clients: gauge!(RTSP_CLIENTS, "stream" => s),
             readings: r,
         }
@@ -246,7 +242,7 @@ impl StreamMetrics {
 struct StreamReadings {
     decoded: AtomicU64,
     inferred: AtomicU64,
-    dropped: [AtomicU64; 3],
+    dropped: [AtomicU64; DropReason::ALL.len()],
     reconnects: AtomicU64,
     /// Frames through the output stage: one latency sample each.
     out: AtomicU64,
@@ -255,7 +251,25 @@ struct StreamReadings {
     road_coverage: AtomicU64,
 }
 
+/// Which of [`StreamReadings`]' counts a tee'd counter adds to.
+#[derive(Clone, Copy)]
+enum Slot {
+    Decoded,
+    Inferred,
+    Dropped(DropReason),
+    Reconnects,
+}
+
 impl StreamReadings {
+    fn count(&self, slot: Slot) -> &AtomicU64 {
+        match slot {
+            Slot::Decoded => &self.decoded,
+            Slot::Inferred => &self.inferred,
+            Slot::Dropped(reason) => &self.dropped[reason as usize],
+            Slot::Reconnects => &self.reconnects,
+        }
+    }
+
     fn read(&self) -> StreamReading {
         let f = |a: &AtomicU64| f64::from_bits(a.load(Ordering::Relaxed));
         let out = self.out.load(Ordering::Relaxed);
@@ -278,7 +292,7 @@ pub struct StreamReading {
     pub frames_decoded: u64,
     pub frames_inferred: u64,
     pub frames_out: u64,
-    pub dropped: [(DropReason, u64); 3],
+    pub dropped: [(DropReason, u64); DropReason::ALL.len()],
     pub reconnects: u64,
     /// Source to annotated output, of the last frame out.
     pub latency_s: Option<f64>,
@@ -289,16 +303,16 @@ pub struct StreamReading {
 struct TeeCounter {
     inner: Counter,
     readings: Arc<StreamReadings>,
-    into: fn(&StreamReadings) -> &AtomicU64,
+    slot: Slot,
 }
 
 impl CounterFn for TeeCounter {
     fn increment(&self, value: u64) {
-        (self.into)(&self.readings).fetch_add(value, Ordering::Relaxed);
+        self.readings.count(self.slot).fetch_add(value, Ordering::Relaxed);
         self.inner.increment(value);
     }
     fn absolute(&self, value: u64) {
-        (self.into)(&self.readings).fetch_max(value, Ordering::Relaxed);
+        self.readings.count(self.slot).fetch_max(value, Ordering::Relaxed);
         self.inner.absolute(value);
     }
 }

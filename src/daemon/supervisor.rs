@@ -221,6 +221,7 @@ impl OutputObserver for Observer {
         let reason = match reason {
             SkipReason::RingFull => DropReason::RingFull,
             SkipReason::InferenceError => DropReason::InferenceError,
+            SkipReason::RateLimited => DropReason::RateLimited,
         };
         self.0.dropped(reason).increment(1);
     }
@@ -402,6 +403,7 @@ impl Supervisor {
             let target = FileTarget {
                 path: pattern.into(),
                 segment_seconds,
+                bitrate_kbps: o.bitrate_kbps,
             };
             let sink = open_file_sink(&target, info).map_err(|e| format!("file output: {e}"))?;
             tracing::info!(stream = %name, file = %target.path.display(), "recording");
@@ -421,7 +423,7 @@ impl Supervisor {
                 (rtsp_info.fps_num, rtsp_info.fps_den) = (25, 1);
             }
             let feed = server
-                .add_stream(&path, rtsp_info)
+                .add_stream_with(&path, rtsp_info, &RtspServer::encoder(o.bitrate_kbps))
                 .map_err(|e| format!("rtsp output: {e}"))?;
             sinks.push(Box::new(RtspOutput(feed)));
             mount = Some(path);
@@ -459,7 +461,8 @@ impl Supervisor {
             // Each recording's timeline starts near 0 and rises across reconnects.
             live.then(Instant::now),
             on_decoded,
-        ));
+        )
+        .with_rate_limit(self.cfg.infer_fps));
 
         let (source, info) = match self.connect(&ring, &feeder, &events_rx, &requeue, backoff, false) {
             Ok(x) => x,

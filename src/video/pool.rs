@@ -20,6 +20,8 @@ use crate::temporal::{StreamTemporal, scene_coverage};
 pub enum SkipReason {
     RingFull,
     InferenceError,
+    /// Over the stream's inference rate cap (`infer_fps`).
+    RateLimited,
 }
 
 impl SkipReason {
@@ -27,6 +29,7 @@ impl SkipReason {
         match self {
             SkipReason::RingFull => "ring_full",
             SkipReason::InferenceError => "inference_error",
+            SkipReason::RateLimited => "rate_limited",
         }
     }
 }

@@ -126,6 +126,12 @@ impl FrameRing {
         self.live
     }
 
+    /// Numbers a decoded frame that is deliberately not queued (over the
+    /// stream's inference rate), so the output stage can account for it.
+    pub fn skip(&self) -> u64 {
+        self.next_seq.fetch_add(1, Ordering::Relaxed)
+    }
+
     pub fn depth(&self) -> usize {
         self.queue.len()
     }

@@ -156,8 +156,13 @@ impl RtspServer {
     /// Mounts a stream of `info`-sized RGBA frames at `path`, H.264 encoded with
     /// the default encoder settings (1 s keyframe interval for quick joins).
     pub fn add_stream(&self, path: &str, info: VideoInfo) -> Result<RtspFeed, RtspError> {
-        let settings = EncoderSettings { keyframe_interval: Duration::from_secs(1), ..EncoderSettings::default() };
-        self.add_stream_with(path, info, &settings)
+        self.add_stream_with(path, info, &Self::encoder(EncoderSettings::default().bitrate_kbps))
+    }
+
+    /// Encoder settings for a mount at `bitrate_kbps`: keyframes every second
+    /// so a joining client sees a picture quickly.
+    pub fn encoder(bitrate_kbps: u32) -> EncoderSettings {
+        EncoderSettings { keyframe_interval: Duration::from_secs(1), bitrate_kbps, ..EncoderSettings::default() }
     }
 
     pub fn add_stream_with(

@@ -43,6 +43,36 @@ pub struct RingFeeder {
     decoded: AtomicU64,
     on_decoded: DecodeObserver,
     stopped: AtomicBool,
+    rate: Option<RateLimit>,
+}
+
+/// At most `1 / interval` frames a second go to inference, evenly spread
+/// by the frames' own timestamps (arrival time when they have none).
+struct RateLimit {
+    interval_ns: u64,
+    /// Timestamp from which the next frame is due.
+    next_due: Mutex<Option<u64>>,
+    started: Instant,
+}
+
+impl RateLimit {
+    fn admits(&self, pts_ns: Option<u64>) -> bool {
+        let now = pts_ns.unwrap_or_else(|| self.started.elapsed().as_nanos() as u64);
+        let mut due = self.next_due.lock().unwrap_or_else(|e| e.into_inner());
+        match *due {
+            Some(d) if now < d && d - now < 4 * self.interval_ns => false,
+            // Keep the average rate when frames arrive a little after their
+            // slot; restart the schedule after a gap or a clock jump back.
+            Some(d) if now >= d && now - d < self.interval_ns => {
+                *due = Some(d + self.interval_ns);
+                true
+            }
+            _ => {
+                *due = Some(now + self.interval_ns);
+                true
+            }
+        }
+    }
 }
 
 impl RingFeeder {
@@ -64,7 +94,19 @@ impl RingFeeder {
             decoded: AtomicU64::new(0),
             on_decoded,
             stopped: AtomicBool::new(false),
+            rate: None,
         }
+    }
+
+    /// Caps inference at `fps` frames a second (None or 0: every frame).
+    /// Frames over the cap are numbered and reported as skipped, never queued.
+    pub fn with_rate_limit(mut self, fps: Option<f64>) -> Self {
+        self.rate = fps.filter(|f| *f > 0.0).map(|f| RateLimit {
+            interval_ns: (1e9 / f) as u64,
+            next_due: Mutex::new(None),
+            started: Instant::now(),
+        });
+        self
     }
 
     pub fn decoded(&self) -> u64 {
@@ -94,6 +136,11 @@ impl FrameHandler for RingFeeder {
         }
         *self.last_frame.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
         self.decoded.fetch_add(1, Ordering::Relaxed);
+        if self.rate.as_ref().is_some_and(|r| !r.admits(frame.pts)) {
+            let seq = self.ring.skip();
+            let _ = self.output.send(OutputItem::Skipped { seq, reason: SkipReason::RateLimited });
+            return FlowAction::Continue;
+        }
         let pushed = self.ring.push(&frame);
         (self.on_decoded)(&pushed, self.ring.depth());
         match pushed {
@@ -221,7 +268,19 @@ impl StreamPipeline {
 pub struct FileTarget {
     pub path: PathBuf,
     pub segment_seconds: Option<u32>,
+    /// H.264 target bitrate.
+    pub bitrate_kbps: u32,
 }
+
+impl FileTarget {
+    /// One file at the default bitrate.
+    pub fn single(path: PathBuf) -> Self {
+        FileTarget { path, segment_seconds: None, bitrate_kbps: DEFAULT_BITRATE_KBPS }
+    }
+}
+
+/// Encoder bitrate when none is configured (about 43 GB a day).
+pub const DEFAULT_BITRATE_KBPS: u32 = 4000;
 
 /// Opens the file sink for frames of `info`, making its folder.
 pub fn open_file_sink(target: &FileTarget, info: VideoInfo) -> Result<FileSink, String> {
@@ -231,6 +290,7 @@ pub fn open_file_sink(target: &FileTarget, info: VideoInfo) -> Result<FileSink, 
     let fps = if info.fps_num > 0 && info.fps_den > 0 { (info.fps_num, info.fps_den) } else { (25, 1) };
     let mut settings = FileSinkSettings::new(target.path.clone(), info.width, info.height, fps);
     settings.segment_seconds = target.segment_seconds;
+    settings.encoder.bitrate_kbps = target.bitrate_kbps;
     FileSink::start(settings).map_err(|e| e.to_string())
 }
 

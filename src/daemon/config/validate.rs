@@ -8,6 +8,7 @@ use std::path::Path;
 use std::time::UNIX_EPOCH;
 
 use super::template::{expand_lossy, unknown_placeholder};
+use super::uri::redact_text;
 use super::{ConfigError, DaemonConfig, OutputConfig, SourceUri, StreamConfig};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,7 +20,8 @@ pub struct Problem {
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.field, self.message)
+        // A value quoted in the message may hold credentials (a URI pasted in the wrong field).
+        write!(f, "{}: {}", self.field, redact_text(&self.message))
     }
 }
 
@@ -195,6 +197,9 @@ fn stream_settings(c: &mut Collector, i: usize, s: &StreamConfig) {
     let at = |key: &str| format!("streams[{i}].{key}");
     c.check(s.latency_ms <= 60_000, at("latency_ms"), || format!("{} is above 60000", s.latency_ms));
     c.check((1..=1024).contains(&s.ring_capacity), at("ring_capacity"), || format!("{} is outside 1..=1024", s.ring_capacity));
+    if let Some(fps) = s.infer_fps {
+        c.check(fps > 0.0 && fps <= 1000.0, at("infer_fps"), || format!("{fps} is outside (0, 1000] frames a second (leave it out for every frame)"));
+    }
     c.check(s.smooth_weight > 0.0 && s.smooth_weight <= 1.0, at("smooth_weight"), || {
         format!("{} is outside (0, 1] (1 = no smoothing; turn it off with smooth = false)", s.smooth_weight)
     });
@@ -206,6 +211,9 @@ fn stream_settings(c: &mut Collector, i: usize, s: &StreamConfig) {
 
 fn output(c: &mut Collector, i: usize, o: &OutputConfig, config: &DaemonConfig) {
     let at = |key: &str| format!("streams[{i}].output.{key}");
+    c.check((100..=100_000).contains(&o.bitrate_kbps), at("bitrate_kbps"), || {
+        format!("{} is outside 100..=100000 kbit/s", o.bitrate_kbps)
+    });
     if o.is_empty() {
         c.add(format!("streams[{i}].output"), "nothing to write; set file, rtsp or stats");
     }

@@ -145,9 +145,11 @@ impl SegformerConfig {
             return Err("reshape_last_stage=false is not supported".into());
         }
         let count = self.id2label.len();
+        let mut seen = vec![false; count];
         for key in self.id2label.keys() {
             match key.parse::<usize>() {
-                Ok(i) if i < count => {}
+                Ok(i) if i < count && !seen[i] => seen[i] = true,
+                Ok(i) if i < count => return Err(format!("id2label key '{key}' repeats class index {i}")),
                 _ => return Err(format!("id2label key '{key}' is not a class index below {count}")),
             }
         }
@@ -155,6 +157,12 @@ impl SegformerConfig {
             if n != count {
                 return Err(format!("num_labels is {n} but id2label names {count} classes"));
             }
+        }
+        // Before labels() below builds one name per class.
+        if let (Some(n), true) = (self.num_labels, self.id2label.is_empty())
+            && n > 255
+        {
+            return Err(format!("num_labels is {n}: at most 255 fit the uint8 class maps"));
         }
         if self.num_labels() == 0 {
             return Err("the model has no labels".into());

@@ -155,6 +155,13 @@ impl Shared {
     }
 }
 
+/// The GStreamer pipeline description [`Source::start`] would launch for
+/// `settings`, after the same URI checks, without starting anything (for
+/// checks and tests; errors show the URI with its password masked).
+pub fn describe(settings: &SourceSettings) -> Result<String, SourceError> {
+    uri::plan(settings).map(|plan| plan.description)
+}
+
 /// How long `start` waits for the bus to explain a failed state change.
 const START_ERROR_WAIT: Duration = Duration::from_secs(2);
 

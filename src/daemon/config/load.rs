@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use ::config::{Config, Environment, File, FileFormat};
 
+use super::uri::redact_text;
 use super::{ConfigError, DaemonConfig, ENV_PREFIX, ENV_SEPARATOR, SYSTEM_CONFIG};
 
 /// Which layers to read; [`Sources::standard`] is what the daemon uses.
@@ -46,7 +47,8 @@ impl Sources {
 
 impl ConfigError {
     fn parse(origin: &str, err: ::config::ConfigError) -> ConfigError {
-        ConfigError::Parse { origin: origin.to_string(), message: dotted_keys(&err.to_string()) }
+        // Parser messages may quote the offending line, credentials and all.
+        ConfigError::Parse { origin: origin.to_string(), message: redact_text(&dotted_keys(&err.to_string())) }
     }
 }
 

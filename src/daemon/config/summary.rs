@@ -7,6 +7,7 @@ use std::time::SystemTime;
 
 use super::validate::{self, Problem};
 use super::template::{self, format_start};
+use super::uri::redact_text;
 use super::{ConfigError, DaemonConfig, Problems, SourceUri, Sources};
 
 /// A checked configuration and a human description of it (`Display`).
@@ -33,7 +34,17 @@ pub fn check_sources(sources: &Sources) -> Result<Summary, ConfigError> {
 }
 
 impl fmt::Display for Summary {
+    /// No credentials: stream URIs are shown redacted, and any other
+    /// `user:password@` (a URI in the wrong field) is masked too.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut plain = String::new();
+        self.describe(&mut plain)?;
+        f.write_str(&redact_text(&plain))
+    }
+}
+
+impl Summary {
+    fn describe(&self, f: &mut dyn fmt::Write) -> fmt::Result {
         let c = &self.config;
         let m = &c.model;
         writeln!(f, "configuration: {}", self.layers)?;

@@ -57,7 +57,8 @@ pub struct SourceUri {
 impl SourceUri {
     pub fn parse(uri: &str) -> Result<SourceUri, String> {
         if uri.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(format!("'{uri}' contains whitespace or control characters (percent-encode spaces as %20)"));
+            let shown = Self::redacted(uri);
+            return Err(format!("'{shown}' contains whitespace or control characters (percent-encode spaces as %20)"));
         }
         let (scheme, rest) = uri.split_once("://").ok_or_else(|| format!("'{uri}' is not a URI; expected {}", expected()))?;
         let scheme = Scheme::ALL
@@ -137,6 +138,35 @@ impl SourceUri {
     }
 }
 
+/// `text` (a message that quotes a config line or value, say) with every
+/// `user:password@` in it shown as `user:***@`, URI or not, and every
+/// `password = value` as `password = ***`.
+pub fn redact_text(text: &str) -> String {
+    text.split_inclusive('\n').map(redact_line).collect()
+}
+
+fn redact_line(line: &str) -> String {
+    if let Some(key) = line.to_ascii_lowercase().find("password")
+        && let Some(eq) = line[key..].find('=')
+    {
+        let eol = if line.ends_with('\n') { "\n" } else { "" };
+        return format!("{} ***{eol}", &line[..key + eq + 1]);
+    }
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(at) = rest.find('@') {
+        // The user info: from the last delimiter before the '@'.
+        let start = rest[..at].rfind(|c: char| "/\"'`@".contains(c) || c.is_whitespace()).map_or(0, |i| i + 1);
+        match rest[start..at].split_once(':') {
+            Some((user, _)) => out.push_str(&format!("{}{user}:***@", &rest[..start])),
+            None => out.push_str(&rest[..=at]),
+        }
+        rest = &rest[at + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// `25`, `29.97` or `30000/1001`.
 fn parse_fps(v: &str) -> Option<f64> {
     let fps = match v.split_once('/') {
@@ -163,7 +193,11 @@ fn check_host(scheme: Scheme, authority: &str) -> Result<(), String> {
     if let Some(port) = port
         && port.parse::<u16>().map_or(true, |p| p == 0)
     {
-        return Err(format!("port '{port}' is not a number in 1..=65535"));
+        // The port is not echoed: in `user:password/path` (the `@host` forgotten)
+        // it would be the password.
+        return Err(format!(
+            "the port after '{host}:' is not a number in 1..=65535 (credentials go before an '@': user:password@host)"
+        ));
     }
     Ok(())
 }

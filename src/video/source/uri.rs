@@ -38,6 +38,10 @@ pub(super) struct Plan {
 pub(super) fn plan(settings: &SourceSettings) -> Result<Plan, SourceError> {
     let raw = settings.uri.trim();
     let shown = redact(raw);
+    if raw.contains('\0') {
+        // glib's path and URI conversions panic on NUL.
+        return Err(SourceError::BadUri { uri: shown.escape_default().to_string(), reason: "contains a NUL byte".into() });
+    }
     let Some((scheme, rest)) = raw.split_once("://") else {
         return plan_path(raw, &shown, settings);
     };
@@ -45,7 +49,8 @@ pub(super) fn plan(settings: &SourceSettings) -> Result<Plan, SourceError> {
     let sync = if settings.live { "true" } else { "false" };
     match scheme.to_ascii_lowercase().as_str() {
         "file" => {
-            let (path, _) = glib::filename_from_uri(raw).map_err(|e| bad(e.message()))?;
+            // glib's message quotes the URI: show it masked.
+            let (path, _) = glib::filename_from_uri(raw).map_err(|e| bad(&e.message().replace(raw, &shown)))?;
             if !path.exists() {
                 return Err(SourceError::NotFound { uri: shown });
             }
@@ -95,7 +100,9 @@ fn test_description(rest: &str, live: bool) -> Result<String, String> {
     let pattern = if pattern.is_empty() { "smpte" } else { pattern };
     // Only a pattern nick can go into the description, nothing that could add elements.
     if !pattern.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
-        return Err(format!("bad pattern {pattern:?} (a videotestsrc pattern name such as smpte or ball)"));
+        // Not echoed past an '@': that part reads as user:password.
+        let shown = pattern.rsplit_once('@').map_or(pattern, |(_, p)| p);
+        return Err(format!("bad pattern {shown:?} (a videotestsrc pattern name such as smpte or ball; no user:password@)"));
     }
     let (mut width, mut height, mut fps, mut num_buffers) = (640u32, 480u32, "25/1".to_string(), -1i64);
     for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -134,7 +141,7 @@ pub(crate) fn redact(uri: &str) -> String {
     let Some((scheme, rest)) = uri.split_once("://") else {
         return uri.to_string();
     };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(authority_end);
     match authority.rsplit_once('@') {
         Some((userinfo, host)) => {

@@ -410,6 +410,68 @@ fn systemd_is_told_ready_watchdog_reloading_and_stopping() {
 }
 
 #[test]
+fn a_stalled_worker_fails_readiness_and_starves_the_watchdog() {
+    // Rule: when a stream's source delivers frames but nothing is inferred for daemon.stall_timeout_s, /readyz answers 503 naming the stream, the systemd watchdog is no longer fed, and the last-inferred gauge stops moving.
+    use std::os::unix::net::UnixDatagram;
+    let dir = tempfile::tempdir().unwrap();
+    let socket_path = dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    socket.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    let mport = free_port();
+    let config = dir.path().join("roadseg.toml");
+    let head = header(mport, free_port()).replace("shutdown_timeout_s = 10", "shutdown_timeout_s = 10\nstall_timeout_s = 2");
+    std::fs::write(&config, head + &test_stream("cam", &format!("stats = \"{}/cam.jsonl\"", dir.path().display()))).unwrap();
+    let log = dir.path().join("log");
+    let child = Command::new(BIN)
+        .args(["run", "--config"])
+        .arg(&config)
+        .env("NOTIFY_SOCKET", &socket_path)
+        .env("WATCHDOG_USEC", "400000")
+        .env("ROADSEG_TEST_STALL_AFTER_FRAMES", "5")
+        .env_remove("WATCHDOG_PID")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut d = Daemon { child, log };
+    let mut buf = [0u8; 4096];
+    let mut datagrams = |window: Duration| {
+        let (end, mut seen) = (Instant::now() + window, String::new());
+        while Instant::now() < end {
+            if let Ok(n) = socket.recv(&mut buf) {
+                seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        }
+        seen
+    };
+    assert!(datagrams(Duration::from_secs(10)).contains("WATCHDOG=1"), "fed while healthy; log:\n{}", d.log());
+    d.wait_for("5 frames inferred", Duration::from_secs(30), || metric(mport, "roadseg_frames_inferred_total", "cam") >= 5.0);
+    d.wait_for("/readyz 503 naming the stalled stream", Duration::from_secs(20), || {
+        let r = get(mport, "/readyz");
+        r.starts_with("HTTP/1.1 503") && r.contains("stalled: cam")
+    });
+    let last = metric(mport, "roadseg_last_inferred_timestamp_seconds", "cam");
+    assert!(last > 1.7e9, "last-inferred gauge is Unix time: {last}");
+    let after = datagrams(Duration::from_millis(1500));
+    assert!(!after.contains("WATCHDOG=1"), "watchdog still fed while stalled: {after:?}; log:\n{}", d.log());
+    assert_eq!(metric(mport, "roadseg_last_inferred_timestamp_seconds", "cam"), last, "nothing inferred");
+    assert!(d.log().contains("inference stalled"), "{}", d.log());
+    d.signal("-KILL");
+}
+
+/// `GET path` on the metrics port: the whole response, status line first.
+fn get(port: u16, path: &str) -> String {
+    let Ok(mut s) = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2)) else {
+        return String::new();
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(3)));
+    let _ = s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes());
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+#[test]
 fn a_shutdown_past_its_deadline_is_logged_and_exits_non_zero() {
     // Rule: when outputs cannot be finalised within daemon.shutdown_timeout_s, SIGTERM still ends the daemon by then, with an error and a non-zero exit.
     let dir = tempfile::tempdir().unwrap();

@@ -246,11 +246,16 @@ pub struct DaemonSection {
     /// Seconds to drain and finalise outputs on SIGTERM before giving up,
     /// 1..=600. Default 10 (keep it below the unit's TimeoutStopSec=30).
     pub shutdown_timeout_s: u64,
+    /// A stream whose source delivers frames but that has had nothing
+    /// inferred for this many seconds is stalled: /readyz answers 503 naming
+    /// it and the systemd watchdog is no longer fed (so systemd restarts the
+    /// daemon). 0..=3600, 0 = never. Default 30.
+    pub stall_timeout_s: u64,
 }
 
 impl Default for DaemonSection {
     fn default() -> Self {
-        DaemonSection { shutdown_timeout_s: 10 }
+        DaemonSection { shutdown_timeout_s: 10, stall_timeout_s: 30 }
     }
 }
 

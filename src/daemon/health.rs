@@ -6,22 +6,45 @@
 //! is a moment with the model loaded and no streams known, which reads ready.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{PoisonError, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use super::metrics;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Health {
     model_loaded: AtomicBool,
-    /// Stream name to "up". Held only to read or flip a flag, never across a
-    /// callback or an I/O call.
-    streams: RwLock<BTreeMap<String, bool>>,
+    /// Stream name to its state. Held only to read or flip a flag, never
+    /// across a callback or an I/O call.
+    streams: RwLock<BTreeMap<String, Arc<StreamHealth>>>,
+    /// Nothing inferred for this long while up = stalled (None: never).
+    stall_after: Option<Duration>,
+    origin: Instant,
+}
+
+#[derive(Debug, Default)]
+struct StreamHealth {
+    up: AtomicBool,
+    /// Milliseconds since `origin` of the last progress: the stream coming
+    /// up, or a frame inferred. Read against the clock to find stalls.
+    progress_ms: AtomicU64,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health::new()
+    }
 }
 
 impl Health {
     pub fn new() -> Health {
-        Health::default()
+        Health::with_stall_timeout(None)
+    }
+
+    /// `stall_after`: how long an up stream may go without an inferred frame.
+    pub fn with_stall_timeout(stall_after: Option<Duration>) -> Health {
+        Health { model_loaded: AtomicBool::new(false), streams: RwLock::default(), stall_after, origin: Instant::now() }
     }
 
     pub fn set_model_loaded(&self, loaded: bool) {
@@ -34,10 +57,33 @@ impl Health {
         self.set_stream_up(name, false);
     }
 
-    /// Adds the stream if it is not known yet.
+    fn now_ms(&self) -> u64 {
+        self.origin.elapsed().as_millis() as u64
+    }
+
+    fn stream(&self, name: &str) -> Arc<StreamHealth> {
+        if let Some(s) = self.streams.read().unwrap_or_else(PoisonError::into_inner).get(name) {
+            return s.clone();
+        }
+        self.streams.write().unwrap_or_else(PoisonError::into_inner).entry(name.to_string()).or_default().clone()
+    }
+
+    /// Adds the stream if it is not known yet. Coming up counts as progress,
+    /// so a stream that just (re)connected has the whole stall timeout.
     pub fn set_stream_up(&self, name: &str, up: bool) {
-        self.streams.write().unwrap_or_else(PoisonError::into_inner).insert(name.to_string(), up);
+        let s = self.stream(name);
+        if up && !s.up.swap(true, Ordering::AcqRel) {
+            s.progress_ms.store(self.now_ms(), Ordering::Release);
+        }
+        s.up.store(up, Ordering::Release);
         metrics::set_stream_up(name, up);
+    }
+
+    /// A frame of `name` was inferred (hot path: one read lock, one store).
+    pub fn inferred(&self, name: &str) {
+        if let Some(s) = self.streams.read().unwrap_or_else(PoisonError::into_inner).get(name) {
+            s.progress_ms.store(self.now_ms(), Ordering::Release);
+        }
     }
 
     /// A stream removed by a reload no longer holds readiness back.
@@ -48,18 +94,40 @@ impl Health {
         }
     }
 
+    /// Up streams with nothing inferred for longer than the stall timeout,
+    /// with how long; empty before the model is loaded (nothing can be
+    /// inferred yet) or when stall detection is off.
+    pub fn stalled(&self) -> Vec<(String, Duration)> {
+        let Some(limit) = self.stall_after else { return Vec::new() };
+        if !self.model_loaded.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let now = self.now_ms();
+        let streams = self.streams.read().unwrap_or_else(PoisonError::into_inner);
+        streams
+            .iter()
+            .filter(|(_, s)| s.up.load(Ordering::Acquire))
+            .map(|(name, s)| (name.clone(), Duration::from_millis(now.saturating_sub(s.progress_ms.load(Ordering::Acquire)))))
+            .filter(|(_, idle)| *idle > limit)
+            .collect()
+    }
+
     /// `(ready, reason)`; the reason says what is missing, or "ready".
     pub fn is_ready(&self) -> (bool, String) {
         if !self.model_loaded.load(Ordering::Acquire) {
             return (false, "model not loaded".to_string());
         }
+        let stalled = self.stalled();
         let streams = self.streams.read().unwrap_or_else(PoisonError::into_inner);
-        let down: Vec<&str> = streams.iter().filter(|(_, up)| !**up).map(|(name, _)| name.as_str()).collect();
-        if down.is_empty() {
-            (true, format!("ready: model loaded, {} stream(s) up", streams.len()))
-        } else {
-            (false, format!("stream(s) down: {}", down.join(", ")))
+        let down: Vec<&str> = streams.iter().filter(|(_, s)| !s.up.load(Ordering::Acquire)).map(|(name, _)| name.as_str()).collect();
+        if !down.is_empty() {
+            return (false, format!("stream(s) down: {}", down.join(", ")));
         }
+        if !stalled.is_empty() {
+            let list: Vec<String> = stalled.iter().map(|(n, idle)| format!("{n} (nothing inferred for {} s)", idle.as_secs())).collect();
+            return (false, format!("stream(s) stalled: {}", list.join(", ")));
+        }
+        (true, format!("ready: model loaded, {} stream(s) up", streams.len()))
     }
 }
 
@@ -83,5 +151,29 @@ mod tests {
         assert_eq!(h.is_ready().1, "stream(s) down: b");
         h.remove_stream("b");
         assert!(h.is_ready().0, "{}", h.is_ready().1);
+    }
+
+    #[test]
+    fn an_up_stream_with_nothing_inferred_is_stalled() {
+        // Rule: a stream up for longer than the stall timeout with nothing inferred is stalled and not ready; a frame inferred clears it; down streams are down, not stalled.
+        let h = Health::with_stall_timeout(Some(Duration::from_millis(50)));
+        h.add_stream("a");
+        h.add_stream("b");
+        h.set_model_loaded(true);
+        h.set_stream_up("a", true);
+        h.set_stream_up("b", true);
+        assert!(h.stalled().is_empty(), "just came up");
+        std::thread::sleep(Duration::from_millis(80));
+        h.inferred("b");
+        let stalled: Vec<String> = h.stalled().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(stalled, ["a"]);
+        let (ready, reason) = h.is_ready();
+        assert!(!ready && reason.starts_with("stream(s) stalled: a (nothing inferred for"), "{reason}");
+        h.inferred("a");
+        assert!(h.is_ready().0);
+        h.set_stream_up("a", false);
+        std::thread::sleep(Duration::from_millis(80));
+        assert_eq!(h.stalled().len(), 1, "b stalls; a is down, not stalled: {:?}", h.stalled());
+        assert!(Health::new().stalled().is_empty());
     }
 }

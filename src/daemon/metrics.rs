@@ -25,6 +25,8 @@ pub const LATENCY: &str = "roadseg_latency_seconds";
 pub const RING_DEPTH: &str = "roadseg_ring_depth";
 pub const ROAD_COVERAGE: &str = "roadseg_road_coverage_ratio";
 pub const HOOD_COVERAGE: &str = "roadseg_hood_coverage_ratio";
+pub const LAST_INFERRED: &str = "roadseg_last_inferred_timestamp_seconds";
+pub const LAST_WRITTEN: &str = "roadseg_last_written_timestamp_seconds";
 pub const RECONNECTS: &str = "roadseg_reconnects_total";
 pub const STREAM_UP: &str = "roadseg_stream_up";
 pub const RTSP_CLIENTS: &str = "roadseg_rtsp_clients";
@@ -39,7 +41,7 @@ pub const GPU_TEMPERATURE: &str = "roadseg_gpu_temperature_celsius";
 pub const GPU_POWER: &str = "roadseg_gpu_power_watts";
 
 /// Every name above, for checks that dashboards and docs use only real ones.
-pub const ALL_NAMES: [&str; 20] = [
+pub const ALL_NAMES: [&str; 22] = [
     GPU_UTILIZATION,
     GPU_MEMORY_USED,
     GPU_TEMPERATURE,
@@ -52,6 +54,8 @@ pub const ALL_NAMES: [&str; 20] = [
     RING_DEPTH,
     ROAD_COVERAGE,
     HOOD_COVERAGE,
+    LAST_INFERRED,
+    LAST_WRITTEN,
     RECONNECTS,
     STREAM_UP,
     RTSP_CLIENTS,
@@ -119,6 +123,8 @@ fn describe() {
     describe_histogram!(LATENCY, Unit::Seconds, "Source frame to annotated output");
     describe_gauge!(RING_DEPTH, Unit::Count, "Frames waiting between the source and the workers");
     describe_gauge!(ROAD_COVERAGE, "Fraction of the last frame's scene (pixels outside the hood) classified as road");
+    describe_gauge!(LAST_INFERRED, Unit::Seconds, "Unix time of the stream's last inferred frame");
+    describe_gauge!(LAST_WRITTEN, Unit::Seconds, "Unix time of the stream's last frame through its outputs");
     describe_gauge!(HOOD_COVERAGE, "Fraction of the frame that is the ego vehicle's hood (0 when none is seen)");
     describe_counter!(RECONNECTS, Unit::Count, "Source reconnect attempts");
     describe_gauge!(STREAM_UP, "1 while the stream's source delivers frames");
@@ -190,6 +196,8 @@ pub struct StreamMetrics {
     pub ring_depth: Gauge,
     pub road_coverage: Gauge,
     pub hood_coverage: Gauge,
+    pub last_inferred: Gauge,
+    pub last_written: Gauge,
     pub reconnects: Counter,
     pub rtsp_clients: Gauge,
     readings: Arc<StreamReadings>,
@@ -212,6 +220,8 @@ impl StreamMetrics {
             ring_depth: gauge!(RING_DEPTH, "stream" => s.clone()),
             road_coverage: Gauge::from_arc(Arc::new(TeeCoverage { inner: gauge!(ROAD_COVERAGE, "stream" => s.clone()), readings: r.clone() })),
             hood_coverage: gauge!(HOOD_COVERAGE, "stream" => s.clone()),
+            last_inferred: gauge!(LAST_INFERRED, "stream" => s.clone()),
+            last_written: gauge!(LAST_WRITTEN, "stream" => s.clone()),
             reconnects: tee(counter!(RECONNECTS, "stream" => s.clone()), Slot::Reconnects),
             rtsp_clients: gauge!(RTSP_CLIENTS, "stream" => s),
             readings: r,
@@ -346,6 +356,11 @@ impl GaugeFn for TeeCoverage {
         self.readings.road_coverage.store(value.to_bits(), Ordering::Relaxed);
         self.inner.set(value);
     }
+}
+
+/// Now as Unix time in seconds, for the `*_timestamp_seconds` gauges.
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// Handles for one inference device (`cpu`, `cuda:0`, ...).

@@ -318,7 +318,8 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
     }
     signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone()).context("installing signal handlers")?;
 
-    let health = Arc::new(Health::new());
+    let stall_after = (config.daemon.stall_timeout_s > 0).then(|| Duration::from_secs(config.daemon.stall_timeout_s));
+    let health = Arc::new(Health::with_stall_timeout(stall_after));
     for s in &config.streams {
         health.add_stream(&s.name);
     }
@@ -414,13 +415,15 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
     let device = DeviceMetrics::new(&resolved.device);
     let busy: Vec<_> = (0..workers).map(|i| device.worker_busy(i)).collect();
     let on_inference = {
-        let (device, streams) = (device.clone(), daemon.stream_metrics.clone());
+        let (device, streams, health) = (device.clone(), daemon.stream_metrics.clone(), health.clone());
         Arc::new(move |stream: &str, ms: f64, stats: &crate::video::annotate::FrameStats| {
             device.record_inference(Duration::from_secs_f64(ms.max(0.0) / 1000.0));
+            health.inferred(stream);
             if let Some(m) = streams.read().unwrap_or_else(PoisonError::into_inner).get(stream) {
                 m.frames_inferred.increment(1);
                 m.road_coverage.set(f64::from(stats.road_coverage));
                 m.hood_coverage.set(f64::from(stats.hood_coverage));
+                m.last_inferred.set(metrics::unix_now());
             }
         })
     };
@@ -463,8 +466,17 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
     };
 
     let mut last_status = Instant::now() - Duration::from_secs(60);
+    let mut was_stalled = false;
     while !terminate.load(Ordering::SeqCst) {
-        heartbeat.store(daemon.start_instant.elapsed().as_millis() as u64, Ordering::SeqCst);
+        // A stalled stream starves the watchdog: systemd restarts the daemon.
+        let stalled = health.stalled();
+        if stalled.is_empty() {
+            heartbeat.store(daemon.start_instant.elapsed().as_millis() as u64, Ordering::SeqCst);
+        } else if !was_stalled {
+            let names: Vec<&str> = stalled.iter().map(|(n, _)| n.as_str()).collect();
+            tracing::error!(streams = %names.join(", "), "inference stalled: no frame inferred within daemon.stall_timeout_s; the watchdog is no longer fed");
+        }
+        was_stalled = !stalled.is_empty();
         if reload.swap(false, Ordering::SeqCst) {
             daemon.reload();
         }

@@ -227,6 +227,7 @@ impl OutputObserver for Observer {
     }
     fn frame_out(&self, latency: Duration, _stats: &FrameStats) {
         self.0.record_latency(latency);
+        self.0.last_written.set(super::metrics::unix_now());
     }
     fn keep_latest(&self, buf: &mut FrameBuf) {
         self.1.latest.offer(buf);

@@ -129,6 +129,7 @@ impl WorkerPool {
                 let index = first + i;
                 let worker = Worker {
                     index,
+                    stall_after: std::env::var(STALL_HOOK_ENV).ok().and_then(|v| v.parse().ok()),
                     engine,
                     annotator: annotator.clone(),
                     shared: shared.clone(),
@@ -178,8 +179,14 @@ impl WorkerPool {
     }
 }
 
+/// Test hook: each worker stops taking frames (but stays alive, like a
+/// wedged GPU call) after this many, so tests can see stall detection work.
+pub const STALL_HOOK_ENV: &str = "ROADSEG_TEST_STALL_AFTER_FRAMES";
+
 struct Worker {
     index: usize,
+    /// From [`STALL_HOOK_ENV`]; None in normal runs.
+    stall_after: Option<u64>,
     engine: AnyEngine,
     annotator: Annotator,
     shared: Arc<Shared>,
@@ -193,7 +200,12 @@ impl Worker {
         let mut seen_generation = u64::MAX;
         let mut next = 0usize;
         let (mut window_start, mut busy) = (Instant::now(), Duration::ZERO);
+        let mut processed = 0u64;
         while !self.shared.stop.load(Ordering::SeqCst) {
+            if self.stall_after.is_some_and(|n| processed >= n) {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
             let generation = self.shared.generation.load(Ordering::SeqCst);
             if generation != seen_generation {
                 streams = self.shared.streams.read().unwrap_or_else(|e| e.into_inner()).clone();
@@ -213,6 +225,7 @@ impl Worker {
             }
             match job {
                 Some((stream, buf)) => {
+                    processed += 1;
                     let t = Instant::now();
                     self.process(&stream, buf);
                     stream.counters.in_flight.fetch_sub(1, Ordering::SeqCst);

@@ -76,6 +76,8 @@ pub(super) fn problems(config: &DaemonConfig) -> Vec<Problem> {
     c.check((0.0..=1.0).contains(&a.road_alpha), "annotate.road_alpha", || format!("{} is outside 0..=1", a.road_alpha));
     let timeout = config.daemon.shutdown_timeout_s;
     c.check((1..=600).contains(&timeout), "daemon.shutdown_timeout_s", || format!("{timeout} is outside 1..=600"));
+    let stall = config.daemon.stall_timeout_s;
+    c.check(stall <= 3600, "daemon.stall_timeout_s", || format!("{stall} is above 3600 (0 turns stall detection off)"));
     streams(&mut c, config);
     c.0
 }

@@ -146,11 +146,15 @@ pub fn redact_text(text: &str) -> String {
 }
 
 fn redact_line(line: &str) -> String {
-    if let Some(key) = line.to_ascii_lowercase().find("password")
-        && let Some(eq) = line[key..].find('=')
-    {
-        let eol = if line.ends_with('\n') { "\n" } else { "" };
-        return format!("{} ***{eol}", &line[..key + eq + 1]);
+    // A `password = ...` (or `"password" = ...`) key and value.
+    let lower = line.to_ascii_lowercase();
+    for (key, _) in lower.match_indices("password") {
+        let after = &line[key + "password".len()..];
+        let value = after.trim_start_matches(['"', '\'', ' ', '\t']);
+        if let Some(value) = value.strip_prefix('=') {
+            let eol = if line.ends_with('\n') { "\n" } else { "" };
+            return format!("{} ***{eol}", &line[..line.len() - value.len()]);
+        }
     }
     let mut out = String::with_capacity(line.len());
     let mut rest = line;
@@ -205,4 +209,31 @@ fn check_host(scheme: Scheme, authority: &str) -> Result<(), String> {
 fn expected() -> String {
     let all: Vec<String> = Scheme::ALL.iter().map(|s| format!("{s}://")).collect();
     all.join(", ")
+}
+
+#[cfg(test)]
+mod redaction_tests {
+    use super::*;
+
+    #[test]
+    fn redact_text_masks_user_info_and_password_values_only() {
+        // Rule: messages quoting config text show no password, and keep everything else.
+        let snippet = "8 | uri = \"rtsp://alice:pw1@cam:554/x\"\n  |     ^\n3 | password = \"pw2\n";
+        let shown = redact_text(snippet);
+        assert!(!shown.contains("pw1") && !shown.contains("pw2"), "{shown}");
+        assert!(shown.contains("rtsp://alice:***@cam:554/x") && shown.contains("password = ***\n"), "{shown}");
+        assert_eq!(redact_text("rtsp:'/alice:pw@cam/x"), "rtsp:'/alice:***@cam/x");
+        let advice = "set rtsp.username and rtsp.password, or set rtsp.allow_anonymous = true";
+        assert_eq!(redact_text(advice), advice);
+        assert_eq!(redact_text("user@host and [::1]:8554"), "user@host and [::1]:8554");
+    }
+
+    #[test]
+    fn errors_do_not_echo_passwords() {
+        // Rule: a URI error never repeats the password, even where the URI is malformed.
+        let e = SourceUri::parse("rtsp://alice:pw-xyz@cam/x y").unwrap_err();
+        assert!(!e.contains("pw-xyz") && e.contains("alice:***@cam"), "{e}");
+        let e = SourceUri::parse("rtsp://alice:pw-xyz/x").unwrap_err();
+        assert!(!e.contains("pw-xyz") && e.contains("port"), "{e}");
+    }
 }

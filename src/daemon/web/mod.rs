@@ -159,3 +159,81 @@ async fn accept_loop(listener: tokio::net::TcpListener, router: axum::Router, mu
         tracing::debug!("HTTP connections still open at shutdown were dropped");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::{Ipv4Addr, TcpStream};
+
+    use super::*;
+    use crate::daemon::metrics::{self, StreamMetrics};
+    use crate::daemon::status::StreamStatus;
+
+    fn start(health: Arc<Health>, streams: Arc<StreamDirectory>) -> WebServer {
+        let ctx = WebContext { metrics: metrics::install().unwrap(), health, streams, credentials: None };
+        WebServer::start((Ipv4Addr::LOCALHOST, 0).into(), ctx).unwrap()
+    }
+
+    /// (status line, body) of a GET.
+    fn get(addr: SocketAddr, path: &str) -> (String, String) {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes()).unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        (head.lines().next().unwrap_or("").to_string(), body.to_string())
+    }
+
+    #[test]
+    fn readyz_flips_from_503_to_200_and_metrics_show_counters() {
+        // Rule: /readyz is 503 with a reason until the model is loaded and every stream is up; /healthz is always 200; /metrics renders what was counted.
+        let health = Arc::new(Health::new());
+        let server = start(health.clone(), Arc::default());
+        let addr = server.local_addr();
+        health.add_stream("web-ready");
+        assert_eq!(get(addr, "/readyz"), ("HTTP/1.1 503 Service Unavailable".into(), "model not loaded\n".into()));
+        assert_eq!(get(addr, "/healthz"), ("HTTP/1.1 200 OK".into(), "ok\n".into()));
+        health.set_model_loaded(true);
+        assert_eq!(get(addr, "/readyz").1, "stream(s) down: web-ready\n");
+        health.set_stream_up("web-ready", true);
+        assert_eq!(get(addr, "/readyz?verbose=1").0, "HTTP/1.1 200 OK");
+        StreamMetrics::new("web-test").frames_inferred.increment(7);
+        assert!(get(addr, "/metrics").1.contains("roadseg_frames_inferred_total{stream=\"web-test\"} 7"));
+        server.shutdown();
+    }
+
+    #[test]
+    fn snapshots_are_404_for_unknown_streams_and_503_before_a_frame() {
+        // Rule: snapshot.jpg names an unknown stream in a 404 and says 503 until the stream has an annotated frame.
+        let streams = Arc::new(StreamDirectory::new());
+        streams.insert(Arc::new(StreamStatus::new("early", "test://smpte".into(), true, StreamMetrics::new("early"))));
+        let server = start(Arc::new(Health::new()), streams);
+        let (status, body) = get(server.local_addr(), "/api/v1/streams/nope/snapshot.jpg");
+        assert_eq!((status.as_str(), body.as_str()), ("HTTP/1.1 404 Not Found", "no stream named 'nope'\n"));
+        assert_eq!(get(server.local_addr(), "/api/v1/streams/early/snapshot.jpg").0, "HTTP/1.1 503 Service Unavailable");
+        let (status, body) = get(server.local_addr(), "/api/v1/streams");
+        assert_eq!(status, "HTTP/1.1 200 OK");
+        assert!(body.contains("\"state\":\"starting\""), "{body}");
+    }
+
+    #[test]
+    fn shutdown_does_not_wait_for_idle_connections_and_frees_the_port() {
+        // Rule: shutdown() returns with an idle connection still open (it does not wait out the head timeout) and closes the listener.
+        let server = start(Arc::new(Health::new()), Arc::default());
+        let addr = server.local_addr();
+        let _idle = TcpStream::connect(addr).unwrap();
+        server.shutdown();
+        assert!(TcpStream::connect(addr).is_err());
+    }
+
+    #[test]
+    fn bind_errors_name_the_address() {
+        // Rule: a port in use is an error naming the address.
+        let server = start(Arc::new(Health::new()), Arc::default());
+        let addr = server.local_addr();
+        let ctx = WebContext { metrics: metrics::install().unwrap(), health: Arc::default(), streams: Arc::default(), credentials: None };
+        let e = WebServer::start(addr, ctx).err().expect("a second bind must fail");
+        assert!(e.to_string().contains(&addr.to_string()), "{e}");
+    }
+}

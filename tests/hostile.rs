@@ -123,7 +123,9 @@ fn fuzz(name: &'static str, base: u64, hang: Duration, one: impl Fn(&mut Rng) ->
     let started = Instant::now();
     std::thread::spawn(move || {
         let mut failures = Vec::new();
+        let mut accepted = 0usize;
         for case in 0..total {
+            ACCEPTED.with(|a| a.set(false));
             worker_progress.store(case, Ordering::SeqCst);
             let seed = case_seed(base, case);
             let t0 = Instant::now();
@@ -144,6 +146,7 @@ fn fuzz(name: &'static str, base: u64, hang: Duration, one: impl Fn(&mut Rng) ->
                     failures.push(format!("case {case} (seed {seed:#x}) PANICKED: {}; input: {input}", shorten(&msg)));
                 }
             }
+            accepted += usize::from(ACCEPTED.with(|a| a.get()));
             if took > hang {
                 failures.push(format!("case {case} (seed {seed:#x}) took {took:?} (limit {hang:?})"));
             }
@@ -151,9 +154,9 @@ fn fuzz(name: &'static str, base: u64, hang: Duration, one: impl Fn(&mut Rng) ->
                 break;
             }
         }
-        let _ = done_tx.send(failures);
+        let _ = done_tx.send((failures, accepted));
     });
-    let failures = loop {
+    let (failures, accepted) = loop {
         match done_rx.recv_timeout(Duration::from_secs(1)) {
             Ok(f) => break f,
             Err(mpsc::RecvTimeoutError::Timeout) if started.elapsed() < Duration::from_secs(300) => continue,
@@ -164,12 +167,25 @@ fn fuzz(name: &'static str, base: u64, hang: Duration, one: impl Fn(&mut Rng) ->
         }
     };
     let largest = LARGEST.load(Ordering::Relaxed);
-    eprintln!("{name}: {total} cases in {:.2?}, largest allocation so far {largest} bytes", started.elapsed());
+    eprintln!(
+        "{name}: {total} cases in {:.2?}: {accepted} accepted, {} rejected; largest allocation so far {largest} bytes",
+        started.elapsed(),
+        total - accepted
+    );
     assert!(failures.is_empty(), "{name}: {} failure(s):\n{}", failures.len(), failures.join("\n"));
+    // Both outcomes, or the mutations are too weak (or too strong) to test anything.
+    assert!(total < 1000 || (accepted > 0 && accepted < total), "{name}: {accepted} of {total} cases accepted");
     assert!(largest <= ALLOC_LIMIT, "{name}: an allocation of {largest} bytes (limit {ALLOC_LIMIT})");
 }
 
+/// Marks the running case as accepted (valid input); returns no violation.
+fn accepted() -> Option<String> {
+    ACCEPTED.with(|a| a.set(true));
+    None
+}
+
 thread_local! {
+    static ACCEPTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// The input of the running case, shown when it panics (set by [`note`]
     /// before the code under test runs).
     static LAST_INPUT: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
@@ -447,7 +463,7 @@ fn hostile_safetensors_files_are_rejected_cleanly() {
         let input = note(format!("safetensors edits {log:?}"));
         std::fs::write(dir.join("model.safetensors"), &file).unwrap();
         let violation = match load_checkpoint(&dir, &backend) {
-            Ok(()) => None,
+            Ok(()) => accepted(),
             Err(e) => check_message("load", &e, true),
         };
         (input, violation)
@@ -547,7 +563,7 @@ fn hostile_model_configs_are_rejected_cleanly() {
                 } else {
                     std::fs::write(dir.join("config.json"), &text).unwrap();
                     match load_checkpoint(&dir, &backend) {
-                        Ok(()) => None,
+                        Ok(()) => accepted(),
                         Err(e) => check_message("load", &e, true),
                     }
                 }
@@ -673,6 +689,7 @@ fn hostile_daemon_configs_are_rejected_cleanly() {
                         check_message("validate", &e, false).or_else(|| leak("validation error", &e))
                     }
                     Ok(()) => {
+                        accepted();
                         let warnings = cfg.warnings();
                         let summary = Summary { layers: "fuzz".into(), config: cfg, warnings }.to_string();
                         leak("check-config summary", &summary)
@@ -764,6 +781,7 @@ fn hostile_stream_uris_are_rejected_cleanly() {
         let mut violation = leak("SourceUri::redacted", &SourceUri::redacted(&uri));
         match SourceUri::parse(&uri) {
             Ok(parsed) => {
+                accepted();
                 let _ = (parsed.host(), parsed.query_value("width"));
                 violation = violation.or_else(|| leak("SourceUri::host", parsed.host()));
             }

@@ -147,6 +147,10 @@ impl Daemon {
             .rtsp
             .credentials()
             .map(|(u, p)| (u.to_string(), p.to_string()));
+        // validate() refuses this already; kept here so no path can open it.
+        if auth.is_none() && !addr.ip().is_loopback() && !self.config.rtsp.allow_anonymous {
+            bail!("rtsp.listen {addr} is reachable from other hosts without credentials (set rtsp.username and rtsp.password, or rtsp.allow_anonymous = true)");
+        }
         self.rtsp = Some(Arc::new(RtspServer::start(addr, auth)?));
         Ok(())
     }

@@ -5,6 +5,7 @@
 
 pub mod backend;
 pub mod checkpoint;
+pub mod clock;
 pub mod device;
 pub mod engine;
 pub mod eval;

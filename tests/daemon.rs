@@ -188,6 +188,9 @@ fn live_stream_is_inferred_served_recorded_and_stops_cleanly() {
     );
     let config = dir.path().join("roadseg.toml");
     std::fs::write(&config, header(mport, rport) + &test_stream("cam", &output)).unwrap();
+    // A previous run's line: the sidecar is appended to, never truncated.
+    std::fs::create_dir_all(&rec).unwrap();
+    std::fs::write(rec.join("cam.jsonl"), "{\"previous_run\":true}\n").unwrap();
     let mut d = Daemon::start(&config, &dir.path().join("log"));
 
     d.wait_for("frames_inferred > 5", Duration::from_secs(30), || {
@@ -227,7 +230,14 @@ fn live_stream_is_inferred_served_recorded_and_stops_cleanly() {
     }
     let stats = std::fs::read_to_string(rec.join("cam.jsonl")).unwrap();
     assert!(stats.lines().count() > 5, "{stats}");
-    assert!(stats.lines().all(|l| l.contains("\"hood_pct\":")), "hood_pct in every line: {stats}");
+    assert_eq!(stats.lines().next(), Some("{\"previous_run\":true}"), "appended, not truncated");
+    for line in stats.lines().skip(1) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert!(v["hood_pct"].is_number(), "hood_pct in every line: {line}");
+        assert_eq!(v["stream"], "cam", "{line}");
+        let time = v["time"].as_str().unwrap_or_default();
+        assert!(time.len() == 24 && time.starts_with("20") && time.ends_with('Z'), "wall-clock time: {line}");
+    }
 }
 
 #[test]
@@ -407,6 +417,35 @@ fn systemd_is_told_ready_watchdog_reloading_and_stopping() {
     receive_until(&mut d, &mut seen, "STOPPING=1");
     let status = d.wait(Duration::from_secs(15)).expect("exit after SIGTERM");
     assert!(status.success(), "exit {status}; log:\n{}", d.log());
+}
+
+#[test]
+fn old_recording_segments_are_deleted_and_the_newest_kept() {
+    // Rule: segments older than retain_hours are deleted (counted with reason "age"), files that are not the stream's segments are never touched, the newest segment stays, and free space is exported.
+    let dir = tempfile::tempdir().unwrap();
+    let (mport, rport) = (free_port(), free_port());
+    let rec = dir.path().join("rec");
+    std::fs::create_dir_all(&rec).unwrap();
+    let bystander = rec.join("cam-notes.mp4");
+    std::fs::write(&bystander, b"not a segment").unwrap();
+    // 0.0006 h = 2.16 s; segments of 1 s.
+    let output = format!("file = \"{}/{{stream}}.mp4\"\nsegment_seconds = 1\nretain_hours = 0.0006", rec.display());
+    let config = dir.path().join("roadseg.toml");
+    std::fs::write(&config, header(mport, rport) + &test_stream("cam", &output)).unwrap();
+    let mut d = Daemon::start(&config, &dir.path().join("log"));
+    let deleted = || scrape(mport).lines().find_map(|l| {
+        l.strip_prefix("roadseg_segments_deleted_total{")
+            .filter(|r| r.contains("stream=\"cam\"") && r.contains("reason=\"age\""))
+            .and_then(|r| r.rsplit(' ').next()?.parse::<f64>().ok())
+    });
+    d.wait_for("segments deleted for age", Duration::from_secs(40), || deleted().is_some_and(|n| n >= 2.0));
+    let first_left = mp4s(&rec).into_iter().filter(|p| p != &bystander).min().expect("the newest segment stays");
+    assert!(!rec.join("cam-00000.mp4").exists(), "the first segment is long past 2 s: {:?}", mp4s(&rec));
+    assert!(first_left > rec.join("cam-00001.mp4"), "{:?}", mp4s(&rec));
+    assert!(bystander.exists(), "a file that is not a segment was deleted");
+    assert!(metric(mport, "roadseg_storage_free_bytes", "cam") > 0.0, "{}", scrape(mport));
+    d.signal("-TERM");
+    assert!(d.wait(Duration::from_secs(15)).is_some_and(|s| s.success()), "{}", d.log());
 }
 
 #[test]

@@ -251,11 +251,15 @@ pub struct DaemonSection {
     /// it and the systemd watchdog is no longer fed (so systemd restarts the
     /// daemon). 0..=3600, 0 = never. Default 30.
     pub stall_timeout_s: u64,
+    /// When a disk holding recordings has less free space than this, the
+    /// oldest recording segments on it are deleted (each stream's newest is
+    /// kept). 0 = never. Default 1 GiB.
+    pub min_free_bytes: u64,
 }
 
 impl Default for DaemonSection {
     fn default() -> Self {
-        DaemonSection { shutdown_timeout_s: 10, stall_timeout_s: 30 }
+        DaemonSection { shutdown_timeout_s: 10, stall_timeout_s: 30, min_free_bytes: 1 << 30 }
     }
 }
 
@@ -423,11 +427,15 @@ pub struct OutputConfig {
     /// H.264 bitrate of the recording and the RTSP stream, 100..=100000
     /// kbit/s. Default 4000 (about 43 GB a day).
     pub bitrate_kbps: u32,
+    /// Recording segments older than this many hours are deleted (the
+    /// newest is always kept). Default: kept until `[daemon] min_free_bytes`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retain_hours: Option<f64>,
 }
 
 impl Default for OutputConfig {
     fn default() -> Self {
-        OutputConfig { file: None, segment_seconds: 300, rtsp: None, stats: None, bitrate_kbps: crate::video::stream::DEFAULT_BITRATE_KBPS }
+        OutputConfig { file: None, segment_seconds: 300, rtsp: None, stats: None, bitrate_kbps: crate::video::stream::DEFAULT_BITRATE_KBPS, retain_hours: None }
     }
 }
 

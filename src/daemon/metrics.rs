@@ -27,6 +27,8 @@ pub const ROAD_COVERAGE: &str = "roadseg_road_coverage_ratio";
 pub const HOOD_COVERAGE: &str = "roadseg_hood_coverage_ratio";
 pub const LAST_INFERRED: &str = "roadseg_last_inferred_timestamp_seconds";
 pub const LAST_WRITTEN: &str = "roadseg_last_written_timestamp_seconds";
+pub const STORAGE_FREE: &str = "roadseg_storage_free_bytes";
+pub const SEGMENTS_DELETED: &str = "roadseg_segments_deleted_total";
 pub const RECONNECTS: &str = "roadseg_reconnects_total";
 pub const STREAM_UP: &str = "roadseg_stream_up";
 pub const RTSP_CLIENTS: &str = "roadseg_rtsp_clients";
@@ -41,7 +43,7 @@ pub const GPU_TEMPERATURE: &str = "roadseg_gpu_temperature_celsius";
 pub const GPU_POWER: &str = "roadseg_gpu_power_watts";
 
 /// Every name above, for checks that dashboards and docs use only real ones.
-pub const ALL_NAMES: [&str; 22] = [
+pub const ALL_NAMES: [&str; 24] = [
     GPU_UTILIZATION,
     GPU_MEMORY_USED,
     GPU_TEMPERATURE,
@@ -56,6 +58,8 @@ pub const ALL_NAMES: [&str; 22] = [
     HOOD_COVERAGE,
     LAST_INFERRED,
     LAST_WRITTEN,
+    STORAGE_FREE,
+    SEGMENTS_DELETED,
     RECONNECTS,
     STREAM_UP,
     RTSP_CLIENTS,
@@ -123,6 +127,8 @@ fn describe() {
     describe_histogram!(LATENCY, Unit::Seconds, "Source frame to annotated output");
     describe_gauge!(RING_DEPTH, Unit::Count, "Frames waiting between the source and the workers");
     describe_gauge!(ROAD_COVERAGE, "Fraction of the last frame's scene (pixels outside the hood) classified as road");
+    describe_gauge!(STORAGE_FREE, Unit::Bytes, "Free bytes on the disk holding the stream's recordings");
+    describe_counter!(SEGMENTS_DELETED, Unit::Count, "Recording segments deleted by retention (reason: age or space)");
     describe_gauge!(LAST_INFERRED, Unit::Seconds, "Unix time of the stream's last inferred frame");
     describe_gauge!(LAST_WRITTEN, Unit::Seconds, "Unix time of the stream's last frame through its outputs");
     describe_gauge!(HOOD_COVERAGE, "Fraction of the frame that is the ego vehicle's hood (0 when none is seen)");

@@ -11,6 +11,7 @@ pub mod notify;
 #[cfg(feature = "video")]
 pub mod status;
 #[cfg(feature = "video")]
+pub mod retention;
 pub mod run;
 #[cfg(feature = "video")]
 pub mod supervisor;

@@ -25,6 +25,7 @@ use super::config::{DaemonConfig, ModelConfig, SourceUri, Summary, check};
 use super::health::Health;
 use super::metrics::{self, DeviceMetrics, StreamMetrics};
 use super::notify;
+use super::retention::{Retention, Target};
 use super::status::{StreamDirectory, StreamStatus};
 use super::supervisor::{StreamContext, StreamSupervisor};
 use super::web::{Credentials, WebContext, WebServer};
@@ -101,6 +102,7 @@ struct Daemon {
     /// What the status page and API list.
     directory: Arc<StreamDirectory>,
     streams: Vec<StreamSupervisor>,
+    retention: Option<Retention>,
     /// Start-up is over: streams started from now on are named for their own start.
     running: bool,
     workers_ready: Arc<AtomicBool>,
@@ -265,6 +267,9 @@ impl Daemon {
             tracing::info!(stream = %name, "stream removed");
         }
         self.config = new;
+        if let Some(r) = &self.retention {
+            r.set_targets(Target::all(&self.config));
+        }
         for name in plan.changed.iter().chain(&plan.added) {
             if let Some(s) = self.config.stream(name).cloned() {
                 self.start_stream(&s);
@@ -360,10 +365,13 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
         stream_metrics: Arc::default(),
         directory,
         streams: Vec::new(),
+        retention: None,
         running: false,
         workers_ready: Arc::default(),
     };
     daemon.ensure_rtsp(&config)?;
+    // [daemon] min_free_bytes is read at start (a reload updates the streams' targets).
+    daemon.retention = Some(Retention::start(Target::all(&config), config.daemon.min_free_bytes));
     // Sources start before the model: the model's height may come from the first frame.
     for s in &config.streams {
         daemon.start_stream(s);
@@ -503,6 +511,9 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
     let names: Vec<String> = daemon.streams.iter().map(|s| s.name.clone()).collect();
     let clean = daemon.stop_streams(&names, deadline);
     watchdog_stop.store(true, Ordering::SeqCst);
+    if let Some(r) = daemon.retention.take() {
+        r.stop();
+    }
     #[cfg(feature = "cuda")]
     if let Some(g) = gpu_gauges {
         g.stop();

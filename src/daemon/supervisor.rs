@@ -411,7 +411,7 @@ impl Supervisor {
             sinks.push(Box::new(FileOutput(sink)));
         }
         let stats = match o.stats_path(name, start) {
-            Some(p) => Some(StatsWriter::create(&p).map_err(|e| format!("stats output: {e}"))?),
+            Some(p) => Some(StatsWriter::append(&p, name).map_err(|e| format!("stats output: {e}"))?),
             None => None,
         };
         let mut mount = None;

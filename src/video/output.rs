@@ -39,23 +39,44 @@ pub trait OutputObserver: Send + Sync {
 pub struct NoObserver;
 impl OutputObserver for NoObserver {}
 
-/// JSON-lines sidecar: one object per written frame.
+/// JSON-lines sidecar: one object per written frame, with the wall-clock
+/// time it was written.
 pub struct StatsWriter {
     out: std::io::BufWriter<std::fs::File>,
     path: String,
+    /// Named in every line (daemon sidecars, which may be shared or shipped).
+    stream: Option<String>,
 }
 
 impl StatsWriter {
+    /// A new file (an existing one is replaced): one run, one file.
     pub fn create(path: &std::path::Path) -> Result<Self, String> {
+        Self::open(path, None, false)
+    }
+
+    /// Appends to `path`, so a restart never truncates what was written;
+    /// every line names `stream`.
+    pub fn append(path: &std::path::Path, stream: &str) -> Result<Self, String> {
+        Self::open(path, Some(stream.to_string()), true)
+    }
+
+    fn open(path: &std::path::Path, stream: Option<String>, append: bool) -> Result<Self, String> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         }
-        let file = std::fs::File::create(path).map_err(|e| format!("cannot create stats file {}: {e}", path.display()))?;
-        Ok(StatsWriter { out: std::io::BufWriter::new(file), path: path.display().to_string() })
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .append(append)
+            .truncate(!append)
+            .open(path)
+            .map_err(|e| format!("cannot open stats file {}: {e}", path.display()))?;
+        Ok(StatsWriter { out: std::io::BufWriter::new(file), path: path.display().to_string(), stream })
     }
 
     fn write(&mut self, frame: &FrameBuf, stats: &FrameStats) -> Result<(), String> {
-        let line = serde_json::json!({
+        let mut line = serde_json::json!({
+            "time": crate::clock::rfc3339(std::time::SystemTime::now()),
             "frame": frame.seq,
             "pts": frame.timing.pts.map(|p| p as f64 / 1e9),
             "road_coverage": (stats.road_coverage as f64 * 1e5).round() / 1e5,
@@ -64,6 +85,9 @@ impl StatsWriter {
             "inference_ms": (stats.inference_ms * 100.0).round() / 100.0,
             "dropped_before": frame.dropped_before,
         });
+        if let Some(stream) = &self.stream {
+            line["stream"] = stream.as_str().into();
+        }
         writeln!(self.out, "{line}").map_err(|e| format!("writing {}: {e}", self.path))
     }
 

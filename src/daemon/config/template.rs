@@ -1,31 +1,13 @@
 //! Output path templates: `{stream}` and `{start}` placeholders, and the
 //! printf-style pattern splitmuxsink wants for numbered segments.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 pub const PLACEHOLDERS: [&str; 2] = ["{stream}", "{start}"];
 
-/// `start` in UTC as `20261121T075800Z`: sorts as text, and has no `:`
-/// (not allowed in file names on some filesystems the recordings get copied to).
+/// `start` in UTC as `20261121T075800Z` (see [`crate::clock::compact`]).
 pub fn format_start(start: SystemTime) -> String {
-    let secs = start.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(days as i64);
-    format!("{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
-}
-
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian
-/// (H. Hinnant's `civil_from_days`).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
+    crate::clock::compact(start)
 }
 
 /// The first `{...}` that is not a known placeholder, if any.
@@ -82,7 +64,7 @@ pub fn segment_name(path: &str, index: u32) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
+    use std::time::{Duration, UNIX_EPOCH};
 
     use super::*;
 

@@ -213,6 +213,9 @@ fn stream_settings(c: &mut Collector, i: usize, s: &StreamConfig) {
 
 fn output(c: &mut Collector, i: usize, o: &OutputConfig, config: &DaemonConfig) {
     let at = |key: &str| format!("streams[{i}].output.{key}");
+    if let Some(h) = o.retain_hours {
+        c.check(h > 0.0 && h.is_finite(), at("retain_hours"), || format!("{h} must be a positive number of hours (leave it out to keep recordings)"));
+    }
     c.check((100..=100_000).contains(&o.bitrate_kbps), at("bitrate_kbps"), || {
         format!("{} is outside 100..=100000 kbit/s", o.bitrate_kbps)
     });

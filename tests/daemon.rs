@@ -419,6 +419,88 @@ fn systemd_is_told_ready_watchdog_reloading_and_stopping() {
     assert!(status.success(), "exit {status}; log:\n{}", d.log());
 }
 
+/// A mosquitto broker on `port` (killed on drop), and a subscriber to
+/// `roadseg/#` writing "topic payload" lines to `out`.
+struct Broker(Child, Child);
+
+impl Broker {
+    fn start(port: u16, out: &Path) -> Option<Broker> {
+        let (Ok(mosquitto), Ok(sub)) = (which_any(&["mosquitto", "/usr/sbin/mosquitto"]), which("mosquitto_sub")) else {
+            return None;
+        };
+        let broker = Command::new(mosquitto).args(["-p", &port.to_string()]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().ok()?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(out).unwrap();
+        let subscriber = Command::new(sub)
+            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-t", "roadseg/#", "-v"])
+            .stdout(log)
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        Some(Broker(broker, subscriber))
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        for c in [&mut self.1, &mut self.0] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn which_any(names: &[&str]) -> Result<PathBuf, ()> {
+    names.iter().find_map(|n| if n.starts_with('/') { Path::new(n).is_file().then(|| PathBuf::from(n)) } else { which(n).ok() }).ok_or(())
+}
+
+#[test]
+fn mqtt_status_stats_and_events_survive_the_broker_going_away() {
+    // Rule: with [mqtt] set, the daemon publishes retained online statuses, per-stream stats at the configured rate and up/reconnect events; a broker that goes away and comes back loses the daemon nothing, and statuses are published again.
+    let dir = tempfile::tempdir().unwrap();
+    let (mport, bport) = (free_port(), free_port());
+    let seen = dir.path().join("mqtt.txt");
+    let Some(broker) = Broker::start(bport, &seen) else {
+        eprintln!("SKIP: mosquitto / mosquitto_sub are not installed (Debian packages mosquitto, mosquitto-clients)");
+        return;
+    };
+    let mqtt = format!("\n[mqtt]\nurl = \"mqtt://127.0.0.1:{bport}\"\nstats_interval_s = 1\ncoverage_threshold = 0.0\n");
+    let config = dir.path().join("roadseg.toml");
+    let output = format!("stats = \"{}/cam.jsonl\"", dir.path().display());
+    std::fs::write(&config, header(mport, free_port()) + &mqtt + &test_stream("cam", &output)).unwrap();
+    let mut d = Daemon::start(&config, &dir.path().join("log"));
+    let text = || std::fs::read_to_string(&seen).unwrap_or_default();
+    d.wait_for("online statuses and stats over MQTT", Duration::from_secs(40), || {
+        let t = text();
+        t.contains("roadseg/status online") && t.contains("roadseg/streams/cam/status online") && t.contains("roadseg/streams/cam/stats {")
+    });
+    let stats_line = text().lines().find(|l| l.starts_with("roadseg/streams/cam/stats ")).unwrap().to_string();
+    let stats: serde_json::Value = serde_json::from_str(stats_line.split_once(' ').unwrap().1).unwrap();
+    assert_eq!(stats["stream"], "cam");
+    assert!(stats["frames_inferred"].as_u64().is_some() && stats["time"].is_string(), "{stats}");
+
+    drop(broker);
+    std::thread::sleep(Duration::from_secs(3));
+    let before = metric(mport, "roadseg_frames_inferred_total", "cam");
+    d.wait_for("inference goes on without the broker", Duration::from_secs(20), || {
+        metric(mport, "roadseg_frames_inferred_total", "cam") > before
+    });
+    std::fs::write(&seen, "").unwrap();
+    let _broker = Broker::start(bport, &seen).expect("the broker restarts");
+    d.wait_for("statuses and stats again after the broker returns", Duration::from_secs(40), || {
+        let t = text();
+        t.contains("roadseg/streams/cam/status online") && t.contains("roadseg/streams/cam/stats {")
+    });
+    d.signal("-TERM");
+    let status = d.wait(Duration::from_secs(15)).expect("exit after SIGTERM");
+    assert!(status.success(), "exit {status}; log:\n{}", d.log());
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(text().contains("roadseg/status offline"), "offline said on the way out: {}", text());
+}
+
 #[test]
 fn old_recording_segments_are_deleted_and_the_newest_kept() {
     // Rule: segments older than retain_hours are deleted (counted with reason "age"), files that are not the stream's segments are never touched, the newest segment stays, and free space is exported.

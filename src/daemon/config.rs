@@ -72,6 +72,7 @@ pub struct DaemonConfig {
     pub rtsp: RtspConfig,
     pub annotate: AnnotateConfig,
     pub daemon: DaemonSection,
+    pub mqtt: MqttConfig,
     /// No default: `run` needs at least one.
     pub streams: Vec<StreamConfig>,
 }
@@ -159,6 +160,54 @@ impl fmt::Debug for MetricsConfig {
             .field("listen", &self.listen)
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// MQTT events (see `daemon::mqtt` for the topics). Off unless `url` is set.
+#[derive(Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MqttConfig {
+    /// Broker, `mqtt://HOST[:PORT]` (port 1883 by default); "" = no MQTT. Default "".
+    pub url: String,
+    /// Topics start with this. Default "roadseg".
+    pub topic_prefix: String,
+    /// Default "roadseg"; give each daemon on one broker its own.
+    pub client_id: String,
+    /// Both or neither. Default none.
+    pub username: Option<String>,
+    pub password: Option<String>,
+    /// Seconds between each stream's stats messages, 1..=3600. Default 5.
+    pub stats_interval_s: u64,
+    /// Road coverage (0..=1) whose crossing, either way, is an event. Default none.
+    pub coverage_threshold: Option<f64>,
+}
+
+impl Default for MqttConfig {
+    fn default() -> Self {
+        MqttConfig {
+            url: String::new(),
+            topic_prefix: "roadseg".into(),
+            client_id: "roadseg".into(),
+            username: None,
+            password: None,
+            stats_interval_s: 5,
+            coverage_threshold: None,
+        }
+    }
+}
+
+// By hand so the password never reaches a log line.
+impl fmt::Debug for MqttConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MqttConfig")
+            .field("url", &self.url)
+            .field("topic_prefix", &self.topic_prefix)
+            .field("client_id", &self.client_id)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("stats_interval_s", &self.stats_interval_s)
+            .field("coverage_threshold", &self.coverage_threshold)
             .finish()
     }
 }

@@ -86,6 +86,12 @@ impl Health {
         }
     }
 
+    /// Every stream and whether it is up, by name.
+    pub fn stream_states(&self) -> Vec<(String, bool)> {
+        let streams = self.streams.read().unwrap_or_else(PoisonError::into_inner);
+        streams.iter().map(|(name, s)| (name.clone(), s.up.load(Ordering::Acquire))).collect()
+    }
+
     /// A stream removed by a reload no longer holds readiness back.
     pub fn remove_stream(&self, name: &str) {
         let removed = self.streams.write().unwrap_or_else(PoisonError::into_inner).remove(name).is_some();

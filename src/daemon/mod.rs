@@ -7,6 +7,7 @@ pub mod config;
 pub mod gpu;
 pub mod health;
 pub mod metrics;
+pub mod mqtt;
 pub mod notify;
 #[cfg(feature = "video")]
 pub mod status;

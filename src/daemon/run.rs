@@ -25,6 +25,7 @@ use super::config::{DaemonConfig, ModelConfig, SourceUri, Summary, check};
 use super::health::Health;
 use super::metrics::{self, DeviceMetrics, StreamMetrics};
 use super::notify;
+use super::mqtt::MqttPublisher;
 use super::retention::{Retention, Target};
 use super::status::{StreamDirectory, StreamStatus};
 use super::supervisor::{StreamContext, StreamSupervisor};
@@ -103,6 +104,7 @@ struct Daemon {
     directory: Arc<StreamDirectory>,
     streams: Vec<StreamSupervisor>,
     retention: Option<Retention>,
+    mqtt: Option<MqttPublisher>,
     /// Start-up is over: streams started from now on are named for their own start.
     running: bool,
     workers_ready: Arc<AtomicBool>,
@@ -236,6 +238,9 @@ impl Daemon {
         if new.metrics != self.config.metrics {
             kept.push("metrics");
         }
+        if new.mqtt != self.config.mqtt {
+            kept.push("mqtt");
+        }
         if new.annotate != self.config.annotate {
             kept.push("annotate");
         }
@@ -250,6 +255,7 @@ impl Daemon {
         new.rtsp = self.config.rtsp.clone();
         new.metrics = self.config.metrics.clone();
         new.annotate = self.config.annotate.clone();
+        new.mqtt = self.config.mqtt.clone();
         let plan = super::config::plan_reload(&self.config, &new);
         tracing::info!(added = ?plan.added, removed = ?plan.removed, changed = ?plan.changed, unchanged = plan.unchanged.len(), "reload plan");
         if let Err(e) = self.ensure_rtsp(&new) {
@@ -366,6 +372,7 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
         directory,
         streams: Vec::new(),
         retention: None,
+        mqtt: None,
         running: false,
         workers_ready: Arc::default(),
     };
@@ -451,6 +458,9 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
         .spawn_workers(engines, annotator, on_inference, on_busy);
     daemon.workers_ready.store(true, Ordering::SeqCst);
     health.set_model_loaded(true);
+    if !config.mqtt.url.is_empty() {
+        daemon.mqtt = Some(MqttPublisher::start(&config.mqtt, health.clone(), daemon.stream_metrics.clone())?);
+    }
     note(notify::ready());
     tracing::info!(streams = daemon.streams.len(), workers, "roadseg is running");
 
@@ -513,6 +523,9 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
     watchdog_stop.store(true, Ordering::SeqCst);
     if let Some(r) = daemon.retention.take() {
         r.stop();
+    }
+    if let Some(m) = daemon.mqtt.take() {
+        m.stop();
     }
     #[cfg(feature = "cuda")]
     if let Some(g) = gpu_gauges {

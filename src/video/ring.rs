@@ -88,6 +88,9 @@ pub enum Pushed {
     DroppedIncoming { seq: u64 },
     /// The ring was closed (the stream is stopping).
     Closed,
+    /// Not offered to the ring: over the stream's inference rate
+    /// (numbered by [`FrameRing::skip`]).
+    RateLimited { seq: u64 },
 }
 
 pub struct FrameRing {

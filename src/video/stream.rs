@@ -138,13 +138,15 @@ impl FrameHandler for RingFeeder {
         self.decoded.fetch_add(1, Ordering::Relaxed);
         if self.rate.as_ref().is_some_and(|r| !r.admits(frame.pts)) {
             let seq = self.ring.skip();
+            // Still a decoded frame: fps in stays the source's rate.
+            (self.on_decoded)(&Pushed::RateLimited { seq }, self.ring.depth());
             let _ = self.output.send(OutputItem::Skipped { seq, reason: SkipReason::RateLimited });
             return FlowAction::Continue;
         }
         let pushed = self.ring.push(&frame);
         (self.on_decoded)(&pushed, self.ring.depth());
         match pushed {
-            Pushed::Queued { .. } => {}
+            Pushed::Queued { .. } | Pushed::RateLimited { .. } => {}
             Pushed::QueuedDroppingOldest { dropped_seq: seq, .. } | Pushed::DroppedIncoming { seq } => {
                 let _ = self.output.send(OutputItem::Skipped { seq, reason: SkipReason::RingFull });
             }

@@ -76,6 +76,20 @@ pub(super) fn problems(config: &DaemonConfig) -> Vec<Problem> {
     c.check((0.0..=1.0).contains(&a.road_alpha), "annotate.road_alpha", || format!("{} is outside 0..=1", a.road_alpha));
     let timeout = config.daemon.shutdown_timeout_s;
     c.check((1..=600).contains(&timeout), "daemon.shutdown_timeout_s", || format!("{timeout} is outside 1..=600"));
+    let m = &config.mqtt;
+    if !m.url.is_empty() {
+        if let Err(e) = crate::daemon::mqtt::parse_url(&m.url) {
+            c.add("mqtt.url", e.to_string());
+        }
+        let prefix_ok = !m.topic_prefix.is_empty() && !m.topic_prefix.contains(['+', '#']);
+        c.check(prefix_ok, "mqtt.topic_prefix", || format!("'{}' must be non-empty without MQTT wildcards (+, #)", m.topic_prefix));
+        c.check(!m.client_id.is_empty(), "mqtt.client_id", || "must not be empty".into());
+        c.check(m.username.is_some() == m.password.is_some(), "mqtt.username", || "set both username and password, or neither".into());
+        c.check((1..=3600).contains(&m.stats_interval_s), "mqtt.stats_interval_s", || format!("{} is outside 1..=3600", m.stats_interval_s));
+        if let Some(t) = m.coverage_threshold {
+            c.check((0.0..=1.0).contains(&t), "mqtt.coverage_threshold", || format!("{t} is outside 0..=1 (a share of the scene)"));
+        }
+    }
     let stall = config.daemon.stall_timeout_s;
     c.check(stall <= 3600, "daemon.stall_timeout_s", || format!("{stall} is above 3600 (0 turns stall detection off)"));
     streams(&mut c, config);

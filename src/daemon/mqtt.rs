@@ -1,0 +1,253 @@
+//! MQTT events for Home Assistant / Node-RED style consumers: the daemon's
+//! and each stream's status (retained, "offline" as the daemon's last
+//! will), each stream's numbers at a fixed rate, and events when a stream
+//! goes up or down, reconnects, or its road coverage crosses a threshold.
+//!
+//! The publisher only reads state the daemon already keeps (health, the
+//! per-stream readings), once a second: nothing on the frame path waits for
+//! the broker. A broker that goes away is retried for ever; retained
+//! statuses are published again on every (re)connection.
+//!
+//! Topics (`P` = `topic_prefix`):
+//! `P/status` online|offline (retained), `P/streams/NAME/status`
+//! online|offline (retained), `P/streams/NAME/stats` JSON every
+//! `stats_interval_s`, `P/streams/NAME/events` JSON per event.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use rumqttc::{Client, Event, LastWill, MqttOptions, Packet, QoS};
+
+use super::config::MqttConfig;
+use super::health::Health;
+use super::metrics::StreamMetrics;
+
+const POLL: Duration = Duration::from_secs(1);
+/// Requests queued towards the broker; when it is away, older stats are
+/// not worth keeping beyond this.
+const QUEUE: usize = 256;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MqttError {
+    #[error("mqtt.url {0}: expected mqtt://HOST[:PORT] (TLS is not supported; use a local broker or a TLS-terminating bridge)")]
+    Url(String),
+}
+
+/// The broker address of `mqtt://host[:port]` (default port 1883).
+pub fn parse_url(url: &str) -> Result<(String, u16), MqttError> {
+    let bad = || MqttError::Url(url.to_string());
+    let rest = url.strip_prefix("mqtt://").ok_or_else(bad)?;
+    let rest = rest.trim_end_matches('/');
+    if rest.is_empty() || rest.contains('/') || rest.contains('@') {
+        return Err(bad());
+    }
+    match rest.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() => Ok((host.trim_matches(['[', ']']).to_string(), port.parse().map_err(|_| bad())?)),
+        Some(_) => Err(bad()),
+        None => Ok((rest.to_string(), 1883)),
+    }
+}
+
+/// The events between two polls of a stream (none on first sight).
+fn changes(before: Option<&Seen>, now: &Seen) -> Vec<&'static str> {
+    let Some(b) = before else { return Vec::new() };
+    let mut out = Vec::new();
+    if b.up != now.up {
+        out.push(if now.up { "up" } else { "down" });
+    }
+    if now.reconnects > b.reconnects {
+        out.push("reconnect");
+    }
+    if let (Some(was), Some(is)) = (b.above, now.above) {
+        if was != is {
+            out.push(if is { "coverage_above" } else { "coverage_below" });
+        }
+    }
+    out
+}
+
+pub struct MqttPublisher {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+    client: Client,
+}
+
+/// What the last poll saw of a stream.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Seen {
+    up: bool,
+    reconnects: u64,
+    above: Option<bool>,
+}
+
+impl MqttPublisher {
+    pub fn start(
+        cfg: &MqttConfig,
+        health: Arc<Health>,
+        streams: Arc<RwLock<HashMap<String, StreamMetrics>>>,
+    ) -> Result<MqttPublisher, MqttError> {
+        let (host, port) = parse_url(&cfg.url)?;
+        let prefix = cfg.topic_prefix.trim_end_matches('/').to_string();
+        let mut options = MqttOptions::new(cfg.client_id.clone(), host, port);
+        options.set_keep_alive(Duration::from_secs(15));
+        options.set_last_will(LastWill::new(format!("{prefix}/status"), "offline", QoS::AtLeastOnce, true));
+        if let (Some(user), Some(pass)) = (&cfg.username, &cfg.password) {
+            options.set_credentials(user.clone(), pass.clone());
+        }
+        let (client, mut connection) = Client::new(options, QUEUE);
+        let stop = Arc::new(AtomicBool::new(false));
+        let connected = Arc::new(AtomicBool::new(false));
+        let url = cfg.url.clone();
+        let network = {
+            let (stop, connected) = (stop.clone(), connected.clone());
+            std::thread::Builder::new()
+                .name("roadseg-mqtt-net".into())
+                .spawn(move || {
+                    let mut logged_down = false;
+                    for event in connection.iter() {
+                        if stop.load(Ordering::SeqCst) {
+                            break;
+                        }
+                        match event {
+                            Ok(Event::Incoming(Packet::ConnAck(_))) => {
+                                tracing::info!(broker = %url, "MQTT connected");
+                                connected.store(true, Ordering::SeqCst);
+                                logged_down = false;
+                            }
+                            Ok(_) => {}
+                            Err(e) => {
+                                connected.store(false, Ordering::SeqCst);
+                                if !logged_down {
+                                    tracing::warn!(broker = %url, "MQTT broker unreachable, retrying every second: {e}");
+                                    logged_down = true;
+                                }
+                                std::thread::sleep(POLL);
+                            }
+                        }
+                    }
+                })
+                .expect("spawning the MQTT network thread")
+        };
+        let publisher = {
+            let (stop, client) = (stop.clone(), client.clone());
+            let (interval, threshold) = (Duration::from_secs(cfg.stats_interval_s.max(1)), cfg.coverage_threshold);
+            std::thread::Builder::new()
+                .name("roadseg-mqtt".into())
+                .spawn(move || {
+                    let mut seen: BTreeMap<String, Seen> = BTreeMap::new();
+                    let (mut was_connected, mut last_stats) = (false, Instant::now() - interval);
+                    while !stop.load(Ordering::SeqCst) {
+                        let now_connected = connected.load(Ordering::SeqCst);
+                        let republish = now_connected && !was_connected;
+                        was_connected = now_connected;
+                        let publish = |topic: String, retain: bool, payload: String| {
+                            // Never blocks: a full queue (broker away) drops the message.
+                            let _ = client.try_publish(topic, QoS::AtLeastOnce, retain, payload);
+                        };
+                        if republish {
+                            publish(format!("{prefix}/status"), true, "online".into());
+                        }
+                        let states = health.stream_states();
+                        let metrics = streams.read().unwrap_or_else(PoisonError::into_inner).clone();
+                        let stats_due = last_stats.elapsed() >= interval;
+                        for (name, up) in &states {
+                            let reading = metrics.get(name).map(StreamMetrics::readings);
+                            let before = seen.get(name).cloned();
+                            let mut now = Seen { up: *up, reconnects: reading.as_ref().map_or(0, |r| r.reconnects), above: None };
+                            let coverage = reading.as_ref().and_then(|r| r.road_coverage);
+                            now.above = threshold.zip(coverage).map(|(t, c)| c >= t).or(before.as_ref().and_then(|b| b.above));
+                            let topic = |leaf: &str| format!("{prefix}/streams/{name}/{leaf}");
+                            let event = |kind: &str, extra: serde_json::Value| {
+                                let mut v = serde_json::json!({ "time": crate::clock::rfc3339(SystemTime::now()), "stream": name, "event": kind });
+                                if let (Some(obj), Some(more)) = (v.as_object_mut(), extra.as_object()) {
+                                    obj.extend(more.clone());
+                                }
+                                publish(topic("events"), false, v.to_string());
+                            };
+                            if republish || before.as_ref().is_none_or(|b| b.up != *up) {
+                                publish(topic("status"), true, if *up { "online" } else { "offline" }.into());
+                            }
+                            for kind in changes(before.as_ref(), &now) {
+                                let extra = match kind {
+                                    "reconnect" => serde_json::json!({ "reconnects": now.reconnects }),
+                                    "coverage_above" | "coverage_below" => serde_json::json!({ "road_coverage": coverage, "threshold": threshold }),
+                                    _ => serde_json::json!({}),
+                                };
+                                event(kind, extra);
+                            }
+                            if stats_due {
+                                if let Some(r) = &reading {
+                                    let stats = serde_json::json!({
+                                        "time": crate::clock::rfc3339(SystemTime::now()),
+                                        "stream": name,
+                                        "up": up,
+                                        "road_coverage": r.road_coverage,
+                                        "frames_decoded": r.frames_decoded,
+                                        "frames_inferred": r.frames_inferred,
+                                        "frames_dropped": r.dropped.iter().map(|(_, n)| n).sum::<u64>(),
+                                        "reconnects": r.reconnects,
+                                        "latency_s": r.latency_s,
+                                    });
+                                    publish(topic("stats"), false, stats.to_string());
+                                }
+                            }
+                            seen.insert(name.clone(), now);
+                        }
+                        seen.retain(|name, _| states.iter().any(|(n, _)| n == name));
+                        if stats_due {
+                            last_stats = Instant::now();
+                        }
+                        std::thread::sleep(POLL);
+                    }
+                    let _ = client.try_publish(format!("{prefix}/status"), QoS::AtLeastOnce, true, "offline");
+                })
+                .expect("spawning the MQTT publisher thread")
+        };
+        tracing::info!(broker = %cfg.url, prefix = %cfg.topic_prefix, "publishing MQTT events");
+        Ok(MqttPublisher { stop, threads: vec![publisher, network], client })
+    }
+
+    /// Says "offline" (retained) and disconnects, within about a second.
+    pub fn stop(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let mut threads = self.threads.into_iter();
+        if let Some(publisher) = threads.next() {
+            let _ = publisher.join();
+        }
+        // Give the offline message a moment to leave before disconnecting.
+        std::thread::sleep(Duration::from_millis(300));
+        let _ = self.client.try_disconnect();
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_the_changes_between_polls() {
+        // Rule: up/down, a reconnect and a coverage threshold crossing each make one event; nothing on first sight or without change.
+        let seen = |up, reconnects, above| Seen { up, reconnects, above };
+        assert!(changes(None, &seen(true, 0, Some(true))).is_empty());
+        assert!(changes(Some(&seen(true, 1, Some(true))), &seen(true, 1, Some(true))).is_empty());
+        assert_eq!(changes(Some(&seen(false, 0, None)), &seen(true, 0, Some(false))), ["up"]);
+        assert_eq!(changes(Some(&seen(true, 2, Some(false))), &seen(false, 3, Some(true))), ["down", "reconnect", "coverage_above"]);
+        assert_eq!(changes(Some(&seen(true, 0, Some(true))), &seen(true, 0, Some(false))), ["coverage_below"]);
+    }
+
+    #[test]
+    fn broker_urls() {
+        assert_eq!(parse_url("mqtt://127.0.0.1:1884").unwrap(), ("127.0.0.1".into(), 1884));
+        assert_eq!(parse_url("mqtt://broker.local").unwrap(), ("broker.local".into(), 1883));
+        assert_eq!(parse_url("mqtt://[::1]:1883").unwrap(), ("::1".into(), 1883));
+        for bad in ["", "mqtts://h", "tcp://h:1", "mqtt://", "mqtt://h:x", "mqtt://u:p@h", "mqtt://h/x"] {
+            assert!(parse_url(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -74,6 +74,22 @@ impl Daemon {
         }
     }
 
+    /// As under systemd's `Type=notify` with `WatchdogSec=0.4`: datagrams go to `socket`.
+    fn start_notified(config: &Path, socket: &Path, log: &Path, env: &[(&str, &str)]) -> Daemon {
+        let child = Command::new(BIN)
+            .args(["run", "--config"])
+            .arg(config)
+            .env("NOTIFY_SOCKET", socket)
+            .env("WATCHDOG_USEC", "400000")
+            .envs(env.iter().copied())
+            .env_remove("WATCHDOG_PID")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap();
+        Daemon { child, log: log.to_path_buf() }
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -373,18 +389,7 @@ fn systemd_is_told_ready_watchdog_reloading_and_stopping() {
     let config = dir.path().join("roadseg.toml");
     let stream = test_stream("cam", &format!("stats = \"{}/cam.jsonl\"", dir.path().display()));
     std::fs::write(&config, header(0, free_port()) + &stream).unwrap();
-    let log = dir.path().join("log");
-    let child = Command::new(BIN)
-        .args(["run", "--config"])
-        .arg(&config)
-        .env("NOTIFY_SOCKET", &socket_path)
-        .env("WATCHDOG_USEC", "400000")
-        .env_remove("WATCHDOG_PID")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut d = Daemon { child, log };
+    let mut d = Daemon::start_notified(&config, &socket_path, &dir.path().join("log"), &[]);
     // Appends datagrams to `seen` until one holds `what`.
     let receive_until = |d: &mut Daemon, seen: &mut String, what: &str| {
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -542,19 +547,8 @@ fn a_stalled_worker_fails_readiness_and_starves_the_watchdog() {
     let config = dir.path().join("roadseg.toml");
     let head = header(mport, free_port()).replace("shutdown_timeout_s = 10", "shutdown_timeout_s = 10\nstall_timeout_s = 2");
     std::fs::write(&config, head + &test_stream("cam", &format!("stats = \"{}/cam.jsonl\"", dir.path().display()))).unwrap();
-    let log = dir.path().join("log");
-    let child = Command::new(BIN)
-        .args(["run", "--config"])
-        .arg(&config)
-        .env("NOTIFY_SOCKET", &socket_path)
-        .env("WATCHDOG_USEC", "400000")
-        .env("ROADSEG_TEST_STALL_AFTER_FRAMES", "5")
-        .env_remove("WATCHDOG_PID")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut d = Daemon { child, log };
+    let stall = [("ROADSEG_TEST_STALL_AFTER_FRAMES", "5")];
+    let mut d = Daemon::start_notified(&config, &socket_path, &dir.path().join("log"), &stall);
     let mut buf = [0u8; 4096];
     let mut datagrams = |window: Duration| {
         let (end, mut seen) = (Instant::now() + window, String::new());

@@ -2,7 +2,8 @@
 //! stream URIs) gives a clear error every time: never a panic, a hang or an
 //! absurd allocation. Seeded, deterministic mutation fuzzing, at least 10,000
 //! cases per input kind (`ROADSEG_FUZZ_CASES=N` runs more or fewer); a failure
-//! names the test, seed and case so it can be replayed alone.
+//! names the test, seed and case so it can be replayed alone;
+//! `ROADSEG_FUZZ_SHOW=1` prints every error message (to judge them).
 //!
 //! Every allocation in this test binary is watched: one over [`ALLOC_CAP`]
 //! is refused (the process aborts naming its size), and each test checks the
@@ -199,6 +200,9 @@ fn note(input: String) -> String {
 
 /// An error must say something, on one line for file errors.
 fn check_message(what: &str, msg: &str, one_line: bool) -> Option<String> {
+    if std::env::var_os("ROADSEG_FUZZ_SHOW").is_some() {
+        eprintln!("{what}: {msg}");
+    }
     if msg.trim().is_empty() {
         return Some(format!("{what}: empty error message"));
     }
@@ -798,4 +802,21 @@ fn hostile_stream_uris_are_rejected_cleanly() {
         }
         (input, violation)
     });
+}
+
+#[test]
+fn a_header_claiming_an_exabyte_tensor_is_rejected_before_allocating() {
+    // Rule: a safetensors header whose offsets and shape agree on a 2^60-byte tensor fails as a bad file, without allocating it.
+    let good = common::repo().join(GOOD);
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::copy(good.join("config.json"), tmp.path().join("config.json")).unwrap();
+    let header = json!({
+        "segformer.encoder.patch_embeddings.0.proj.weight": {"dtype": "F32", "shape": [1u64 << 29, 1u64 << 29], "data_offsets": [0, 1u64 << 60]}
+    })
+    .to_string();
+    std::fs::write(tmp.path().join("model.safetensors"), assemble(&header, &[0u8; 64], None)).unwrap();
+    let before = LARGEST.load(Ordering::Relaxed);
+    let err = load_checkpoint(tmp.path(), &CpuBackend::new()).unwrap_err();
+    assert!(err.contains("model.safetensors") && err.contains("bad safetensors file"), "{err}");
+    assert!(LARGEST.load(Ordering::Relaxed) <= before.max(ALLOC_LIMIT), "allocated {} bytes", LARGEST.load(Ordering::Relaxed));
 }

@@ -9,7 +9,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
-use safetensors::{Dtype, SafeTensors};
+use safetensors::{Dtype, SafeTensorError, SafeTensors};
 
 pub use config::SegformerConfig;
 pub use locate::{BUNDLED_MODEL, MODEL_ENV, SYSTEM_MODEL, locate_model};
@@ -57,6 +57,24 @@ pub struct Checkpoint {
 /// the file (e.g. BatchNorm's `num_batches_tracked`) is ignored.
 const MODEL_PREFIXES: [&str; 2] = ["segformer.", "decode_head."];
 
+/// A safetensors format error in words (the crate's Debug names are terse).
+fn describe(e: &SafeTensorError) -> String {
+    use SafeTensorError as E;
+    match e {
+        E::HeaderTooSmall => "shorter than the 8-byte header length".into(),
+        E::HeaderTooLarge => "the header length in the first 8 bytes is over 100 MB".into(),
+        E::InvalidHeaderLength => "the header length in the first 8 bytes runs past the end of the file".into(),
+        E::InvalidHeader(err) => format!("the header is not UTF-8 ({err})"),
+        E::InvalidHeaderDeserialization(err) => format!("the header is not valid safetensors JSON ({err})"),
+        E::InvalidOffset(name) => format!("tensor '{name}' has data offsets that overlap another tensor's or leave a gap"),
+        E::TensorInvalidInfo => "a tensor's data offsets do not span its shape times its dtype size".into(),
+        E::ValidationOverflow => "a tensor's shape is impossibly large (its byte size overflows)".into(),
+        E::MisalignedSlice => "a tensor of a sub-byte dtype does not end on a byte boundary".into(),
+        E::MetadataIncompleteBuffer => "the tensors' data does not end where the file ends".into(),
+        other => other.to_string(),
+    }
+}
+
 impl Checkpoint {
     pub fn open(dir: impl AsRef<Path>) -> Result<Self, CheckpointError> {
         let dir = dir.as_ref().to_path_buf();
@@ -75,10 +93,8 @@ impl Checkpoint {
         // which are copied out during load anyway.
         let mmap = unsafe { Mmap::map(&file) }
             .map_err(|err| CheckpointError::Io { path: weights_path.clone(), err })?;
-        let (header_len, metadata) = SafeTensors::read_metadata(&mmap).map_err(|e| CheckpointError::Safetensors {
-            path: weights_path.clone(),
-            reason: format!("{e:?}"),
-        })?;
+        let (header_len, metadata) = SafeTensors::read_metadata(&mmap)
+            .map_err(|e| CheckpointError::Safetensors { path: weights_path.clone(), reason: describe(&e) })?;
         let data_start = 8 + header_len;
         let entries = metadata
             .tensors()

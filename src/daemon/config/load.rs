@@ -72,6 +72,15 @@ fn dotted_keys(message: &str) -> String {
     format!("{}{key}{}", &message[..start], &message[end..])
 }
 
+/// TOML syntax, checked by the toml crate first: through the config crate
+/// some errors ("number too large to fit in target type") lose their line
+/// and column. Messages are redacted: they quote the offending line.
+fn check_syntax(text: &str, origin: &str) -> Result<(), ConfigError> {
+    text.parse::<toml::Table>()
+        .map(|_| ())
+        .map_err(|e| ConfigError::Parse { origin: origin.to_string(), message: redact_text(e.to_string().trim_end()) })
+}
+
 impl DaemonConfig {
     /// Defaults < [`SYSTEM_CONFIG`] (if present) < `path` (required when
     /// given) < `ROADSEG__*` environment. Not validated: call `validate()`.
@@ -82,12 +91,18 @@ impl DaemonConfig {
     pub fn load_from(sources: &Sources) -> Result<DaemonConfig, ConfigError> {
         let mut builder = Config::builder();
         if let Some(system) = sources.system_layer() {
+            if let Ok(text) = std::fs::read_to_string(system) {
+                check_syntax(&text, &system.display().to_string())?;
+            }
             builder = builder.add_source(File::from(system).format(FileFormat::Toml));
         }
         if let Some(file) = &sources.file {
             // Checked here: the config crate's own message does not say which layer.
             if !file.is_file() {
                 return Err(ConfigError::NotFound(file.clone()));
+            }
+            if let Ok(text) = std::fs::read_to_string(file) {
+                check_syntax(&text, &file.display().to_string())?;
             }
             builder = builder.add_source(File::from(file.as_path()).format(FileFormat::Toml));
         }
@@ -107,6 +122,7 @@ impl DaemonConfig {
 
     /// Defaults < `text` (TOML); `origin` names it in errors.
     pub fn from_toml_str(text: &str, origin: &str) -> Result<DaemonConfig, ConfigError> {
+        check_syntax(text, origin)?;
         let parse = |err| ConfigError::parse(origin, err);
         Config::builder()
             .add_source(File::from_str(text, FileFormat::Toml))

@@ -1,5 +1,5 @@
 //! Safe defaults end to end, with the real binary: credentials in stream URIs
-//! (and the RTSP server password) never appear in the daemon's log, /metrics,
+//! (and the RTSP and MQTT passwords) never appear in the daemon's log, /metrics,
 //! /healthz, /readyz, the status page and API, the JSONL sidecar or
 //! `check-config` output; and the RTSP server is refused beyond loopback
 //! without credentials unless `rtsp.allow_anonymous = true`.
@@ -43,6 +43,7 @@ fn config(dir: &Path, metrics: u16, rtsp: u16, camera_port: u16) -> String {
         "[model]\npath = {model:?}\nwidth = 224\nheight = 128\ndevice = \"cpu\"\nroad_classes = [\"label_0\"]\n\n\
          [metrics]\nlisten = \"127.0.0.1:{metrics}\"\n\n\
          [rtsp]\nlisten = \"127.0.0.1:{rtsp}\"\nusername = \"viewer\"\npassword = \"rtsp-{SECRET}\"\n\n\
+         [mqtt]\nurl = \"mqtt://127.0.0.1:{camera_port}\"\nusername = \"bob\"\npassword = \"mqtt-{SECRET}\"\n\n\
          [[streams]]\nname = \"cam\"\nuri = \"rtsp://alice:{SECRET}@127.0.0.1:{camera_port}/x\"\n\
          reconnect_initial_ms = 100\nreconnect_max_ms = 400\n\
          [streams.output]\nstats = \"{cam_stats}\"\nrtsp = \"cam\"\n\n\
@@ -82,6 +83,7 @@ fn credentials_never_reach_logs_metrics_endpoints_sidecars_or_check_config() {
         ("syntax error", good.replace("@127.0.0.1", "@127.0.0.1\"\"")),
         ("bad rtsp password line", good.replace(&format!("password = \"rtsp-{SECRET}\""), &format!("password = \"rtsp-{SECRET}"))),
         ("uri in the name", good.replace("name = \"cam\"", &format!("name = \"rtsp://alice:{SECRET}@h/x\""))),
+        ("credentials in the mqtt url", good.replace("mqtt://127.0.0.1", &format!("mqtt://bob:{SECRET}@127.0.0.1"))),
     ];
     for (what, text) in broken {
         let bad = dir.path().join("bad.toml");

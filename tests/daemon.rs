@@ -507,6 +507,31 @@ fn mqtt_status_stats_and_events_survive_the_broker_going_away() {
 }
 
 #[test]
+fn segments_are_named_for_their_utc_start_time() {
+    // Rule: a file template with strftime conversions names each segment for its UTC start (folders made as needed), and every segment plays.
+    let dir = tempfile::tempdir().unwrap();
+    let (mport, rport) = (free_port(), free_port());
+    let rec = dir.path().join("rec");
+    let output = format!("file = \"{}/{{stream}}/%Y-%m-%d/%H-%M-%S.mp4\"\nsegment_seconds = 1", rec.display());
+    let config = dir.path().join("roadseg.toml");
+    std::fs::write(&config, header(mport, rport) + &test_stream("cam", &output)).unwrap();
+    let mut d = Daemon::start(&config, &dir.path().join("log"));
+    let day_dirs = || std::fs::read_dir(rec.join("cam")).map(|r| r.filter_map(Result::ok).map(|e| e.path()).collect::<Vec<_>>()).unwrap_or_default();
+    d.wait_for("three segments", Duration::from_secs(40), || day_dirs().iter().map(|d| mp4s(d).len()).sum::<usize>() >= 3);
+    d.signal("-TERM");
+    assert!(d.wait(Duration::from_secs(15)).is_some_and(|s| s.success()), "{}", d.log());
+    let today = roadseg::clock::strftime("%Y-%m-%d", std::time::SystemTime::now());
+    let files: Vec<PathBuf> = day_dirs().iter().flat_map(|d| mp4s(d)).collect();
+    assert!(day_dirs().iter().any(|d| d.ends_with(&today)), "a folder for today ({today}): {:?}", day_dirs());
+    for f in &files {
+        let name = f.file_name().unwrap().to_str().unwrap();
+        assert!(roadseg::clock::matches("%H-%M-%S.mp4", name), "{name}");
+        let (frames, err) = probe_frames(f.to_str().unwrap(), &[]);
+        assert!(frames > 0 && err.is_empty(), "{}: {frames} frames, {err}", f.display());
+    }
+}
+
+#[test]
 fn old_recording_segments_are_deleted_and_the_newest_kept() {
     // Rule: segments older than retain_hours are deleted (counted with reason "age"), files that are not the stream's segments are never touched, the newest segment stays, and free space is exported.
     let dir = tempfile::tempdir().unwrap();

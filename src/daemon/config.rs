@@ -506,7 +506,14 @@ impl OutputConfig {
     /// `...-00001.mp4`, one per `segment_seconds`.
     pub fn segment_location(&self, stream: &str, start: SystemTime) -> Option<String> {
         let path = template::expand_lossy(self.file.as_deref()?, stream, start);
-        Some(template::segment_pattern(&path))
+        // A strftime pattern names each segment itself (see `wall_clock_names`).
+        Some(if self.wall_clock_names() { path } else { template::segment_pattern(&path) })
+    }
+
+    /// `file` holds time conversions (`%Y`, `%H`, ...): each segment is named
+    /// for its UTC start time, e.g. `{stream}/%Y-%m-%d/%H-%M-%S.mp4`.
+    pub fn wall_clock_names(&self) -> bool {
+        self.file.as_deref().is_some_and(crate::clock::has_conversions)
     }
 
     /// The concrete name of segment `index` (0 is the first), as splitmuxsink

@@ -33,7 +33,13 @@ pub struct Target {
     after: Option<String>,
     ext: String,
     retain: Option<Duration>,
+    /// Wall-clock names: the whole strftime path pattern; `dir` is then the
+    /// folder above its first time conversion, searched a few levels deep.
+    wall_clock: Option<String>,
 }
+
+/// Folder levels searched below a wall-clock pattern's fixed root.
+const MAX_DEPTH: usize = 4;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reason {
@@ -59,7 +65,18 @@ impl Target {
     /// `template` as in `[streams.output] file`; None when `{start}` is in a
     /// folder name (each run then has its own folder: not managed here).
     pub fn new(stream: &str, template: &str, retain_hours: Option<f64>) -> Option<Target> {
-        let path = PathBuf::from(template.replace("{stream}", stream));
+        let retain = retain_hours.map(|h| Duration::from_secs_f64(h * 3600.0));
+        let expanded = template.replace("{stream}", stream);
+        if crate::clock::has_conversions(&expanded) {
+            if expanded.contains("{start}") {
+                return None;
+            }
+            let fixed: PathBuf = Path::new(&expanded).components().take_while(|c| !c.as_os_str().to_string_lossy().contains('%')).collect();
+            let dir = if fixed.as_os_str().is_empty() { PathBuf::from(".") } else { fixed };
+            let wall_clock = Some(expanded);
+            return Some(Target { stream: stream.to_string(), dir, before: String::new(), after: None, ext: String::new(), retain, wall_clock });
+        }
+        let path = PathBuf::from(expanded);
         let name = path.file_name()?.to_str()?.to_string();
         let dir = path.parent().map(Path::to_path_buf).filter(|d| !d.as_os_str().is_empty()).unwrap_or_else(|| ".".into());
         if dir.to_str()?.contains("{start}") {
@@ -73,8 +90,7 @@ impl Target {
             Some((b, a)) => (b.to_string(), Some(a.to_string())),
             None => (stem, None),
         };
-        let retain = retain_hours.map(|h| Duration::from_secs_f64(h * 3600.0));
-        Some(Target { stream: stream.to_string(), dir, before, after, ext, retain })
+        Some(Target { stream: stream.to_string(), dir, before, after, ext, retain, wall_clock: None })
     }
 
     /// Whether `name` is one of this stream's segments: `before`, then
@@ -102,17 +118,57 @@ impl Target {
 
     /// (path, modified, device) of this stream's segments, oldest first.
     fn segments(&self) -> Vec<Segment> {
-        let Ok(entries) = std::fs::read_dir(&self.dir) else { return Vec::new() };
-        let mut found: Vec<Segment> = entries
-            .filter_map(Result::ok)
-            .filter(|e| e.file_name().to_str().is_some_and(|n| self.owns(n)))
-            .filter_map(|e| {
-                let meta = e.metadata().ok()?;
-                Some(Segment { path: e.path(), modified: meta.modified().ok()?, device: meta.dev() })
-            })
-            .collect();
+        let mut found = Vec::new();
+        match &self.wall_clock {
+            Some(pattern) => walk(&self.dir, MAX_DEPTH, &mut |path| {
+                path.to_str().is_some_and(|p| crate::clock::matches(pattern, p.strip_prefix("./").unwrap_or(p)))
+            }, &mut found),
+            None => {
+                let Ok(entries) = std::fs::read_dir(&self.dir) else { return Vec::new() };
+                for e in entries.filter_map(Result::ok) {
+                    if e.file_name().to_str().is_some_and(|n| self.owns(n)) {
+                        found.extend(segment(e.path()));
+                    }
+                }
+            }
+        }
         found.sort_by_key(|s| (s.modified, s.path.clone()));
         found
+    }
+}
+
+fn segment(path: PathBuf) -> Option<Segment> {
+    let meta = std::fs::metadata(&path).ok()?;
+    Some(Segment { modified: meta.modified().ok()?, device: meta.dev(), path })
+}
+
+/// Files under `dir` (at most `depth` folders down) that `keep` accepts.
+fn walk(dir: &Path, depth: usize, keep: &mut dyn FnMut(&Path) -> bool, out: &mut Vec<Segment>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.filter_map(Result::ok) {
+        let path = e.path();
+        match e.file_type() {
+            Ok(t) if t.is_dir() && depth > 0 => walk(&path, depth - 1, keep, out),
+            Ok(t) if t.is_file() && keep(&path) => out.extend(segment(path)),
+            _ => {}
+        }
+    }
+}
+
+impl Target {
+    /// After deleting `file`: its now empty folders below the fixed root go
+    /// too (day folders of wall-clock names).
+    fn prune_folders(&self, file: &Path) {
+        if self.wall_clock.is_none() {
+            return;
+        }
+        let mut dir = file.parent();
+        while let Some(d) = dir.filter(|d| d.starts_with(&self.dir) && *d != self.dir) {
+            if std::fs::remove_dir(d).is_err() {
+                break; // not empty
+            }
+            dir = d.parent();
+        }
     }
 }
 
@@ -231,6 +287,7 @@ fn sweep(targets: &[Target], min_free: u64) {
         let stream = &targets[t].stream;
         match std::fs::remove_file(&path) {
             Ok(()) => {
+                targets[t].prune_folders(&path);
                 tracing::info!(stream = %stream, file = %path.display(), reason = reason.label(), "recording segment deleted");
                 counter!(SEGMENTS_DELETED, "stream" => stream.clone(), "reason" => reason.label()).increment(1);
             }
@@ -261,6 +318,28 @@ mod tests {
         assert!(plain.owns("cam-00007.mp4") && !plain.owns("cam.mp4"));
         assert_eq!(plain.dir, PathBuf::from("/var/rec"));
         assert!(Target::new("cam", "rec/{start}/{stream}.mp4", None).is_none(), "per-run folders are not managed");
+        let clock = Target::new("cam", "rec/{stream}/%Y-%m-%d/%H-%M-%S.mp4", None).unwrap();
+        assert_eq!(clock.dir, PathBuf::from("rec/cam"));
+    }
+
+    #[test]
+    fn wall_clock_segments_are_found_in_their_day_folders_and_pruned() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().display().to_string();
+        let t = Target::new("cam", &format!("{root}/{{stream}}/%Y-%m-%d/%H-%M-%S.mp4"), Some(1.0)).unwrap();
+        let day = tmp.path().join("cam/2026-11-20");
+        std::fs::create_dir_all(&day).unwrap();
+        for name in ["07-00-00.mp4", "07-05-00.mp4", "notes.txt"] {
+            std::fs::write(day.join(name), b"x").unwrap();
+        }
+        let found: Vec<PathBuf> = t.segments().into_iter().map(|s| s.path).collect();
+        assert_eq!(found.len(), 2, "{found:?}");
+        std::fs::remove_file(day.join("notes.txt")).unwrap();
+        for f in &found {
+            std::fs::remove_file(f).unwrap();
+            t.prune_folders(f);
+        }
+        assert!(!day.exists() && tmp.path().join("cam").exists(), "the empty day folder goes, the root stays");
     }
 
     #[test]

@@ -405,6 +405,7 @@ impl Supervisor {
                 path: pattern.into(),
                 segment_seconds,
                 bitrate_kbps: o.bitrate_kbps,
+                wall_clock_names: o.wall_clock_names(),
             };
             let sink = open_file_sink(&target, info).map_err(|e| format!("file output: {e}"))?;
             tracing::info!(stream = %name, file = %target.path.display(), "recording");

@@ -46,6 +46,10 @@ pub struct FileSinkSettings {
     /// half of it, with keyframes at least that often; see `start`).
     pub fragment_ms: u32,
     pub encoder: EncoderSettings,
+    /// With `segment_seconds`: `path` is a strftime pattern (UTC, see
+    /// [`crate::clock::strftime`]) and each segment is named for the wall-clock
+    /// time it starts, folders made as needed, e.g. `cam/%Y-%m-%d/%H-%M-%S.mp4`.
+    pub wall_clock_names: bool,
 }
 
 impl FileSinkSettings {
@@ -59,6 +63,7 @@ impl FileSinkSettings {
             fps,
             fragment_ms: 1000,
             encoder: EncoderSettings::default(),
+            wall_clock_names: false,
         }
     }
 }
@@ -196,12 +201,19 @@ impl FileSink {
                     ("caps", &caps),
                     ("encoder", encoder.description()),
                     ("fragment_ms", &fragment_ms),
-                    ("pattern", &quote(path_str)),
+                    // Wall-clock names come from the format-location handler below;
+                    // the printf pattern is then never used.
+                    ("pattern", &quote(if settings.wall_clock_names { "unused-%05d.mp4" } else { path_str })),
                     ("max_time_ns", &(secs as u64 * 1_000_000_000).to_string()),
                 ],
             ),
         };
         let pipeline = launch::launch(&description)?;
+        if settings.wall_clock_names {
+            let split = pipeline.by_name("split").ok_or_else(|| glib::bool_error!("segment description has no splitmuxsink named split"))?;
+            let pattern = path_str.to_string();
+            split.connect("format-location", false, move |_| Some(wall_clock_location(&pattern).to_value()));
+        }
         let appsrc = pipeline
             .by_name("src")
             .and_then(|e| e.downcast::<gst_app::AppSrc>().ok())
@@ -356,6 +368,26 @@ impl Drop for FileSink {
     }
 }
 
+/// The next segment's name under a strftime `pattern`: now (UTC), with its
+/// folders made; `-1`, `-2`, ... before the extension if that name is taken
+/// (a reconnect within the same second).
+fn wall_clock_location(pattern: &str) -> String {
+    let path = crate::clock::strftime(pattern, std::time::SystemTime::now());
+    if let Some(dir) = Path::new(&path).parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            tracing::error!(dir = %dir.display(), "cannot create the recording folder: {e}");
+        }
+    }
+    if !Path::new(&path).exists() {
+        return path;
+    }
+    let (stem, ext) = match path.rfind('.') {
+        Some(i) if i > path.rfind('/').map_or(0, |s| s + 1) => (&path[..i], &path[i..]),
+        _ => (path.as_str(), ""),
+    };
+    (1..).map(|n| format!("{stem}-{n}{ext}")).find(|p| !Path::new(p).exists()).expect("some suffix is free")
+}
+
 /// Fragment length, and keyframe interval cap, in segment mode (see `start`).
 fn segment_fragment_ms(fragment_ms: u32) -> u32 {
     (fragment_ms / 2).max(1)
@@ -371,6 +403,16 @@ fn validate(s: &FileSinkSettings) -> Result<(), SinkError> {
     }
     if s.segment_seconds == Some(0) {
         return Err(bad("segment_seconds is 0 (leave it unset for one file)".into()));
+    }
+    if s.wall_clock_names {
+        if s.segment_seconds.is_none() {
+            return Err(bad("wall-clock names need segment_seconds".into()));
+        }
+        let pattern = s.path.to_str().unwrap_or("");
+        if let Some(c) = crate::clock::unknown_conversion(pattern) {
+            return Err(bad(format!("unknown time conversion {c} (use %Y %m %d %H %M %S, %% for %)")));
+        }
+        return Ok(());
     }
     let dir = match s.path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,

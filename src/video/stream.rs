@@ -272,12 +272,14 @@ pub struct FileTarget {
     pub segment_seconds: Option<u32>,
     /// H.264 target bitrate.
     pub bitrate_kbps: u32,
+    /// `path` is a strftime pattern: segments named for their start (UTC).
+    pub wall_clock_names: bool,
 }
 
 impl FileTarget {
     /// One file at the default bitrate.
     pub fn single(path: PathBuf) -> Self {
-        FileTarget { path, segment_seconds: None, bitrate_kbps: DEFAULT_BITRATE_KBPS }
+        FileTarget { path, segment_seconds: None, bitrate_kbps: DEFAULT_BITRATE_KBPS, wall_clock_names: false }
     }
 }
 
@@ -286,13 +288,15 @@ pub const DEFAULT_BITRATE_KBPS: u32 = 4000;
 
 /// Opens the file sink for frames of `info`, making its folder.
 pub fn open_file_sink(target: &FileTarget, info: VideoInfo) -> Result<FileSink, String> {
-    if let Some(dir) = target.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+    // Wall-clock folders are made per segment, by the sink.
+    if let Some(dir) = target.path.parent().filter(|d| !d.as_os_str().is_empty() && !target.wall_clock_names) {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
     let fps = if info.fps_num > 0 && info.fps_den > 0 { (info.fps_num, info.fps_den) } else { (25, 1) };
     let mut settings = FileSinkSettings::new(target.path.clone(), info.width, info.height, fps);
     settings.segment_seconds = target.segment_seconds;
     settings.encoder.bitrate_kbps = target.bitrate_kbps;
+    settings.wall_clock_names = target.wall_clock_names;
     FileSink::start(settings).map_err(|e| e.to_string())
 }
 

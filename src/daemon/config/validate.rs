@@ -244,6 +244,12 @@ fn output(c: &mut Collector, i: usize, o: &OutputConfig, config: &DaemonConfig) 
             c.add(at(key), format!("'{t}' names a folder; add a file name, e.g. {t}{{stream}}-{{start}}.mp4"));
         } else if let Some(p) = unknown_placeholder(t) {
             c.add(at(key), format!("unknown placeholder {p} in '{t}' (use {{stream}} and {{start}})"));
+        } else if key == "file" && crate::clock::has_conversions(t) {
+            if let Some(conv) = crate::clock::unknown_conversion(t) {
+                c.add(at(key), format!("unknown time conversion {conv} in '{t}' (use %Y %m %d %H %M %S, %% for a literal %)"));
+            } else if !t.contains("%S") {
+                c.add(at(key), format!("'{t}' names segments by time but has no %S: segments started within one minute would share a name"));
+            }
         }
     }
     c.check(o.segment_seconds >= 1, at("segment_seconds"), || "must be at least 1".into());
@@ -274,7 +280,7 @@ pub(super) fn model_path_problems(path: &Path) -> Vec<Problem> {
 pub(super) fn warnings(config: &DaemonConfig) -> Vec<String> {
     let mut w = Vec::new();
     for (i, s) in config.streams.iter().enumerate() {
-        if let Some(file) = s.output.file.as_deref().filter(|f| !f.contains("{start}")) {
+        if let Some(file) = s.output.file.as_deref().filter(|f| !f.contains("{start}") && !crate::clock::has_conversions(f)) {
             w.push(format!(
                 "streams[{i}].output.file: '{file}' has no {{start}}: after a restart, new segments overwrite the previous run's"
             ));

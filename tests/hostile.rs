@@ -14,6 +14,7 @@
 mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use roadseg::backend::cpu::CpuBackend;
 use roadseg::checkpoint::{Checkpoint, SegformerConfig};
-use roadseg::daemon::config::{DaemonConfig, SourceUri, StreamConfig, Summary, plan_reload};
+use roadseg::daemon::config::{DaemonConfig, SourceUri, Sources, StreamConfig, Summary, check_sources, plan_reload};
 use roadseg::model::SegformerWeights;
 use roadseg::video::source::{SourceSettings, describe};
 use serde_json::{Value, json};
@@ -285,6 +286,14 @@ fn mutate_bytes(rng: &mut Rng, bytes: &mut Vec<u8>, log: &mut Vec<String>) {
 
 // ---------------------------------------------------------------- (a) safetensors
 
+fn scratch_dir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() && let Ok(dir) = tempfile::tempdir_in(shm) {
+        return dir;
+    }
+    tempfile::tempdir().unwrap()
+}
+
 const GOOD: &str = "tests/data/three-stage-fp16-161x97";
 
 /// Loads a checkpoint folder the way every command does.
@@ -416,8 +425,9 @@ fn hostile_safetensors_files_are_rejected_cleanly() {
     let header_text = std::str::from_utf8(&original[8..8 + header_len]).unwrap().to_string();
     let data = original[8 + header_len..].to_vec();
     let config = std::fs::read(good.join("config.json")).unwrap();
-    // One folder per run; each case rewrites model.safetensors in it.
-    let tmp = tempfile::tempdir().unwrap();
+    // One folder per run; each case rewrites model.safetensors in it (in
+    // memory where there is a tmpfs: 10,000 files of 165 KB).
+    let tmp = scratch_dir();
     let dir = tmp.path().to_path_buf();
     std::fs::write(dir.join("config.json"), &config).unwrap();
     let backend = CpuBackend::new();
@@ -621,6 +631,9 @@ fn hostile_daemon_configs_are_rejected_cleanly() {
         secret_config(),
     ];
     let reference = DaemonConfig::from_toml_str(&bases[0], "default.toml").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("roadseg.toml");
+    let _keep = tmp;
 
     fuzz("daemon toml", 0x70_1A_C0_F1, Duration::from_secs(10), move |rng| {
         let mut log = Vec::new();
@@ -667,9 +680,32 @@ fn hostile_daemon_configs_are_rejected_cleanly() {
             }
         }
         let text = lines.join("\n");
+        // Some cases also go the way `check-config FILE` does: from a file, under
+        // hostile ROADSEG__* environment overrides.
+        let via_file = rng.chance(8);
+        let mut env = BTreeMap::new();
+        if via_file {
+            for _ in 0..rng.below(3) {
+                let key = *rng.pick(ENV_KEYS);
+                let value = rng.pick(HOSTILE_TOML_VALUES).trim_matches('"').to_string();
+                log.push(format!("env {key}={value}"));
+                env.insert(key.to_string(), value);
+            }
+        }
         let input = note(format!("toml edits {log:?} on {} bytes", text.len()));
         let guard_secret = secret_only_in_secret_places(&text);
         let leak = |what: &str, shown: &str| (guard_secret && shown.contains(SECRET)).then(|| format!("{what} shows the secret: {shown}"));
+        if via_file {
+            std::fs::write(&file, &text).unwrap();
+            let sources = Sources { system: None, file: Some(file.clone()), env: Some(env) };
+            let shown = match check_sources(&sources) {
+                Ok(summary) => summary.to_string(),
+                Err(e) => e.to_string(),
+            };
+            if let Some(v) = check_message("check_sources", &shown, false).or_else(|| leak("check-config", &shown)) {
+                return (input, Some(v));
+            }
+        }
         let violation = match DaemonConfig::from_toml_str(&text, "fuzz.toml") {
             Err(e) => {
                 let e = e.to_string();
@@ -704,6 +740,13 @@ fn hostile_daemon_configs_are_rejected_cleanly() {
         (input, violation)
     });
 }
+
+/// Environment overrides tried with the file layer.
+const ENV_KEYS: &[&str] = &[
+    "ROADSEG__WORKERS__COUNT", "ROADSEG__MODEL__WIDTH", "ROADSEG__MODEL__DEVICE", "ROADSEG__MODEL__ROAD_CLASSES",
+    "ROADSEG__MODEL__PRECISION", "ROADSEG__RTSP__LISTEN", "ROADSEG__RTSP__PASSWORD", "ROADSEG__RTSP__ALLOW_ANONYMOUS",
+    "ROADSEG__METRICS__LISTEN", "ROADSEG__DAEMON__SHUTDOWN_TIMEOUT_S", "ROADSEG__STREAMS", "ROADSEG__NOPE__X", "ROADSEG__",
+];
 
 // ---------------------------------------------------------------- (d) stream URIs
 

@@ -148,14 +148,18 @@ pub fn redact_text(text: &str) -> String {
 fn redact_line(line: &str) -> String {
     // A `password = ...` (or `"password" = ...`) key and value.
     let lower = line.to_ascii_lowercase();
+    let mut masked = None;
     for (key, _) in lower.match_indices("password") {
         let after = &line[key + "password".len()..];
         let value = after.trim_start_matches(['"', '\'', ' ', '\t']);
         if let Some(value) = value.strip_prefix('=') {
             let eol = if line.ends_with('\n') { "\n" } else { "" };
-            return format!("{} ***{eol}", &line[..line.len() - value.len()]);
+            masked = Some(format!("{} ***{eol}", &line[..line.len() - value.len()]));
+            break;
         }
     }
+    // Then user info, also before such a key.
+    let line = masked.as_deref().unwrap_or(line);
     let mut out = String::with_capacity(line.len());
     let mut rest = line;
     while let Some(at) = rest.find('@') {
@@ -226,6 +230,7 @@ mod redaction_tests {
         let advice = "set rtsp.username and rtsp.password, or set rtsp.allow_anonymous = true";
         assert_eq!(redact_text(advice), advice);
         assert_eq!(redact_text("user@host and [::1]:8554"), "user@host and [::1]:8554");
+        assert_eq!(redact_text("uri = \"rtsp://a:pw1@h password = pw2"), "uri = \"rtsp://a:***@h password = ***");
     }
 
     #[test]

@@ -39,7 +39,8 @@ const MAX_HEIGHT_SHARE: f32 = 0.4;
 const MOVING_SHARE: f32 = 0.5;
 
 /// A hood estimate at frame resolution: column `x` is hood from row `top[x]`
-/// down to the bottom. Empty (`top[x] == height` everywhere) when no hood is seen.
+/// down to the bottom. No hood: `top` empty (so "none" costs no allocation
+/// on the frame path) or every `top[x] == height`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct HoodMask {
     pub width: usize,
@@ -51,7 +52,7 @@ pub struct HoodMask {
 impl HoodMask {
     /// No hood over a `width` x `height` frame.
     pub fn none(width: usize, height: usize) -> Self {
-        HoodMask { width, height, top: vec![height as u32; width], pixels: 0 }
+        HoodMask { width, height, top: Vec::new(), pixels: 0 }
     }
 
     /// From each column's first hood row (clamped to the frame).
@@ -77,7 +78,7 @@ impl HoodMask {
     }
 
     pub fn contains(&self, x: usize, y: usize) -> bool {
-        y >= self.top[x] as usize
+        self.top.get(x).is_some_and(|&top| y >= top as usize)
     }
 
     /// 1 per hood pixel, row-major.

@@ -23,7 +23,7 @@ use rumqttc::{Client, Event, LastWill, MqttOptions, Packet, QoS};
 
 use super::config::MqttConfig;
 use super::health::Health;
-use super::metrics::StreamMetrics;
+use super::metrics::{StreamMetrics, StreamReading};
 
 const POLL: Duration = Duration::from_secs(1);
 /// Requests queued towards the broker; when it is away, older stats are
@@ -61,12 +61,91 @@ fn changes(before: Option<&Seen>, now: &Seen) -> Vec<&'static str> {
     if now.reconnects > b.reconnects {
         out.push("reconnect");
     }
-    if let (Some(was), Some(is)) = (b.above, now.above) {
-        if was != is {
-            out.push(if is { "coverage_above" } else { "coverage_below" });
-        }
+    if let (Some(was), Some(is)) = (b.above, now.above)
+        && was != is
+    {
+        out.push(if is { "coverage_above" } else { "coverage_below" });
     }
     out
+}
+
+/// The publisher thread's state: what it saw of each stream last time.
+struct Poller {
+    prefix: String,
+    client: Client,
+    interval: Duration,
+    threshold: Option<f64>,
+    seen: BTreeMap<String, Seen>,
+    was_connected: bool,
+    last_stats: Option<Instant>,
+}
+
+impl Poller {
+    /// `leaf` under the prefix. Never blocks: a full queue (broker away)
+    /// drops the message.
+    fn publish(&self, leaf: &str, retain: bool, payload: String) {
+        let _ = self.client.try_publish(format!("{}/{leaf}", self.prefix), QoS::AtLeastOnce, retain, payload);
+    }
+
+    fn poll(&mut self, connected: bool, health: &Health, streams: &RwLock<HashMap<String, StreamMetrics>>) {
+        // Retained statuses again after every (re)connection: the broker may have restarted empty.
+        let republish = connected && !self.was_connected;
+        self.was_connected = connected;
+        if republish {
+            self.publish("status", true, "online".into());
+        }
+        let stats_due = self.last_stats.is_none_or(|t| t.elapsed() >= self.interval);
+        let states = health.stream_states();
+        let metrics = streams.read().unwrap_or_else(PoisonError::into_inner).clone();
+        for (name, up) in &states {
+            self.poll_stream(name, *up, metrics.get(name).map(StreamMetrics::readings), republish, stats_due);
+        }
+        self.seen.retain(|name, _| states.iter().any(|(n, _)| n == name));
+        if stats_due {
+            self.last_stats = Some(Instant::now());
+        }
+    }
+
+    fn poll_stream(&mut self, name: &str, up: bool, reading: Option<StreamReading>, republish: bool, stats_due: bool) {
+        let before = self.seen.get(name).cloned();
+        let coverage = reading.as_ref().and_then(|r| r.road_coverage);
+        let now = Seen {
+            up,
+            reconnects: reading.as_ref().map_or(0, |r| r.reconnects),
+            above: self.threshold.zip(coverage).map(|(t, c)| c >= t).or(before.as_ref().and_then(|b| b.above)),
+        };
+        let time = || crate::clock::rfc3339(SystemTime::now());
+        if republish || before.as_ref().is_none_or(|b| b.up != up) {
+            self.publish(&format!("streams/{name}/status"), true, if up { "online" } else { "offline" }.into());
+        }
+        for kind in changes(before.as_ref(), &now) {
+            let mut event = serde_json::json!({ "time": time(), "stream": name, "event": kind });
+            match kind {
+                "reconnect" => event["reconnects"] = now.reconnects.into(),
+                "coverage_above" | "coverage_below" => {
+                    event["road_coverage"] = coverage.into();
+                    event["threshold"] = self.threshold.into();
+                }
+                _ => {}
+            }
+            self.publish(&format!("streams/{name}/events"), false, event.to_string());
+        }
+        if let Some(r) = reading.filter(|_| stats_due) {
+            let stats = serde_json::json!({
+                "time": time(),
+                "stream": name,
+                "up": up,
+                "road_coverage": r.road_coverage,
+                "frames_decoded": r.frames_decoded,
+                "frames_inferred": r.frames_inferred,
+                "frames_dropped": r.dropped.iter().map(|(_, n)| n).sum::<u64>(),
+                "reconnects": r.reconnects,
+                "latency_s": r.latency_s,
+            });
+            self.publish(&format!("streams/{name}/stats"), false, stats.to_string());
+        }
+        self.seen.insert(name.to_string(), now);
+    }
 }
 
 pub struct MqttPublisher {
@@ -132,77 +211,24 @@ impl MqttPublisher {
                 .expect("spawning the MQTT network thread")
         };
         let publisher = {
-            let (stop, client) = (stop.clone(), client.clone());
-            let (interval, threshold) = (Duration::from_secs(cfg.stats_interval_s.max(1)), cfg.coverage_threshold);
+            let stop = stop.clone();
+            let mut poller = Poller {
+                prefix,
+                client: client.clone(),
+                interval: Duration::from_secs(cfg.stats_interval_s.max(1)),
+                threshold: cfg.coverage_threshold,
+                seen: BTreeMap::new(),
+                was_connected: false,
+                last_stats: None,
+            };
             std::thread::Builder::new()
                 .name("roadseg-mqtt".into())
                 .spawn(move || {
-                    let mut seen: BTreeMap<String, Seen> = BTreeMap::new();
-                    let (mut was_connected, mut last_stats) = (false, Instant::now() - interval);
                     while !stop.load(Ordering::SeqCst) {
-                        let now_connected = connected.load(Ordering::SeqCst);
-                        let republish = now_connected && !was_connected;
-                        was_connected = now_connected;
-                        let publish = |topic: String, retain: bool, payload: String| {
-                            // Never blocks: a full queue (broker away) drops the message.
-                            let _ = client.try_publish(topic, QoS::AtLeastOnce, retain, payload);
-                        };
-                        if republish {
-                            publish(format!("{prefix}/status"), true, "online".into());
-                        }
-                        let states = health.stream_states();
-                        let metrics = streams.read().unwrap_or_else(PoisonError::into_inner).clone();
-                        let stats_due = last_stats.elapsed() >= interval;
-                        for (name, up) in &states {
-                            let reading = metrics.get(name).map(StreamMetrics::readings);
-                            let before = seen.get(name).cloned();
-                            let mut now = Seen { up: *up, reconnects: reading.as_ref().map_or(0, |r| r.reconnects), above: None };
-                            let coverage = reading.as_ref().and_then(|r| r.road_coverage);
-                            now.above = threshold.zip(coverage).map(|(t, c)| c >= t).or(before.as_ref().and_then(|b| b.above));
-                            let topic = |leaf: &str| format!("{prefix}/streams/{name}/{leaf}");
-                            let event = |kind: &str, extra: serde_json::Value| {
-                                let mut v = serde_json::json!({ "time": crate::clock::rfc3339(SystemTime::now()), "stream": name, "event": kind });
-                                if let (Some(obj), Some(more)) = (v.as_object_mut(), extra.as_object()) {
-                                    obj.extend(more.clone());
-                                }
-                                publish(topic("events"), false, v.to_string());
-                            };
-                            if republish || before.as_ref().is_none_or(|b| b.up != *up) {
-                                publish(topic("status"), true, if *up { "online" } else { "offline" }.into());
-                            }
-                            for kind in changes(before.as_ref(), &now) {
-                                let extra = match kind {
-                                    "reconnect" => serde_json::json!({ "reconnects": now.reconnects }),
-                                    "coverage_above" | "coverage_below" => serde_json::json!({ "road_coverage": coverage, "threshold": threshold }),
-                                    _ => serde_json::json!({}),
-                                };
-                                event(kind, extra);
-                            }
-                            if stats_due {
-                                if let Some(r) = &reading {
-                                    let stats = serde_json::json!({
-                                        "time": crate::clock::rfc3339(SystemTime::now()),
-                                        "stream": name,
-                                        "up": up,
-                                        "road_coverage": r.road_coverage,
-                                        "frames_decoded": r.frames_decoded,
-                                        "frames_inferred": r.frames_inferred,
-                                        "frames_dropped": r.dropped.iter().map(|(_, n)| n).sum::<u64>(),
-                                        "reconnects": r.reconnects,
-                                        "latency_s": r.latency_s,
-                                    });
-                                    publish(topic("stats"), false, stats.to_string());
-                                }
-                            }
-                            seen.insert(name.clone(), now);
-                        }
-                        seen.retain(|name, _| states.iter().any(|(n, _)| n == name));
-                        if stats_due {
-                            last_stats = Instant::now();
-                        }
+                        poller.poll(connected.load(Ordering::SeqCst), &health, &streams);
                         std::thread::sleep(POLL);
                     }
-                    let _ = client.try_publish(format!("{prefix}/status"), QoS::AtLeastOnce, true, "offline");
+                    poller.publish("status", true, "offline".into());
                 })
                 .expect("spawning the MQTT publisher thread")
         };

@@ -442,6 +442,32 @@ mod rtsp_helpers {
 }
 
 #[test]
+fn rtsp_clients_are_counted_per_mount() {
+    // Rule: a client counts for the mount it plays (not for the others) while it plays, and not after it leaves.
+    use roadseg::video::rtsp::RtspServer;
+    use rtsp_helpers::*;
+    let server = RtspServer::start("127.0.0.1:0".parse().unwrap(), None).expect("server");
+    let info = VideoInfo { width: 320, height: 240, fps_num: 25, fps_den: 1 };
+    let (a, b) = (server.add_stream("/a", info).expect("mount a"), server.add_stream("/b", info).expect("mount b"));
+    let (_pa, _pb) = (Pump::start(a, 320, 240), Pump::start(b, 320, 240));
+    let url = server.url("/a");
+    let (frames, most_a, most_b) = std::thread::scope(|s| {
+        let watcher = s.spawn(|| watch(&url, 25));
+        let (mut most_a, mut most_b) = (0, 0);
+        while !watcher.is_finished() {
+            most_a = most_a.max(server.clients_at("/a"));
+            most_b = most_b.max(server.clients_at("/b"));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        (watcher.join().unwrap().0, most_a, most_b)
+    });
+    assert_eq!(frames, 25);
+    assert_eq!((most_a, most_b), (1, 0), "one client on /a, none on /b");
+    assert_eq!(wait_clients(&server, 0), 0);
+    assert_eq!(server.clients_at("/a"), 0, "counted after leaving");
+}
+
+#[test]
 fn rtsp_clients_come_and_go() {
     // Rule: any number of RTSP clients, one after another or together, get video from one mounted feed.
     use roadseg::video::rtsp::RtspServer;

@@ -284,19 +284,14 @@ impl Daemon {
         tracing::info!("reload done");
     }
 
-    /// `roadseg_rtsp_clients`: the server counts clients for all mounts
-    /// together, so the gauge is exact (and set) only while one stream is mounted.
+    /// `roadseg_rtsp_clients`: clients playing each stream's mount.
     fn update_rtsp_clients(&self) {
         let Some(server) = &self.rtsp else { return };
-        let mut mounted = self.streams.iter().filter(|s| s.config.output.rtsp.is_some());
-        if let (Some(only), None) = (mounted.next(), mounted.next())
-            && let Some(m) = self
-                .stream_metrics
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get(&only.name)
-        {
-            m.rtsp_clients.set(server.client_count() as f64);
+        let metrics = self.stream_metrics.read().unwrap_or_else(PoisonError::into_inner);
+        for s in &self.streams {
+            if let (Some(mount), Some(m)) = (s.config.output.rtsp_mount(&s.name), metrics.get(&s.name)) {
+                m.rtsp_clients.set(server.clients_at(&mount) as f64);
+            }
         }
     }
 

@@ -2,6 +2,7 @@
 //! with one shared, always-encoding-while-watched media per mounted path.
 
 mod feed;
+mod viewers;
 
 pub use feed::RtspFeed;
 
@@ -56,6 +57,7 @@ pub struct RtspServer {
     addr: SocketAddr,
     auth: bool,
     clients: Arc<AtomicUsize>,
+    viewers: viewers::Viewers,
     feeds: Mutex<HashMap<String, RtspFeed>>,
 }
 
@@ -79,13 +81,29 @@ impl RtspServer {
             server.set_auth(Some(&a));
         }
         let clients = Arc::new(AtomicUsize::new(0));
+        let viewers = viewers::Viewers::default();
         {
-            let clients = clients.clone();
+            let (clients, viewers) = (clients.clone(), viewers.clone());
             server.connect_client_connected(move |_, client| {
                 clients.fetch_add(1, Ordering::AcqRel);
-                let clients = clients.clone();
+                let mounts = Arc::new(viewers::ClientMounts::default());
+                let path = |ctx: &rtsp::RTSPContext| ctx.uri().map(|u| viewers::request_path(&u.request_uri()).to_string());
+                let (v, m) = (viewers.clone(), mounts.clone());
+                client.connect_play_request(move |_, ctx| {
+                    if let Some(p) = path(ctx) {
+                        v.play(&m, &p);
+                    }
+                });
+                let (v, m) = (viewers.clone(), mounts.clone());
+                client.connect_teardown_request(move |_, ctx| {
+                    if let Some(p) = path(ctx) {
+                        v.teardown(&m, &p);
+                    }
+                });
+                let (clients, v) = (clients.clone(), viewers.clone());
                 client.connect_closed(move |_| {
                     clients.fetch_sub(1, Ordering::AcqRel);
+                    v.closed(&mounts);
                 });
             });
         }
@@ -134,6 +152,7 @@ impl RtspServer {
             addr,
             auth: auth.is_some(),
             clients,
+            viewers,
             feeds: Mutex::default(),
         })
     }
@@ -146,6 +165,11 @@ impl RtspServer {
     /// `rtsp://ADDR/path`, for logs and clients.
     pub fn url(&self, path: &str) -> String {
         format!("rtsp://{}{}", self.addr, path)
+    }
+
+    /// Clients playing the stream mounted at `path` (e.g. `/cam`).
+    pub fn clients_at(&self, path: &str) -> usize {
+        self.viewers.count(path)
     }
 
     /// Connected RTSP clients, all paths together.
@@ -195,6 +219,7 @@ impl RtspServer {
         let mounts = self.server.mount_points().ok_or_else(|| glib::bool_error!("RTSP server has no mount points"))?;
         mounts.add_factory(path, factory);
         feeds.insert(path.to_string(), feed.clone());
+        self.viewers.mount(path);
         tracing::info!(url = %self.url(path), encoder = %choice, "RTSP stream mounted");
         Ok(feed)
     }
@@ -203,6 +228,7 @@ impl RtspServer {
     /// the feed drops every later frame.
     pub fn remove_stream(&self, path: &str) -> Result<(), RtspError> {
         let feed = self.feeds.lock().ok().and_then(|mut f| f.remove(path));
+        self.viewers.unmount(path);
         let Some(feed) = feed else {
             return Err(RtspError::NotMounted { path: path.into() });
         };

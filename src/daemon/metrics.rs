@@ -25,6 +25,7 @@ pub const LATENCY: &str = "roadseg_latency_seconds";
 pub const RING_DEPTH: &str = "roadseg_ring_depth";
 pub const ROAD_COVERAGE: &str = "roadseg_road_coverage_ratio";
 pub const HOOD_COVERAGE: &str = "roadseg_hood_coverage_ratio";
+pub const MEAN_CONFIDENCE: &str = "roadseg_mean_confidence_ratio";
 pub const LAST_INFERRED: &str = "roadseg_last_inferred_timestamp_seconds";
 pub const LAST_WRITTEN: &str = "roadseg_last_written_timestamp_seconds";
 pub const STORAGE_FREE: &str = "roadseg_storage_free_bytes";
@@ -43,7 +44,7 @@ pub const GPU_TEMPERATURE: &str = "roadseg_gpu_temperature_celsius";
 pub const GPU_POWER: &str = "roadseg_gpu_power_watts";
 
 /// Every name above, for checks that dashboards and docs use only real ones.
-pub const ALL_NAMES: [&str; 24] = [
+pub const ALL_NAMES: [&str; 25] = [
     GPU_UTILIZATION,
     GPU_MEMORY_USED,
     GPU_TEMPERATURE,
@@ -56,6 +57,7 @@ pub const ALL_NAMES: [&str; 24] = [
     RING_DEPTH,
     ROAD_COVERAGE,
     HOOD_COVERAGE,
+    MEAN_CONFIDENCE,
     LAST_INFERRED,
     LAST_WRITTEN,
     STORAGE_FREE,
@@ -131,6 +133,7 @@ fn describe() {
     describe_counter!(SEGMENTS_DELETED, Unit::Count, "Recording segments deleted by retention (reason: age or space)");
     describe_gauge!(LAST_INFERRED, Unit::Seconds, "Unix time of the stream's last inferred frame");
     describe_gauge!(LAST_WRITTEN, Unit::Seconds, "Unix time of the stream's last frame through its outputs");
+    describe_gauge!(MEAN_CONFIDENCE, "Mean per-pixel confidence (max class probability) of the last inferred frame");
     describe_gauge!(HOOD_COVERAGE, "Fraction of the frame that is the ego vehicle's hood (0 when none is seen)");
     describe_counter!(RECONNECTS, Unit::Count, "Source reconnect attempts");
     describe_gauge!(STREAM_UP, "1 while the stream's source delivers frames");
@@ -201,6 +204,7 @@ pub struct StreamMetrics {
     pub latency: Histogram,
     pub ring_depth: Gauge,
     pub road_coverage: Gauge,
+    pub mean_confidence: Gauge,
     pub hood_coverage: Gauge,
     pub last_inferred: Gauge,
     pub last_written: Gauge,
@@ -224,7 +228,8 @@ impl StreamMetrics {
             written: Sink::ALL.map(|k| counter!(FRAMES_WRITTEN, "stream" => s.clone(), "sink" => k.label())),
             latency: Histogram::from_arc(Arc::new(TeeLatency { inner: histogram!(LATENCY, "stream" => s.clone()), readings: r.clone() })),
             ring_depth: gauge!(RING_DEPTH, "stream" => s.clone()),
-            road_coverage: Gauge::from_arc(Arc::new(TeeCoverage { inner: gauge!(ROAD_COVERAGE, "stream" => s.clone()), readings: r.clone() })),
+            road_coverage: Gauge::from_arc(Arc::new(TeeGauge { inner: gauge!(ROAD_COVERAGE, "stream" => s.clone()), readings: r.clone(), into: |r| &r.road_coverage })),
+            mean_confidence: Gauge::from_arc(Arc::new(TeeGauge { inner: gauge!(MEAN_CONFIDENCE, "stream" => s.clone()), readings: r.clone(), into: |r| &r.mean_confidence })),
             hood_coverage: gauge!(HOOD_COVERAGE, "stream" => s.clone()),
             last_inferred: gauge!(LAST_INFERRED, "stream" => s.clone()),
             last_written: gauge!(LAST_WRITTEN, "stream" => s.clone()),
@@ -265,6 +270,7 @@ struct StreamReadings {
     /// f64 bits of the last value.
     latency_s: AtomicU64,
     road_coverage: AtomicU64,
+    mean_confidence: AtomicU64,
 }
 
 /// Which of [`StreamReadings`]' counts a tee'd counter adds to.
@@ -298,6 +304,7 @@ impl StreamReadings {
             reconnects: self.reconnects.load(Ordering::Relaxed),
             latency_s: (out > 0).then(|| f(&self.latency_s)),
             road_coverage: (inferred > 0).then(|| f(&self.road_coverage)),
+            mean_confidence: (inferred > 0).then(|| f(&self.mean_confidence)),
         }
     }
 }
@@ -314,6 +321,7 @@ pub struct StreamReading {
     pub latency_s: Option<f64>,
     /// Of the last frame inferred.
     pub road_coverage: Option<f64>,
+    pub mean_confidence: Option<f64>,
 }
 
 struct TeeCounter {
@@ -346,12 +354,14 @@ impl HistogramFn for TeeLatency {
     }
 }
 
-struct TeeCoverage {
+/// A gauge whose last value is also kept in one of [`StreamReadings`]' slots.
+struct TeeGauge {
     inner: Gauge,
     readings: Arc<StreamReadings>,
+    into: fn(&StreamReadings) -> &AtomicU64,
 }
 
-impl GaugeFn for TeeCoverage {
+impl GaugeFn for TeeGauge {
     fn increment(&self, value: f64) {
         self.inner.increment(value);
     }
@@ -359,7 +369,7 @@ impl GaugeFn for TeeCoverage {
         self.inner.decrement(value);
     }
     fn set(&self, value: f64) {
-        self.readings.road_coverage.store(value.to_bits(), Ordering::Relaxed);
+        (self.into)(&self.readings).store(value.to_bits(), Ordering::Relaxed);
         self.inner.set(value);
     }
 }

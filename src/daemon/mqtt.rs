@@ -136,6 +136,7 @@ impl Poller {
                 "stream": name,
                 "up": up,
                 "road_coverage": r.road_coverage,
+                "mean_confidence": r.mean_confidence,
                 "frames_decoded": r.frames_decoded,
                 "frames_inferred": r.frames_inferred,
                 "frames_dropped": r.dropped.iter().map(|(_, n)| n).sum::<u64>(),

@@ -436,6 +436,7 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
             if let Some(m) = streams.read().unwrap_or_else(PoisonError::into_inner).get(stream) {
                 m.frames_inferred.increment(1);
                 m.road_coverage.set(f64::from(stats.road_coverage));
+                m.mean_confidence.set(f64::from(stats.mean_confidence));
                 m.hood_coverage.set(f64::from(stats.hood_coverage));
                 m.last_inferred.set(metrics::unix_now());
             }

@@ -97,6 +97,7 @@ fn stream_json(s: &StreamStatus, rate: Option<Rate>) -> Value {
         "last_frame_unix_ms": last.map(unix_ms),
         "last_frame_age_s": last.map(|t| round(SystemTime::now().duration_since(t).unwrap_or_default().as_secs_f64(), 3)),
         "road_coverage": r.road_coverage.map(|v| round(v, 4)),
+        "mean_confidence": r.mean_confidence.map(|v| round(v, 4)),
         "latency_ms": r.latency_s.map(|v| round(v * 1000.0, 1)),
         "snapshot": format!("/api/v1/streams/{}/snapshot.jpg", s.name),
     })
@@ -122,6 +123,7 @@ mod tests {
             reconnects: 0,
             latency_s: None,
             road_coverage: None,
+            mean_confidence: None,
         }
     }
 

@@ -511,6 +511,40 @@ fn mqtt_status_stats_and_events_survive_the_broker_going_away() {
 }
 
 #[test]
+fn a_deleted_recording_folder_pauses_recording_and_it_resumes() {
+    // Rule: when the recording folder disappears mid-run the file output logs an error and counts it while the stream's other outputs and other streams go on; once the folder is back, recording resumes with new, playable segments and nothing is overwritten.
+    let dir = tempfile::tempdir().unwrap();
+    let (mport, rport) = (free_port(), free_port());
+    let rec = dir.path().join("rec");
+    let output = format!("file = \"{}/{{stream}}.mp4\"\nsegment_seconds = 1\nstats = \"{}/cam.jsonl\"", rec.display(), dir.path().display());
+    let other = format!("stats = \"{}/other.jsonl\"", dir.path().display());
+    let config = dir.path().join("roadseg.toml");
+    std::fs::write(&config, header(mport, rport) + &test_stream("cam", &output) + &test_stream("other", &other)).unwrap();
+    let mut d = Daemon::start(&config, &dir.path().join("log"));
+    d.wait_for("two segments", Duration::from_secs(40), || mp4s(&rec).len() >= 2);
+    std::fs::remove_dir_all(&rec).unwrap();
+    let errors = || scrape(mport).lines().find_map(|l| {
+        l.strip_prefix("roadseg_sink_errors_total{").filter(|r| r.contains("stream=\"cam\"") && r.contains("sink=\"file\"")).and_then(|r| r.rsplit(' ').next()?.parse::<f64>().ok())
+    });
+    d.wait_for("file errors counted", Duration::from_secs(20), || errors().is_some_and(|n| n > 0.0));
+    let lines = |name: &str| std::fs::read_to_string(dir.path().join(name)).map_or(0, |t| t.lines().count());
+    let (cam, other) = (lines("cam.jsonl"), lines("other.jsonl"));
+    d.wait_for("the stats output and the other stream go on", Duration::from_secs(20), || lines("cam.jsonl") > cam + 5 && lines("other.jsonl") > other + 5);
+    assert!(d.log().contains("recording paused"), "{}", d.log());
+    std::fs::create_dir_all(&rec).unwrap();
+    d.wait_for("recording resumed with new segments", Duration::from_secs(30), || mp4s(&rec).len() >= 2);
+    d.signal("-TERM");
+    assert!(d.wait(Duration::from_secs(15)).is_some(), "{}", d.log());
+    assert!(d.log().contains("recording resumed"), "{}", d.log());
+    let files = mp4s(&rec);
+    assert!(!files.contains(&rec.join("cam-00000.mp4")), "numbering went on instead of starting over: {files:?}");
+    for f in &files {
+        let (frames, err) = probe_frames(f.to_str().unwrap(), &[]);
+        assert!(frames > 0 && err.is_empty(), "{}: {frames} frames, {err}", f.display());
+    }
+}
+
+#[test]
 fn segments_are_named_for_their_utc_start_time() {
     // Rule: a file template with strftime conversions names each segment for its UTC start (folders made as needed), and every segment plays.
     let dir = tempfile::tempdir().unwrap();

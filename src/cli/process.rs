@@ -170,7 +170,7 @@ pub fn run(args: ProcessArgs) -> Result<()> {
             ring: ring.clone(),
             output_tx,
             output_rx,
-            sinks: vec![Box::new(FileOutput(file))],
+            sinks: vec![Box::new(FileOutput::once(file))],
             stats,
             observer: Arc::new(NoObserver),
             finish_timeout: Duration::from_secs(30),

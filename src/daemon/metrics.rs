@@ -21,6 +21,7 @@ pub const FRAMES_DECODED: &str = "roadseg_frames_decoded_total";
 pub const FRAMES_INFERRED: &str = "roadseg_frames_inferred_total";
 pub const FRAMES_DROPPED: &str = "roadseg_frames_dropped_total";
 pub const FRAMES_WRITTEN: &str = "roadseg_frames_written_total";
+pub const SINK_ERRORS: &str = "roadseg_sink_errors_total";
 pub const LATENCY: &str = "roadseg_latency_seconds";
 pub const RING_DEPTH: &str = "roadseg_ring_depth";
 pub const ROAD_COVERAGE: &str = "roadseg_road_coverage_ratio";
@@ -44,7 +45,7 @@ pub const GPU_TEMPERATURE: &str = "roadseg_gpu_temperature_celsius";
 pub const GPU_POWER: &str = "roadseg_gpu_power_watts";
 
 /// Every name above, for checks that dashboards and docs use only real ones.
-pub const ALL_NAMES: [&str; 25] = [
+pub const ALL_NAMES: [&str; 26] = [
     GPU_UTILIZATION,
     GPU_MEMORY_USED,
     GPU_TEMPERATURE,
@@ -53,6 +54,7 @@ pub const ALL_NAMES: [&str; 25] = [
     FRAMES_INFERRED,
     FRAMES_DROPPED,
     FRAMES_WRITTEN,
+    SINK_ERRORS,
     LATENCY,
     RING_DEPTH,
     ROAD_COVERAGE,
@@ -126,6 +128,7 @@ fn describe() {
     describe_counter!(FRAMES_INFERRED, Unit::Count, "Frames segmented by a worker");
     describe_counter!(FRAMES_DROPPED, Unit::Count, "Frames dropped, by reason (ring_full, inference_error, decode_error)");
     describe_counter!(FRAMES_WRITTEN, Unit::Count, "Frames written, by sink (file, rtsp, stats)");
+    describe_counter!(SINK_ERRORS, Unit::Count, "Frames an output failed to write (a paused recording counts each frame it missed)");
     describe_histogram!(LATENCY, Unit::Seconds, "Source frame to annotated output");
     describe_gauge!(RING_DEPTH, Unit::Count, "Frames waiting between the source and the workers");
     describe_gauge!(ROAD_COVERAGE, "Fraction of the last frame's scene (pixels outside the hood) classified as road");
@@ -180,6 +183,15 @@ pub enum Sink {
 impl Sink {
     pub const ALL: [Sink; 3] = [Sink::File, Sink::Rtsp, Sink::Stats];
 
+    /// From an output's `kind()`.
+    pub fn named(kind: &str) -> Sink {
+        match kind {
+            "file" => Sink::File,
+            "rtsp" => Sink::Rtsp,
+            _ => Sink::Stats,
+        }
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             Sink::File => "file",
@@ -201,6 +213,7 @@ pub struct StreamMetrics {
     pub frames_inferred: Counter,
     dropped: [Counter; 4],
     written: [Counter; 3],
+    sink_errors: [Counter; 3],
     pub latency: Histogram,
     pub ring_depth: Gauge,
     pub road_coverage: Gauge,
@@ -226,6 +239,7 @@ impl StreamMetrics {
             frames_inferred: tee(counter!(FRAMES_INFERRED, "stream" => s.clone()), Slot::Inferred),
             dropped,
             written: Sink::ALL.map(|k| counter!(FRAMES_WRITTEN, "stream" => s.clone(), "sink" => k.label())),
+            sink_errors: Sink::ALL.map(|k| counter!(SINK_ERRORS, "stream" => s.clone(), "sink" => k.label())),
             latency: Histogram::from_arc(Arc::new(TeeLatency { inner: histogram!(LATENCY, "stream" => s.clone()), readings: r.clone() })),
             ring_depth: gauge!(RING_DEPTH, "stream" => s.clone()),
             road_coverage: Gauge::from_arc(Arc::new(TeeGauge { inner: gauge!(ROAD_COVERAGE, "stream" => s.clone()), readings: r.clone(), into: |r| &r.road_coverage })),
@@ -245,6 +259,10 @@ impl StreamMetrics {
 
     pub fn written(&self, sink: Sink) -> &Counter {
         &self.written[sink as usize]
+    }
+
+    pub fn sink_errors(&self, sink: Sink) -> &Counter {
+        &self.sink_errors[sink as usize]
     }
 
     pub fn record_latency(&self, latency: Duration) {

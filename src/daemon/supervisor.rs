@@ -210,12 +210,10 @@ struct Observer(StreamMetrics, Arc<StreamStatus>);
 
 impl OutputObserver for Observer {
     fn written(&self, sink: &'static str) {
-        let sink = match sink {
-            "file" => Sink::File,
-            "rtsp" => Sink::Rtsp,
-            _ => Sink::Stats,
-        };
-        self.0.written(sink).increment(1);
+        self.0.written(Sink::named(sink)).increment(1);
+    }
+    fn sink_failed(&self, sink: &'static str, _err: &str) {
+        self.0.sink_errors(Sink::named(sink)).increment(1);
     }
     fn skipped(&self, reason: SkipReason) {
         let reason = match reason {
@@ -409,7 +407,7 @@ impl Supervisor {
             };
             let sink = open_file_sink(&target, info).map_err(|e| format!("file output: {e}"))?;
             tracing::info!(stream = %name, file = %target.path.display(), "recording");
-            sinks.push(Box::new(FileOutput(sink)));
+            sinks.push(Box::new(FileOutput::resuming(sink, target, info)));
         }
         let stats = match o.stats_path(name, start) {
             Some(p) => Some(StatsWriter::append(&p, name).map_err(|e| format!("stats output: {e}"))?),

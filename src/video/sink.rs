@@ -50,6 +50,9 @@ pub struct FileSinkSettings {
     /// [`crate::clock::strftime`]) and each segment is named for the wall-clock
     /// time it starts, folders made as needed, e.g. `cam/%Y-%m-%d/%H-%M-%S.mp4`.
     pub wall_clock_names: bool,
+    /// Number of the first segment (a recording resumed after a failure
+    /// goes on after the last one instead of overwriting it).
+    pub start_index: u32,
 }
 
 impl FileSinkSettings {
@@ -64,6 +67,7 @@ impl FileSinkSettings {
             fragment_ms: 1000,
             encoder: EncoderSettings::default(),
             wall_clock_names: false,
+            start_index: 0,
         }
     }
 }
@@ -205,6 +209,7 @@ impl FileSink {
                     // the printf pattern is then never used.
                     ("pattern", &quote(if settings.wall_clock_names { "unused-%05d.mp4" } else { path_str })),
                     ("max_time_ns", &(secs as u64 * 1_000_000_000).to_string()),
+                    ("start_index", &settings.start_index.to_string()),
                 ],
             ),
         };

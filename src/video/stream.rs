@@ -165,18 +165,92 @@ impl FrameHandler for RingFeeder {
     }
 }
 
-/// Writes frames into an MP4 (one file or rotating segments).
-pub struct FileOutput(pub FileSink);
+/// How often a failed segmented recording tries to start again.
+const REOPEN_EVERY: Duration = Duration::from_secs(2);
+
+/// Writes frames into an MP4 (one file or rotating segments). A segmented
+/// recording that fails (folder deleted, disk full) is paused, not ended:
+/// every [`REOPEN_EVERY`] it starts again, numbering on from where it
+/// stopped, once the problem has cleared.
+pub struct FileOutput {
+    sink: Option<FileSink>,
+    reopen: Option<Reopen>,
+}
+
+struct Reopen {
+    target: FileTarget,
+    info: VideoInfo,
+    next_index: u32,
+    retry_at: Instant,
+    last_error: String,
+}
+
+impl FileOutput {
+    /// Ends at the first error (one file: reopening would overwrite it).
+    pub fn once(sink: FileSink) -> Self {
+        FileOutput { sink: Some(sink), reopen: None }
+    }
+
+    /// Segments of `target`, restarted after failures.
+    pub fn resuming(sink: FileSink, target: FileTarget, info: VideoInfo) -> Self {
+        let reopen = target.segment_seconds.map(|_| Reopen { target, info, next_index: 0, retry_at: Instant::now(), last_error: String::new() });
+        FileOutput { sink: Some(sink), reopen }
+    }
+
+    /// The failed sink is closed (what it finished stays) and the next start
+    /// numbered after every segment it may have begun.
+    fn pause(&mut self, err: String) -> String {
+        let Some(r) = self.reopen.as_mut() else { return err };
+        if let Some(sink) = self.sink.take() {
+            let begun = sink.finish(Duration::from_secs(1)).map_or(1, |f| f.files.len() as u32 + 1);
+            r.next_index += begun;
+            tracing::warn!(file = %r.target.path.display(), "recording paused: {err}; retrying every {} s", REOPEN_EVERY.as_secs());
+        }
+        r.retry_at = Instant::now() + REOPEN_EVERY;
+        r.last_error = err.clone();
+        err
+    }
+
+    fn try_reopen(&mut self) -> Result<(), String> {
+        let Some(r) = self.reopen.as_mut() else { return Err("the recording has ended after an error".into()) };
+        if Instant::now() < r.retry_at {
+            return Err(format!("recording paused: {}", r.last_error));
+        }
+        // Skip numbers already on disk: a resumed recording never overwrites.
+        let name = |i: u32| PathBuf::from(r.target.path.to_string_lossy().replace("%05d", &format!("{i:05}")).replace("%%", "%"));
+        while !r.target.wall_clock_names && name(r.next_index).exists() {
+            r.next_index += 1;
+        }
+        match open_file_sink_at(&r.target, r.info, r.next_index) {
+            Ok(sink) => {
+                tracing::info!(file = %r.target.path.display(), first_segment = r.next_index, "recording resumed");
+                self.sink = Some(sink);
+                Ok(())
+            }
+            Err(e) => Err(self.pause(e)),
+        }
+    }
+}
 
 impl FrameSink for FileOutput {
     fn kind(&self) -> &'static str {
         "file"
     }
     fn write(&mut self, f: &FrameBuf) -> Result<(), String> {
-        self.0.push(&f.data, f.width as usize * 4, f.timing).map_err(|e| e.to_string())
+        if self.sink.is_none() {
+            self.try_reopen()?;
+        }
+        let sink = self.sink.as_mut().expect("opened above");
+        match sink.push(&f.data, f.width as usize * 4, f.timing) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.pause(e.to_string())),
+        }
     }
     fn finish(self: Box<Self>, timeout: Duration) -> Result<(), String> {
-        let files = self.0.finish(timeout).map_err(|e| e.to_string())?;
+        let Some(sink) = self.sink else {
+            return Err(self.reopen.map(|r| r.last_error).unwrap_or_else(|| "the recording failed".into()));
+        };
+        let files = sink.finish(timeout).map_err(|e| e.to_string())?;
         for f in &files.files {
             tracing::info!(file = %f.display(), frames = files.frames, "recording finalised");
         }
@@ -288,6 +362,11 @@ pub const DEFAULT_BITRATE_KBPS: u32 = 4000;
 
 /// Opens the file sink for frames of `info`, making its folder.
 pub fn open_file_sink(target: &FileTarget, info: VideoInfo) -> Result<FileSink, String> {
+    open_file_sink_at(target, info, 0)
+}
+
+/// As [`open_file_sink`], numbering segments from `start_index`.
+fn open_file_sink_at(target: &FileTarget, info: VideoInfo, start_index: u32) -> Result<FileSink, String> {
     // Wall-clock folders are made per segment, by the sink.
     if let Some(dir) = target.path.parent().filter(|d| !d.as_os_str().is_empty() && !target.wall_clock_names) {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -297,6 +376,7 @@ pub fn open_file_sink(target: &FileTarget, info: VideoInfo) -> Result<FileSink, 
     settings.segment_seconds = target.segment_seconds;
     settings.encoder.bitrate_kbps = target.bitrate_kbps;
     settings.wall_clock_names = target.wall_clock_names;
+    settings.start_index = start_index;
     FileSink::start(settings).map_err(|e| e.to_string())
 }
 

@@ -162,6 +162,24 @@ fn metric(port: u16, name: &str, stream: &str) -> f64 {
         .unwrap_or(-1.0)
 }
 
+/// The value of the series of `name` whose labels include every one of `labels`.
+fn labelled_metric(port: u16, name: &str, labels: &[&str]) -> Option<f64> {
+    let prefix = format!("{name}{{");
+    scrape(port).lines().find_map(|l| {
+        l.strip_prefix(prefix.as_str())
+            .filter(|rest| labels.iter().all(|label| rest.contains(label)))
+            .and_then(|rest| rest.rsplit(' ').next()?.parse().ok())
+    })
+}
+
+/// Each file decodes: frames and no errors from ffprobe.
+fn assert_playable(files: &[PathBuf]) {
+    for f in files {
+        let (frames, err) = probe_frames(f.to_str().unwrap(), &[]);
+        assert!(frames > 0 && err.is_empty(), "{}: {frames} frames, errors {err:?}", f.display());
+    }
+}
+
 /// Frames ffprobe decodes from the first video stream of `target`, and its error output.
 fn probe_frames(target: &str, extra: &[&str]) -> (u64, String) {
     let mut cmd = Command::new("ffprobe");
@@ -236,14 +254,7 @@ fn live_stream_is_inferred_served_recorded_and_stops_cleanly() {
     assert!(status.success(), "exit {status}; log:\n{}", d.log());
     let files = mp4s(&rec);
     assert!(files.len() >= 2, "{files:?}");
-    for f in &files {
-        let (frames, err) = probe_frames(f.to_str().unwrap(), &[]);
-        assert!(
-            frames > 0 && err.is_empty(),
-            "{}: {frames} frames, errors {err:?}",
-            f.display()
-        );
-    }
+    assert_playable(&files);
     let stats = std::fs::read_to_string(rec.join("cam.jsonl")).unwrap();
     assert!(stats.lines().count() > 5, "{stats}");
     assert_eq!(stats.lines().next(), Some("{\"previous_run\":true}"), "appended, not truncated");
@@ -276,14 +287,7 @@ fn kill_9_leaves_every_completed_segment_playable() {
     );
     let files = mp4s(&rec);
     // The newest file was open at the kill; every one before it was complete.
-    for f in &files[..files.len() - 1] {
-        let (frames, err) = probe_frames(f.to_str().unwrap(), &[]);
-        assert!(
-            frames > 0 && err.is_empty(),
-            "{}: {frames} frames, errors {err:?}",
-            f.display()
-        );
-    }
+    assert_playable(&files[..files.len() - 1]);
 }
 
 /// A roadseg daemon standing in for an RTSP camera: serves a live test
@@ -523,9 +527,7 @@ fn a_deleted_recording_folder_pauses_recording_and_it_resumes() {
     let mut d = Daemon::start(&config, &dir.path().join("log"));
     d.wait_for("two segments", Duration::from_secs(40), || mp4s(&rec).len() >= 2);
     std::fs::remove_dir_all(&rec).unwrap();
-    let errors = || scrape(mport).lines().find_map(|l| {
-        l.strip_prefix("roadseg_sink_errors_total{").filter(|r| r.contains("stream=\"cam\"") && r.contains("sink=\"file\"")).and_then(|r| r.rsplit(' ').next()?.parse::<f64>().ok())
-    });
+    let errors = || labelled_metric(mport, "roadseg_sink_errors_total", &["stream=\"cam\"", "sink=\"file\""]);
     d.wait_for("file errors counted", Duration::from_secs(20), || errors().is_some_and(|n| n > 0.0));
     let lines = |name: &str| std::fs::read_to_string(dir.path().join(name)).map_or(0, |t| t.lines().count());
     let (cam, other) = (lines("cam.jsonl"), lines("other.jsonl"));
@@ -538,10 +540,7 @@ fn a_deleted_recording_folder_pauses_recording_and_it_resumes() {
     assert!(d.log().contains("recording resumed"), "{}", d.log());
     let files = mp4s(&rec);
     assert!(!files.contains(&rec.join("cam-00000.mp4")), "numbering went on instead of starting over: {files:?}");
-    for f in &files {
-        let (frames, err) = probe_frames(f.to_str().unwrap(), &[]);
-        assert!(frames > 0 && err.is_empty(), "{}: {frames} frames, {err}", f.display());
-    }
+    assert_playable(&files);
 }
 
 #[test]
@@ -564,9 +563,8 @@ fn segments_are_named_for_their_utc_start_time() {
     for f in &files {
         let name = f.file_name().unwrap().to_str().unwrap();
         assert!(roadseg::clock::matches("%H-%M-%S.mp4", name), "{name}");
-        let (frames, err) = probe_frames(f.to_str().unwrap(), &[]);
-        assert!(frames > 0 && err.is_empty(), "{}: {frames} frames, {err}", f.display());
     }
+    assert_playable(&files);
 }
 
 #[test]
@@ -583,11 +581,7 @@ fn old_recording_segments_are_deleted_and_the_newest_kept() {
     let config = dir.path().join("roadseg.toml");
     std::fs::write(&config, header(mport, rport) + &test_stream("cam", &output)).unwrap();
     let mut d = Daemon::start(&config, &dir.path().join("log"));
-    let deleted = || scrape(mport).lines().find_map(|l| {
-        l.strip_prefix("roadseg_segments_deleted_total{")
-            .filter(|r| r.contains("stream=\"cam\"") && r.contains("reason=\"age\""))
-            .and_then(|r| r.rsplit(' ').next()?.parse::<f64>().ok())
-    });
+    let deleted = || labelled_metric(mport, "roadseg_segments_deleted_total", &["stream=\"cam\"", "reason=\"age\""]);
     d.wait_for("segments deleted for age", Duration::from_secs(40), || deleted().is_some_and(|n| n >= 2.0));
     let first_left = mp4s(&rec).into_iter().filter(|p| p != &bystander).min().expect("the newest segment stays");
     assert!(!rec.join("cam-00000.mp4").exists(), "the first segment is long past 2 s: {:?}", mp4s(&rec));

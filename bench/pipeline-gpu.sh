@@ -1,0 +1,375 @@
+#!/usr/bin/env bash
+# The GPU half of issue 10 as one command: the whole video pipeline (decode,
+# inference, annotation, encode) on a GPU machine, run from the portable bundle
+# (tools/device-bundle.sh), which carries its own GStreamer:
+#
+#   tools/device-bundle.sh                                   # here (Rust, GStreamer)
+#   BUNDLE=target/device-bundle OUT=$OUT bench/pipeline-gpu.sh   # there (device tool:
+#                                                            # carry ["target/device-bundle"])
+#
+# Steps, each under `timeout` (its limit capped by what is left of BUDGET_S):
+#   header   nvidia-smi, the bundle's MANIFEST, host glibc
+#   synth    roadseg synth: a FRAMES-frame 1280x720 H.264 clip
+#   bench    roadseg bench --frame 1280x720 --size SIZE --device DEVICE: the
+#            model alone (preprocess + model + postprocess), frames/s
+#   process  roadseg process of the clip --device DEVICE: decode, infer,
+#            annotate, encode; frames/s from its summary, and ratio
+#            process/bench (1.0 = the video edges cost nothing); the decoder
+#            and encoder GStreamer picked (GST_DEBUG=GST_ELEMENT_FACTORY:4)
+#   daemon   roadseg run with STREAMS live test://smpte 1280x720@30 streams,
+#            each recorded to MP4, metrics on 127.0.0.1:PORT, for SECONDS
+#            seconds after /readyz: per stream over that window frames
+#            decoded/inferred/written, roadseg_frames_dropped_total by reason,
+#            and p99 of roadseg_latency_seconds (from the histogram's bucket
+#            deltas, interpolated as Prometheus' histogram_quantile)
+#
+# $OUT (default bench/out) gets at most 8 files (a device run returns 8):
+#   summary.md  every result and each step's limit, time and status (rewritten
+#               after every step, so a run cut short still says what it did)
+#   pipeline-gpu.log  the console;  bench.json;  process.log;  config.toml;
+#   daemon.log (its last MiB);  metrics.txt (/metrics at the end);  streams.json
+#
+# Environment (defaults for DEVICE=cuda; DEVICE=cpu picks small ones):
+#   BUNDLE (target/device-bundle), OUT, DEVICE (cuda), FRAMES (1000),
+#   STREAMS (8), SECONDS (60), SIZE (model input, 1024x576; cpu: 512x288),
+#   BENCH_FRAMES (300; cpu: 10), WORKERS (inference workers of the daemon, 2;
+#   cpu: 1), PORT (19464), MODEL (models/roadseg-camvid, else the bundle's),
+#   BUDGET_S (540), WORK (the clip and recordings; default a new
+#   /tmp/roadseg-pipeline.*, removed at the end unless KEEP_WORK=1).
+# Dry run on a machine without a GPU:
+#   DEVICE=cpu FRAMES=30 STREAMS=2 SECONDS=10 bench/pipeline-gpu.sh
+#
+# Never `wait` without arguments below: stdout goes through `tee`, and a bare
+# `wait` would wait for it too.
+# shellcheck disable=SC2317 # the s_* functions run through `step` (bash -c)
+set -uo pipefail # no -e: a failed step is recorded and the rest still runs
+
+# SECONDS is bash's own clock (seconds since the shell started, never empty),
+# so the caller's value is read from this process's original environment.
+RUN_S=$(tr '\0' '\n' </proc/$$/environ 2>/dev/null | sed -n 's/^SECONDS=//p' | head -n 1)
+RUN_S=${RUN_S:-${RUN_SECONDS:-60}}
+START=$(date +%s)
+
+cd "$(dirname "$0")/.." || exit 1
+REPO=$PWD
+abspath() { case $1 in /*) echo "$1" ;; *) echo "$REPO/$1" ;; esac; }
+BUNDLE=$(abspath "${BUNDLE:-target/device-bundle}")
+OUT=$(abspath "${OUT:-bench/out}")
+DEVICE=${DEVICE:-cuda}
+FRAMES=${FRAMES:-1000}
+STREAMS=${STREAMS:-8}
+PORT=${PORT:-19464}
+BUDGET_S=${BUDGET_S:-540}
+if [ "$DEVICE" = cpu ]; then
+  SIZE=${SIZE:-512x288} BENCH_FRAMES=${BENCH_FRAMES:-10} WORKERS=${WORKERS:-1}
+else
+  SIZE=${SIZE:-1024x576} BENCH_FRAMES=${BENCH_FRAMES:-300} WORKERS=${WORKERS:-2}
+fi
+if [ -z "${MODEL:-}" ]; then
+  MODEL=$REPO/models/roadseg-camvid
+  [ -f "$MODEL/config.json" ] || MODEL=$BUNDLE/share/roadseg/models/roadseg-camvid
+fi
+R=$BUNDLE/roadseg
+mkdir -p "$OUT" || exit 1
+if [ -z "${WORK:-}" ]; then
+  WORK=$(mktemp -d "${TMPDIR:-/tmp}/roadseg-pipeline.XXXXXX") || exit 1
+  [ "${KEEP_WORK:-0}" = 1 ] || CLEAN_WORK=1
+fi
+mkdir -p "$WORK" || exit 1
+if [ -d /usr/local/cuda/lib64 ]; then # libcublasLt and libnvrtc of the CUDA install
+  export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+export ROADSEG_LOG=${ROADSEG_LOG:-info}
+
+: >"$OUT/pipeline-gpu.log"
+exec > >(tee -a "$OUT/pipeline-gpu.log") 2>&1
+
+STEPS=()  # "name|limit|seconds|status"
+
+remaining() { echo $((BUDGET_S - ($(date +%s) - START))); }
+limit_for() { # limit_for WANTED: WANTED capped by the budget left (less 15 s for the summary)
+  local left=$(($(remaining) - 15))
+  [ "$1" -lt "$left" ] && echo "$1" || echo "$left"
+}
+
+# step NAME WANTED_LIMIT FUNCTION: runs FUNCTION under `timeout` in a subshell.
+step() {
+  local name=$1 lim t0 rc status
+  lim=$(limit_for "$2")
+  if [ "$lim" -lt 10 ]; then
+    echo "== $name: skipped (budget spent)"
+    STEPS+=("$name|0|0|skipped (budget)")
+    write_summary
+    return 1
+  fi
+  echo "== $name (limit ${lim} s)"
+  t0=$(date +%s)
+  timeout -k 10 "$lim" bash -c "$(declare -f "$3" fetch); $3"
+  rc=$?
+  case $rc in
+    0) status=ok ;;
+    124 | 137) status=TIMEOUT ;;
+    *) status="FAILED (exit $rc)" ;;
+  esac
+  STEPS+=("$name|$lim|$(($(date +%s) - t0))|$status")
+  echo "== $name: $status in $(($(date +%s) - t0)) s"
+  return "$rc"
+}
+
+fetch() { # fetch URL FILE
+  if command -v curl >/dev/null; then
+    timeout 15 curl -fsS -m 10 -o "$2" "$1"
+  elif command -v wget >/dev/null; then
+    timeout 15 wget -q -T 10 -O "$2" "$1"
+  else
+    timeout 15 python3 -c 'import sys, urllib.request
+open(sys.argv[2], "wb").write(urllib.request.urlopen(sys.argv[1], timeout=10).read())' "$1" "$2"
+  fi
+}
+export -f fetch
+export R BUNDLE OUT WORK DEVICE FRAMES STREAMS PORT SIZE BENCH_FRAMES WORKERS MODEL RUN_S
+
+# ---------------------------------------------------------------- steps
+s_header() {
+  echo "date: $(date -u +%FT%TZ), host $(uname -n), $(nproc) CPUs, $(getconf GNU_LIBC_VERSION 2>/dev/null)"
+  echo "checkout: $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+  echo "bundle: $BUNDLE"
+  head -n 6 "$BUNDLE/MANIFEST.txt" 2>/dev/null || echo "(no MANIFEST.txt: not made by tools/device-bundle.sh?)"
+  echo "settings: DEVICE=$DEVICE FRAMES=$FRAMES STREAMS=$STREAMS SECONDS=$RUN_S SIZE=$SIZE BENCH_FRAMES=$BENCH_FRAMES WORKERS=$WORKERS MODEL=$MODEL"
+  echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+  echo
+  if command -v nvidia-smi >/dev/null; then
+    timeout 30 nvidia-smi 2>&1
+  else
+    echo "nvidia-smi: not found"
+  fi
+  [ -x "$R" ] || { echo "$R is missing: run tools/device-bundle.sh and carry the bundle"; return 1; }
+}
+
+s_synth() {
+  "$R" synth -o "$WORK/clip.mp4" --frames "$FRAMES" --size 1280x720 --fps 30
+}
+
+s_bench() {
+  "$R" bench --model "$MODEL" --device "$DEVICE" --frame 1280x720 --size "$SIZE" --frames "$BENCH_FRAMES" \
+    >"$OUT/bench.json" 2>"$WORK/bench.err"
+  local rc=$?
+  tail -n 5 "$WORK/bench.err"
+  cat "$OUT/bench.json"
+  return "$rc"
+}
+
+s_process() {
+  GST_DEBUG=GST_ELEMENT_FACTORY:4 GST_DEBUG_NO_COLOR=1 "$R" process "$WORK/clip.mp4" -o "$WORK/annotated.mp4" \
+    --model "$MODEL" --device "$DEVICE" --size "$SIZE" >"$OUT/process.log" 2>&1
+  local rc=$?
+  grep -v GST_ELEMENT_FACTORY "$OUT/process.log" | tail -n 8
+  return "$rc"
+}
+
+s_daemon() {
+  local w=${SIZE%x*} h=${SIZE#*x} i pid ready=0 t=0
+  {
+    echo "# Generated by bench/pipeline-gpu.sh: $STREAMS live 1280x720@30 test streams, each recorded."
+    echo "[model]"
+    echo "path = \"$MODEL\""
+    echo "width = $w"
+    echo "height = $h"
+    echo "device = \"$DEVICE\""
+    echo
+    echo "[workers]"
+    echo "count = $WORKERS"
+    echo
+    echo "[metrics]"
+    echo "listen = \"127.0.0.1:$PORT\""
+    echo
+    echo "[rtsp]"
+    echo "listen = \"\""
+    echo
+    echo "[daemon]"
+    echo "shutdown_timeout_s = 20"
+    echo "min_free_bytes = 0"
+    for i in $(seq 0 $((STREAMS - 1))); do
+      echo
+      echo "[[streams]]"
+      echo "name = \"cam$i\""
+      echo "uri = \"test://smpte?width=1280&height=720&fps=30\""
+      echo "[streams.output]"
+      echo "file = \"$WORK/rec/{stream}-{start}.mp4\""
+      echo "segment_seconds = 3600"
+    done
+  } >"$OUT/config.toml"
+  mkdir -p "$WORK/rec"
+  timeout 60 "$R" check-config "$OUT/config.toml" || return 1
+
+  # --foreground: a signal to timeout reaches the daemon once. Without it timeout
+  # also signals its whole process group, the daemon gets SIGTERM twice, and a
+  # second signal means "exit at once" (code 1, outputs not finalised).
+  timeout --foreground -k 10 $((RUN_S + 150)) "$R" run --config "$OUT/config.toml" >"$WORK/daemon.log" 2>&1 &
+  pid=$!
+  # Cut short by the step's own timeout: stop the daemon too (its `timeout`
+  # runs in a process group of its own, out of reach of the step's).
+  trap 'kill -TERM "$pid" 2>/dev/null; tail -c 1048576 "$WORK/daemon.log" >"$OUT/daemon.log"; exit 143' TERM INT
+  # Ready: the model is loaded (CUDA kernels compiled) and every stream is up.
+  for t in $(seq 1 120); do
+    kill -0 "$pid" 2>/dev/null || break
+    if fetch "http://127.0.0.1:$PORT/readyz" "$WORK/readyz" 2>/dev/null; then ready=1; break; fi
+    sleep 1
+  done
+  if [ "$ready" = 1 ]; then
+    echo "ready after ${t} s; running ${RUN_S} s"
+    fetch "http://127.0.0.1:$PORT/metrics" "$WORK/metrics-start.txt"
+    sleep "$RUN_S"
+    fetch "http://127.0.0.1:$PORT/metrics" "$OUT/metrics.txt"
+    fetch "http://127.0.0.1:$PORT/api/v1/streams" "$OUT/streams.json"
+  else
+    echo "not ready after 120 s (or exited): see daemon.log"
+  fi
+  kill -TERM "$pid" 2>/dev/null
+  wait "$pid"
+  local rc=$?
+  echo "daemon exit status $rc"
+  tail -c 1048576 "$WORK/daemon.log" >"$OUT/daemon.log"
+  grep -E 'WARN|ERROR' "$WORK/daemon.log" | tail -n 5
+  # Every recording plays (frames counted by an independent reader).
+  local f n
+  for f in "$WORK"/rec/*.mp4; do
+    [ -f "$f" ] || continue
+    n="(no ffprobe here)"
+    command -v ffprobe >/dev/null &&
+      n="$(timeout 60 ffprobe -v error -count_frames -select_streams v:0 -show_entries stream=nb_read_frames -of csv=p=0 "$f" 2>&1 | tr '\n' ' ')frames"
+    echo "${f##*/} $(stat -c %s "$f") B, $n"
+  done | tee "$WORK/recordings.txt"
+  [ "$ready" = 1 ] && [ -s "$OUT/metrics.txt" ] && [ "$rc" = 0 ]
+}
+
+# ---------------------------------------------------------------- results
+json_num() { grep -o "\"$2\":[0-9.eE+-]*" "$1" 2>/dev/null | head -n 1 | cut -d: -f2; }
+
+# Per stream over the daemon's window (metrics-start -> metrics): decoded,
+# inferred, written, dropped (all reasons, and the non-zero reasons), inferred
+# frames/s, latency p99 (histogram_quantile over the bucket deltas).
+stream_table() {
+  awk -v run_s="$RUN_S" '
+    function labels(s, key,   m) { if (match(s, key "=\"[^\"]*\"")) { m = substr(s, RSTART + length(key) + 2, RLENGTH - length(key) - 3); return m } return "" }
+    /^#/ { next }
+    {
+      split($0, parts, " "); name = parts[1]; v = parts[2] + 0
+      metric = name; sub(/\{.*/, "", metric)
+      st = labels(name, "stream"); if (st == "") next
+      sign = (FILENAME ~ /metrics-start/) ? -1 : 1
+      if (sign == 1) streams[st] = 1
+      if (metric == "roadseg_frames_decoded_total") dec[st] += sign * v
+      else if (metric == "roadseg_frames_inferred_total") inf[st] += sign * v
+      else if (metric == "roadseg_frames_written_total") wr[st] += sign * v
+      else if (metric == "roadseg_frames_dropped_total") { r = labels(name, "reason"); drop[st] += sign * v; dropr[st, r] += sign * v; reasons[r] = 1 }
+      else if (metric == "roadseg_latency_seconds_bucket") { le = labels(name, "le"); bucket[st, le] += sign * v; les[le] = 1 }
+      else if (metric == "roadseg_latency_seconds_count") lcount[st] += sign * v
+    }
+    END {
+      n = 0; for (le in les) if (le != "+Inf") { bounds[++n] = le + 0 }
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (bounds[j] < bounds[i]) { t = bounds[i]; bounds[i] = bounds[j]; bounds[j] = t }
+      printf "| stream | decoded | inferred | inferred fps | written | dropped | dropped by reason | latency p99 |\n"
+      printf "|---|---:|---:|---:|---:|---:|---|---:|\n"
+      for (st in streams) {
+        rs = ""; for (r in reasons) if (dropr[st, r] > 0) rs = rs (rs == "" ? "" : ", ") r " " dropr[st, r]
+        total = bucket[st, "+Inf"]; p99 = "n/a"
+        if (total > 0) {
+          rank = 0.99 * total; prev_b = 0; prev_c = 0; p99 = "> " bounds[n] " s"
+          for (i = 1; i <= n; i++) {
+            c = 0; for (le in les) if (le != "+Inf" && le + 0 == bounds[i]) c = bucket[st, le]
+            if (c >= rank) { p99 = sprintf("%.3f s", prev_b + (bounds[i] - prev_b) * ((c > prev_c) ? (rank - prev_c) / (c - prev_c) : 1)); break }
+            prev_b = bounds[i]; prev_c = c
+          }
+        }
+        printf "| %s | %d | %d | %.1f | %d | %d | %s | %s |\n", st, dec[st], inf[st], inf[st] / run_s, wr[st], drop[st], (rs == "" ? "-" : rs), p99
+      }
+    }' "$WORK/metrics-start.txt" "$OUT/metrics.txt" | { read -r h1; read -r h2; echo "$h1"; echo "$h2"; sort -t'|' -k2,2V; }
+}
+
+write_summary() {
+  local bench_fps process_fps ratio elements
+  bench_fps=$(json_num "$OUT/bench.json" fps)
+  process_fps=$(grep -o '[0-9.]* frames/s' "$OUT/process.log" 2>/dev/null | tail -n 1 | cut -d' ' -f1)
+  ratio=n/a
+  if [ -n "$bench_fps" ] && [ -n "$process_fps" ]; then
+    ratio=$(awk -v p="$process_fps" -v b="$bench_fps" 'BEGIN { if (b > 0) printf "%.2f", p / b; else print "n/a" }')
+  fi
+  elements=$(grep -o 'creating element "[^"]*"' "$OUT/process.log" 2>/dev/null | cut -d'"' -f2 | grep -E 'dec$|enc$|demux$|parse$' | sort -u | tr '\n' ' ')
+  {
+    echo "# Pipeline check (bench/pipeline-gpu.sh)"
+    echo
+    echo "$(date -u +%FT%TZ), $(uname -n), device \`$DEVICE\`, bundle \`$BUNDLE\`"
+    echo "(FRAMES=$FRAMES STREAMS=$STREAMS SECONDS=$RUN_S SIZE=$SIZE BENCH_FRAMES=$BENCH_FRAMES WORKERS=$WORKERS)"
+    echo
+    echo "| step | limit s | took s | status |"
+    echo "|---|---:|---:|---|"
+    local s
+    for s in "${STEPS[@]}"; do echo "| ${s//|/ | } |"; done
+    echo
+    echo "## Throughput"
+    echo
+    echo "| what | frames/s |"
+    echo "|---|---:|"
+    echo "| \`roadseg bench\` (1280x720 frames, model $SIZE, $BENCH_FRAMES frames) | ${bench_fps:-n/a} |"
+    echo "| \`roadseg process\` ($FRAMES-frame 1280x720 H.264 clip) | ${process_fps:-n/a} |"
+    echo "| ratio process / bench | $ratio |"
+    echo
+    echo "GStreamer elements of \`process\` (decoder, encoder, ...): ${elements:-n/a}"
+    echo
+    echo '```'
+    grep -v GST_ELEMENT_FACTORY "$OUT/process.log" 2>/dev/null | grep -E 'frames/s|device|backend|encoder|ffprobe' | tail -n 5
+    echo '```'
+    echo
+    echo "## Daemon: $STREAMS live 1280x720@30 streams, recorded, ${RUN_S} s after ready"
+    echo
+    if [ -s "$OUT/metrics.txt" ] && [ -s "$WORK/metrics-start.txt" ]; then
+      stream_table
+      echo
+      echo "Counts are over the ${RUN_S} s window (metrics at ready subtracted); p99 is interpolated"
+      echo "within roadseg_latency_seconds' buckets (0.005 ... 10 s) like histogram_quantile."
+      echo
+      echo '```'
+      grep -E '^roadseg_(worker_busy_ratio|gpu_utilization_ratio|gpu_memory_used_bytes|device_fallback_total)' "$OUT/metrics.txt" | head -n 12
+      echo '```'
+    else
+      echo "no metrics (the daemon step did not get that far)"
+    fi
+    echo
+    echo "Recordings (ffprobe):"
+    echo
+    if [ -s "$WORK/recordings.txt" ]; then sed 's/^/    /' "$WORK/recordings.txt"; else echo "    none"; fi
+  } >"$OUT/summary.md"
+}
+
+# ---------------------------------------------------------------- run
+echo "pipeline-gpu: OUT=$OUT WORK=$WORK budget ${BUDGET_S} s"
+step header 60 s_header
+write_summary
+step synth 200 s_synth && [ -s "$WORK/clip.mp4" ]
+have_clip=$?
+write_summary
+step bench 150 s_bench
+write_summary
+if [ "$have_clip" = 0 ]; then
+  step process 200 s_process
+  if [ -s "$WORK/annotated.mp4" ] && command -v ffprobe >/dev/null; then
+    n=$(timeout 120 ffprobe -v error -count_frames -select_streams v:0 -show_entries stream=nb_read_frames -of csv=p=0 "$WORK/annotated.mp4")
+    echo "annotated.mp4: $n frames (input $FRAMES)"
+    echo "annotated.mp4 frames (ffprobe): $n of $FRAMES" >>"$OUT/process.log"
+  fi
+else
+  STEPS+=("process|0|0|skipped (no clip)")
+fi
+write_summary
+step daemon $((RUN_S + 200)) s_daemon
+write_summary
+echo
+cat "$OUT/summary.md"
+echo "pipeline-gpu: done in $(($(date +%s) - START)) s; $OUT/summary.md"
+[ "${CLEAN_WORK:-0}" = 1 ] && rm -rf "$WORK"
+# Exit status: 0 when every step was ok.
+for s in "${STEPS[@]}"; do
+  case $s in *"|ok") ;; *) exit 1 ;; esac
+done
+exit 0

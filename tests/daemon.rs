@@ -7,207 +7,12 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_roadseg");
-
-fn model() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/odd-bf16-203x141")
-}
-
-/// A port nothing listens on (bound, then released).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// `[model]` for the small test model, metrics on `metrics` (0: disabled), RTSP on `rtsp`.
-fn header(metrics: u16, rtsp: u16) -> String {
-    let metrics = if metrics == 0 {
-        String::new()
-    } else {
-        format!("127.0.0.1:{metrics}")
-    };
-    format!(
-        "[model]\npath = {:?}\nwidth = 224\nheight = 128\ndevice = \"cpu\"\nroad_classes = [\"label_0\"]\n\n\
-         [metrics]\nlisten = \"{metrics}\"\n\n[rtsp]\nlisten = \"127.0.0.1:{rtsp}\"\n\n[daemon]\nshutdown_timeout_s = 10\n",
-        model().display().to_string()
-    )
-}
-
-/// A live test-pattern stream with the given `[streams.output]` lines.
-fn test_stream(name: &str, output: &str) -> String {
-    format!(
-        "\n[[streams]]\nname = \"{name}\"\nuri = \"test://smpte?width=320&height=240&fps=10\"\nlive = true\n\n[streams.output]\n{output}\n"
-    )
-}
-
-/// A running `roadseg run`; killed on drop. Its log goes to `log`.
-struct Daemon {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Daemon {
-    fn start(config: &Path, log: &Path) -> Daemon {
-        let err = std::fs::File::create(log).unwrap();
-        let child = Command::new(BIN)
-            .args(["run", "--config"])
-            .arg(config)
-            .env("ROADSEG_LOG", "info")
-            .env("NO_COLOR", "1")
-            .env_remove("NOTIFY_SOCKET")
-            .stdout(Stdio::null())
-            .stderr(err)
-            .spawn()
-            .expect("spawning roadseg run");
-        Daemon {
-            child,
-            log: log.to_path_buf(),
-        }
-    }
-
-    /// As under systemd's `Type=notify` with `WatchdogSec=0.4`: datagrams go to `socket`.
-    fn start_notified(config: &Path, socket: &Path, log: &Path, env: &[(&str, &str)]) -> Daemon {
-        let child = Command::new(BIN)
-            .args(["run", "--config"])
-            .arg(config)
-            .env("NOTIFY_SOCKET", socket)
-            .env("WATCHDOG_USEC", "400000")
-            .envs(env.iter().copied())
-            .env_remove("WATCHDOG_PID")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log).unwrap())
-            .spawn()
-            .unwrap();
-        Daemon { child, log: log.to_path_buf() }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([sig, &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill {sig} failed");
-    }
-
-    /// Waits for the exit; None if it did not come within `timeout`.
-    fn wait(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return Some(s);
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// Panics with the log unless `cond` holds within `timeout`.
-    fn wait_for(&mut self, what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-        let deadline = Instant::now() + timeout;
-        while !cond() {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                panic!("daemon exited ({s}) while waiting for {what}; log:\n{}", self.log());
-            }
-            if Instant::now() > deadline {
-                panic!("timed out after {timeout:?} waiting for {what}; log:\n{}", self.log());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// GET /metrics from `port` ("" when nothing answers).
-fn scrape(port: u16) -> String {
-    let Ok(mut s) = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2)) else {
-        return String::new();
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(3)));
-    let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
-}
-
-/// The value of `name{stream="stream"}` (plain counters/gauges with one label).
-fn metric(port: u16, name: &str, stream: &str) -> f64 {
-    let prefix = format!("{name}{{stream=\"{stream}\"}}");
-    scrape(port)
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok())
-        .unwrap_or(-1.0)
-}
-
-/// The value of the series of `name` whose labels include every one of `labels`.
-fn labelled_metric(port: u16, name: &str, labels: &[&str]) -> Option<f64> {
-    let prefix = format!("{name}{{");
-    scrape(port).lines().find_map(|l| {
-        l.strip_prefix(prefix.as_str())
-            .filter(|rest| labels.iter().all(|label| rest.contains(label)))
-            .and_then(|rest| rest.rsplit(' ').next()?.parse().ok())
-    })
-}
-
-/// Each file decodes: frames and no errors from ffprobe.
-fn assert_playable(files: &[PathBuf]) {
-    for f in files {
-        let (frames, err) = probe_frames(f.to_str().unwrap(), &[]);
-        assert!(frames > 0 && err.is_empty(), "{}: {frames} frames, errors {err:?}", f.display());
-    }
-}
-
-/// Frames ffprobe decodes from the first video stream of `target`, and its error output.
-fn probe_frames(target: &str, extra: &[&str]) -> (u64, String) {
-    let mut cmd = Command::new("ffprobe");
-    cmd.args(["-v", "error"]).args(extra).args([
-        "-count_frames",
-        "-select_streams",
-        "v:0",
-        "-show_entries",
-        "stream=nb_read_frames",
-        "-of",
-        "csv=p=0",
-        target,
-    ]);
-    let (_, out, err) = common::run_with_timeout(&mut cmd, Duration::from_secs(20));
-    (out.trim().trim_end_matches(',').parse().unwrap_or(0), err)
-}
-
-fn mp4s(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|d| {
-            d.filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|e| e == "mp4"))
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
-}
+use common::daemon::*;
 
 #[test]
 fn live_stream_is_inferred_served_recorded_and_stops_cleanly() {
@@ -288,16 +93,6 @@ fn kill_9_leaves_every_completed_segment_playable() {
     let files = mp4s(&rec);
     // The newest file was open at the kill; every one before it was complete.
     assert_playable(&files[..files.len() - 1]);
-}
-
-/// A roadseg daemon standing in for an RTSP camera: serves a live test
-/// pattern at rtsp://127.0.0.1:PORT/cam. Returns it, its port and its config.
-fn start_camera(dir: &Path) -> (Daemon, u16, PathBuf) {
-    let camera_port = free_port();
-    let camera_config = dir.join("camera.toml");
-    std::fs::write(&camera_config, header(0, camera_port) + &test_stream("cam", "rtsp = \"{stream}\"")).unwrap();
-    let camera = Daemon::start(&camera_config, &dir.join("camera.log"));
-    (camera, camera_port, camera_config)
 }
 
 #[test]
@@ -631,18 +426,6 @@ fn a_stalled_worker_fails_readiness_and_starves_the_watchdog() {
     d.signal("-KILL");
 }
 
-/// `GET path` on the metrics port: the whole response, status line first.
-fn get(port: u16, path: &str) -> String {
-    let Ok(mut s) = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2)) else {
-        return String::new();
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(3)));
-    let _ = s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes());
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
-}
-
 #[test]
 fn a_shutdown_past_its_deadline_is_logged_and_exits_non_zero() {
     // Rule: when outputs cannot be finalised within daemon.shutdown_timeout_s, SIGTERM still ends the daemon by then, with an error and a non-zero exit.
@@ -747,13 +530,6 @@ fn metrics_pass_promtool() {
     let out = child.wait_with_output().unwrap();
     let report = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && report.trim().is_empty(), "promtool: {report}\n{body}");
-}
-
-/// `name` on $PATH.
-fn which(name: &str) -> Result<PathBuf, ()> {
-    std::env::var_os("PATH")
-        .and_then(|paths| std::env::split_paths(&paths).map(|p| p.join(name)).find(|p| p.is_file()))
-        .ok_or(())
 }
 
 #[test]
@@ -921,4 +697,35 @@ fn sighup_adds_a_stream_and_leaves_the_running_one_alone() {
     d.signal("-TERM");
     let status = d.wait(Duration::from_secs(15)).expect("exit after SIGTERM");
     assert!(status.success(), "exit {status}; log:\n{}", d.log());
+}
+
+#[test]
+fn a_looped_file_plays_again_on_one_timeline_without_counting_a_loss() {
+    // Rule: a file stream with loop = true starts again at its end, paced like a camera, on one rising timeline: no source loss or reconnect is counted, its outputs stay open, and the recording plays through the loops.
+    let dir = tempfile::tempdir().unwrap();
+    let clip = dir.path().join("clip.mp4");
+    let (code, _, err) = common::roadseg(&["synth", "-o", clip.to_str().unwrap(), "--frames", "20", "--size", "320x180", "--fps", "10"]);
+    assert_eq!(code, 0, "{err}");
+    let mport = free_port();
+    let rec = dir.path().join("rec");
+    let stream = format!(
+        "\n[[streams]]\nname = \"clip\"\nuri = \"file://{}\"\nloop = true\n\n[streams.output]\nfile = \"{}/{{stream}}.mp4\"\nstats = \"{}/clip.jsonl\"\n",
+        clip.display(),
+        rec.display(),
+        dir.path().display()
+    );
+    let config = dir.path().join("roadseg.toml");
+    std::fs::write(&config, header(mport, free_port()) + &stream).unwrap();
+    let mut d = Daemon::start(&config, &dir.path().join("log"));
+    // 20 frames a pass at 10 fps: three passes in about 6 s.
+    d.wait_for("three passes", Duration::from_secs(40), || metric(mport, "roadseg_frames_decoded_total", "clip") >= 60.0);
+    assert_eq!(metric(mport, "roadseg_stream_interruptions_total", "clip"), 0.0, "{}", d.log());
+    assert_eq!(metric(mport, "roadseg_reconnects_total", "clip"), 0.0, "{}", d.log());
+    d.signal("-TERM");
+    let status = d.wait(Duration::from_secs(15)).expect("exit after SIGTERM");
+    assert!(status.success(), "exit {status}; log:\n{}", d.log());
+    let files = mp4s(&rec);
+    assert_eq!(files.len(), 1, "one recording across the loops: {files:?}");
+    let (frames, err) = probe_frames(files[0].to_str().unwrap(), &[]);
+    assert!(frames >= 55 && err.is_empty(), "{frames} frames recorded, errors {err:?}");
 }

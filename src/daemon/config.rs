@@ -392,6 +392,11 @@ pub struct StreamConfig {
     /// draw it. Default true.
     #[serde(default = "defaults::hood")]
     pub hood: bool,
+    /// Play a file again from its start when it ends, forever, on one rising
+    /// timeline with its outputs left open (a stand-in camera for demos and
+    /// soak tests). File sources only; makes `live` default to true.
+    #[serde(default, rename = "loop")]
+    pub r#loop: bool,
     #[serde(default)]
     pub output: OutputConfig,
 }
@@ -433,6 +438,7 @@ impl StreamConfig {
             smooth_weight: defaults::smooth_weight(),
             infer_fps: None,
             hood: defaults::hood(),
+            r#loop: false,
             output: OutputConfig::default(),
         }
     }
@@ -440,7 +446,7 @@ impl StreamConfig {
     /// Files play as fast as the pipeline goes and end; everything else is
     /// paced by its source and reconnected when it drops.
     pub fn is_live(&self) -> bool {
-        self.live.unwrap_or_else(|| !matches!(SourceUri::parse(&self.uri), Ok(u) if u.scheme == Scheme::File))
+        self.live.unwrap_or_else(|| self.r#loop || !matches!(SourceUri::parse(&self.uri), Ok(u) if u.scheme == Scheme::File))
     }
 
     /// Hood estimate and smoothing as the workers apply them.

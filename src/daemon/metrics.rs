@@ -32,6 +32,8 @@ pub const LAST_WRITTEN: &str = "roadseg_last_written_timestamp_seconds";
 pub const STORAGE_FREE: &str = "roadseg_storage_free_bytes";
 pub const SEGMENTS_DELETED: &str = "roadseg_segments_deleted_total";
 pub const RECONNECTS: &str = "roadseg_reconnects_total";
+pub const INTERRUPTIONS: &str = "roadseg_stream_interruptions_total";
+pub const DECODE_ERRORS: &str = "roadseg_decode_errors_total";
 pub const STREAM_UP: &str = "roadseg_stream_up";
 pub const RTSP_CLIENTS: &str = "roadseg_rtsp_clients";
 pub const INFERENCE: &str = "roadseg_inference_seconds";
@@ -45,7 +47,7 @@ pub const GPU_TEMPERATURE: &str = "roadseg_gpu_temperature_celsius";
 pub const GPU_POWER: &str = "roadseg_gpu_power_watts";
 
 /// Every name above, for checks that dashboards and docs use only real ones.
-pub const ALL_NAMES: [&str; 26] = [
+pub const ALL_NAMES: [&str; 28] = [
     GPU_UTILIZATION,
     GPU_MEMORY_USED,
     GPU_TEMPERATURE,
@@ -65,6 +67,8 @@ pub const ALL_NAMES: [&str; 26] = [
     STORAGE_FREE,
     SEGMENTS_DELETED,
     RECONNECTS,
+    INTERRUPTIONS,
+    DECODE_ERRORS,
     STREAM_UP,
     RTSP_CLIENTS,
     INFERENCE,
@@ -139,6 +143,8 @@ fn describe() {
     describe_gauge!(MEAN_CONFIDENCE, "Mean per-pixel confidence (max class probability) of the last inferred frame");
     describe_gauge!(HOOD_COVERAGE, "Fraction of the frame that is the ego vehicle's hood (0 when none is seen)");
     describe_counter!(RECONNECTS, Unit::Count, "Source reconnect attempts");
+    describe_counter!(INTERRUPTIONS, Unit::Count, "Times a running live source was lost (error, end, silence); each is followed by reconnect attempts");
+    describe_counter!(DECODE_ERRORS, Unit::Count, "Damaged or lost input the source went on without: warnings from its demuxer, parser or decoder, and gaps in the frames' timestamps (frames lost)");
     describe_gauge!(STREAM_UP, "1 while the stream's source delivers frames");
     describe_gauge!(RTSP_CLIENTS, Unit::Count, "Clients connected to the stream's RTSP mount");
     describe_histogram!(INFERENCE, Unit::Seconds, "One inference (all scales of the preset)");
@@ -222,6 +228,8 @@ pub struct StreamMetrics {
     pub last_inferred: Gauge,
     pub last_written: Gauge,
     pub reconnects: Counter,
+    pub interruptions: Counter,
+    pub decode_errors: Counter,
     pub rtsp_clients: Gauge,
     readings: Arc<StreamReadings>,
 }
@@ -248,6 +256,8 @@ impl StreamMetrics {
             last_inferred: gauge!(LAST_INFERRED, "stream" => s.clone()),
             last_written: gauge!(LAST_WRITTEN, "stream" => s.clone()),
             reconnects: tee(counter!(RECONNECTS, "stream" => s.clone()), Slot::Reconnects),
+            interruptions: counter!(INTERRUPTIONS, "stream" => s.clone()),
+            decode_errors: counter!(DECODE_ERRORS, "stream" => s.clone()),
             rtsp_clients: gauge!(RTSP_CLIENTS, "stream" => s),
             readings: r,
         }

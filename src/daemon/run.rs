@@ -311,6 +311,21 @@ fn note(result: Result<(), notify::NotifyError>) {
     }
 }
 
+/// glibc gives each new thread its own malloc arena, up to 8 per core, and
+/// GStreamer starts threads per RTSP viewer and per reconnect: over weeks the
+/// arenas fragment into memory that is never returned. Four are plenty for a
+/// daemon whose hot paths reuse their buffers. `MALLOC_ARENA_MAX` in the
+/// environment still wins.
+fn limit_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        // SAFETY: mallopt only sets an allocator tunable; called before the daemon's threads start.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, 4);
+        }
+    }
+}
+
 /// `roadseg run --config FILE`. Returns when the daemon has shut down.
 pub fn run(config_path: Option<&Path>) -> Result<()> {
     let config = load_config(config_path)?;
@@ -327,6 +342,13 @@ pub fn run(config_path: Option<&Path>) -> Result<()> {
         signal_hook::flag::register(signal, terminate.clone()).context("installing signal handlers")?;
     }
     signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone()).context("installing signal handlers")?;
+    // Past a file-size limit (systemd's LimitFSIZE, a quota) a write should
+    // fail like a full disk, pausing one recording, not kill the whole daemon.
+    // SAFETY: setting a signal's disposition to SIG_IGN runs no handler code.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
+    limit_malloc_arenas();
 
     let stall_after = (config.daemon.stall_timeout_s > 0).then(|| Duration::from_secs(config.daemon.stall_timeout_s));
     let health = Arc::new(Health::with_stall_timeout(stall_after));

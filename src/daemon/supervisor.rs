@@ -462,7 +462,11 @@ impl Supervisor {
             live.then(Instant::now),
             on_decoded,
         )
-        .with_rate_limit(self.cfg.infer_fps));
+        .with_rate_limit(self.cfg.infer_fps)
+        .on_damaged_input({
+            let m = self.ctx.metrics.clone();
+            move || m.decode_errors.increment(1)
+        }));
 
         let (source, info) = match self.connect(&ring, &feeder, &events_rx, &requeue, backoff, false) {
             Ok(x) => x,
@@ -559,6 +563,26 @@ impl Supervisor {
             // Also sampled here: at decode time it is always at least the frame just queued.
             self.ctx.metrics.ring_depth.set(ring.depth() as f64);
             let failure = match events_rx.recv_timeout(POLL) {
+                Ok(SourceEvent::Eos) if self.cfg.r#loop => {
+                    // Not a loss: the same file again, on the same timeline.
+                    tracing::debug!(stream = %name, "end of file; playing it again");
+                    if let Some(s) = source.take() {
+                        s.stop();
+                    }
+                    events_rx.try_iter().for_each(drop);
+                    match self.connect(&ring, &feeder, &events_rx, &requeue, backoff, false) {
+                        Ok((s, _)) => {
+                            source = Some(s);
+                            source_started = Instant::now();
+                            continue;
+                        }
+                        Err(gave) => {
+                            let deadline = self.stop_deadline().unwrap_or_else(|| Instant::now() + self.ctx.finish_timeout);
+                            teardown(pipeline, None, deadline);
+                            return if matches!(gave, Gave::Down) { SessionEnd::Down } else { SessionEnd::Stopped };
+                        }
+                    }
+                }
                 Ok(SourceEvent::Eos) => Some((true, "end of stream".to_string())),
                 Ok(SourceEvent::Error(e)) => Some((false, e.to_string())),
                 Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
@@ -582,6 +606,7 @@ impl Supervisor {
             self.ctx.health.set_stream_up(&name, false);
             self.ctx.status.set_state(StreamState::Reconnecting);
             tracing::warn!(stream = %name, "source lost: {}", failure.1);
+            self.ctx.metrics.interruptions.increment(1);
             if let Some(s) = source.take() {
                 s.stop();
             }

@@ -21,6 +21,9 @@ use gstreamer_rtsp_server::prelude::*;
 use super::encoder::{self, EncoderError, EncoderSettings};
 use super::frame::VideoInfo;
 
+/// How often expired RTSP sessions are freed (as gst-rtsp-server's examples do).
+const SESSION_CLEANUP_EVERY: Duration = Duration::from_secs(2);
+
 /// The role the one configured user gets; factories grant it access.
 const ROLE: &str = "viewer";
 
@@ -100,10 +103,25 @@ impl RtspServer {
                         v.teardown(&m, &p);
                     }
                 });
+                // A viewer that hangs up without TEARDOWN would leave its session
+                // (and what it holds) in the pool until the session timeout. Its
+                // media went with the connection (RTP over this TCP connection,
+                // or UDP that the server stops sending), so the session goes too.
+                let sessions = Arc::new(Mutex::new(Vec::<glib::WeakRef<rtsp::RTSPSession>>::new()));
+                let opened = sessions.clone();
+                client.connect_new_session(move |_, session| {
+                    opened.lock().unwrap_or_else(|e| e.into_inner()).push(session.downgrade());
+                });
                 let (clients, v) = (clients.clone(), viewers.clone());
-                client.connect_closed(move |_| {
+                client.connect_closed(move |client| {
                     clients.fetch_sub(1, Ordering::AcqRel);
                     v.closed(&mounts);
+                    let left: Vec<_> = std::mem::take(&mut *sessions.lock().unwrap_or_else(|e| e.into_inner()));
+                    if let Some(pool) = client.session_pool() {
+                        for session in left.iter().filter_map(|w| w.upgrade()) {
+                            let _ = pool.remove(&session);
+                        }
+                    }
                 });
             });
         }
@@ -119,6 +137,15 @@ impl RtspServer {
                     // Thread-default, so the clients the server creates attach here too.
                     let _ = context.with_thread_default(|| match server.attach(Some(&context)) {
                         Ok(source) => {
+                            // Sessions of viewers that vanished without TEARDOWN expire
+                            // after their timeout, but are only freed by a cleanup pass.
+                            if let Some(pool) = server.session_pool() {
+                                glib::timeout_source_new(SESSION_CLEANUP_EVERY, None, glib::Priority::DEFAULT, move || {
+                                    pool.cleanup();
+                                    glib::ControlFlow::Continue
+                                })
+                                .attach(Some(&context));
+                            }
                             let _ = tx.send(Ok(server.bound_port()));
                             main_loop.run();
                             // Closes the listening socket. (SourceId::remove would look in

@@ -78,6 +78,10 @@ pub trait FrameHandler: Send + Sync + 'static {
     fn on_frame(&self, frame: DecodedFrame<'_>) -> FlowAction;
     fn on_eos(&self);
     fn on_error(&self, err: SourceError);
+    /// Damaged or lost input the source went on without: a warning from the
+    /// demuxer, parser or decoder (logged at most every few seconds), or frames
+    /// missing from the timestamps (concealment could not rebuild them).
+    fn on_damaged_input(&self) {}
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -177,7 +181,8 @@ impl Source {
             .by_name("sink")
             .and_then(|e| e.downcast::<gst_app::AppSink>().ok())
             .ok_or_else(|| glib::bool_error!("source description has no appsink named sink"))?;
-        sink.set_callbacks(frame_callbacks(handler.clone(), shared.clone()));
+        let pin = pipeline.by_name("size").map(|size| SizePin::watch(&pipeline, &size, &plan.shown)).transpose()?;
+        sink.set_callbacks(frame_callbacks(handler.clone(), shared.clone(), pin));
 
         if plan.kind.dynamic() {
             let dec = pipeline.by_name("dec").ok_or_else(|| glib::bool_error!("no uridecodebin named dec"))?;
@@ -287,7 +292,81 @@ impl Drop for Source {
     }
 }
 
-fn frame_callbacks(handler: Arc<dyn FrameHandler>, shared: Arc<Shared>) -> gst_app::AppSinkCallbacks {
+/// Holds a source's output to the size of its first frame. Sinks are opened
+/// at that size; a camera that switches resolution mid-stream (reconfigured,
+/// day/night profiles) is scaled back to it rather than breaking them, with a
+/// warning. A reconnect starts a new pipeline, free to adopt the new size.
+struct SizePin {
+    size: glib::WeakRef<gst::Element>,
+    /// The pinned (width, height), once the first frame has set it.
+    pinned: Arc<Mutex<Option<(u32, u32)>>>,
+}
+
+impl SizePin {
+    fn watch(pipeline: &gst::Pipeline, size: &gst::Element, shown: &str) -> Result<SizePin, SourceError> {
+        let pinned = Arc::new(Mutex::new(None::<(u32, u32)>));
+        let scale = pipeline.by_name("scale").ok_or_else(|| glib::bool_error!("no videoscale named scale"))?;
+        let pad = scale.static_pad("sink").ok_or_else(|| glib::bool_error!("videoscale has no sink pad"))?;
+        let (seen, shown) = (pinned.clone(), shown.to_string());
+        pad.add_probe(gst::PadProbeType::EVENT_DOWNSTREAM, move |_, info| {
+            if let Some(gst::PadProbeData::Event(ev)) = &info.data
+                && let gst::EventView::Caps(c) = ev.view()
+                && let Ok(v) = gst_video::VideoInfo::from_caps(c.caps())
+                && let Some((w, h)) = *seen.lock().unwrap_or_else(|e| e.into_inner())
+                && (v.width(), v.height()) != (w, h)
+            {
+                tracing::warn!(
+                    source = %shown,
+                    "the source changed resolution mid-stream to {}x{}; frames are scaled to {w}x{h} until it reconnects",
+                    v.width(),
+                    v.height()
+                );
+            }
+            gst::PadProbeReturn::Ok
+        });
+        Ok(SizePin { size: size.downgrade(), pinned })
+    }
+
+    /// Pins the output to `v`'s size (first call only).
+    fn pin(&self, v: &gst_video::VideoInfo) {
+        let mut pinned = self.pinned.lock().unwrap_or_else(|e| e.into_inner());
+        if pinned.is_some() {
+            return;
+        }
+        *pinned = Some((v.width(), v.height()));
+        drop(pinned);
+        if let Some(size) = self.size.upgrade() {
+            let caps = gst_video::VideoCapsBuilder::new()
+                .format(gst_video::VideoFormat::Rgba)
+                .width(v.width() as i32)
+                .height(v.height() as i32)
+                .pixel_aspect_ratio(v.par())
+                .build();
+            size.set_property("caps", &caps);
+        }
+    }
+}
+
+/// Spots frames missing from a constant-rate stream: decoders conceal damaged
+/// slices without telling anyone, but the frames they cannot rebuild leave a
+/// hole in the timestamps, as do packets lost on the network.
+#[derive(Default)]
+struct GapWatch {
+    last_pts: Option<u64>,
+}
+
+impl GapWatch {
+    /// Whether a gap of more than 1.5 frame intervals came before `pts`.
+    fn gap_before(&mut self, pts: Option<u64>, interval_ns: Option<u64>) -> bool {
+        let (Some(pts), Some(interval)) = (pts, interval_ns.filter(|i| *i > 0)) else { return false };
+        let gap = self.last_pts.is_some_and(|last| pts > last && pts - last > interval + interval / 2);
+        self.last_pts = Some(pts);
+        gap
+    }
+}
+
+fn frame_callbacks(handler: Arc<dyn FrameHandler>, shared: Arc<Shared>, pin: Option<SizePin>) -> gst_app::AppSinkCallbacks {
+    let mut gaps = GapWatch::default();
     gst_app::AppSinkCallbacks::builder()
         .new_sample(move |sink| {
             if shared.is_stopping() {
@@ -302,7 +381,14 @@ fn frame_callbacks(handler: Arc<dyn FrameHandler>, shared: Arc<Shared>) -> gst_a
                 gst::element_error!(sink, gst::StreamError::Format, ("unusable decoded caps {caps}: {e}"));
                 gst::FlowError::NotNegotiated
             })?;
+            if let Some(pin) = &pin {
+                pin.pin(&vinfo);
+            }
             let fps = vinfo.fps();
+            let interval = (fps.numer() > 0).then(|| 1_000_000_000 * fps.denom() as u64 / fps.numer() as u64);
+            if gaps.gap_before(buffer.pts().map(|t| t.nseconds()), buffer.duration().map(|t| t.nseconds()).or(interval)) {
+                handler.on_damaged_input();
+            }
             shared.set_info(VideoInfo {
                 width: vinfo.width(),
                 height: vinfo.height(),
@@ -418,4 +504,23 @@ fn configure_rtspsrc(dec: &gst::Element, settings: &SourceSettings) {
         }
         None
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GapWatch;
+
+    #[test]
+    fn a_hole_in_the_timestamps_is_a_gap_and_jitter_is_not() {
+        // Rule: frames more than 1.5 intervals apart mark a gap; small jitter, the first frame, a jump back and unknown timing do not.
+        let ms = |v: u64| Some(v * 1_000_000);
+        let mut g = GapWatch::default();
+        let interval = ms(100);
+        assert!(!g.gap_before(ms(0), interval));
+        assert!(!g.gap_before(ms(100), interval));
+        assert!(!g.gap_before(ms(240), interval), "jitter");
+        assert!(g.gap_before(ms(500), interval), "two frames missing");
+        assert!(!g.gap_before(ms(50), interval), "a restart from an earlier time");
+        assert!(!g.gap_before(ms(900), None), "no frame rate, no judgement");
+    }
 }

@@ -44,6 +44,7 @@ pub struct RingFeeder {
     on_decoded: DecodeObserver,
     stopped: AtomicBool,
     rate: Option<RateLimit>,
+    on_damaged: Option<Box<dyn Fn() + Send + Sync>>,
 }
 
 /// At most `1 / interval` frames a second go to inference, evenly spread
@@ -95,7 +96,14 @@ impl RingFeeder {
             on_decoded,
             stopped: AtomicBool::new(false),
             rate: None,
+            on_damaged: None,
         }
+    }
+
+    /// Called when the source reports damaged input it skipped (metrics).
+    pub fn on_damaged_input(mut self, f: impl Fn() + Send + Sync + 'static) -> Self {
+        self.on_damaged = Some(Box::new(f));
+        self
     }
 
     /// Caps inference at `fps` frames a second (None or 0: every frame).
@@ -162,6 +170,12 @@ impl FrameHandler for RingFeeder {
 
     fn on_error(&self, err: SourceError) {
         let _ = self.events.send(SourceEvent::Error(err));
+    }
+
+    fn on_damaged_input(&self) {
+        if let Some(f) = &self.on_damaged {
+            f();
+        }
     }
 }
 

@@ -1,6 +1,9 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+#[cfg(feature = "video")]
+pub mod daemon;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

@@ -575,3 +575,23 @@ mod files {
         assert!(e.contains("model.path"), "{e}");
     }
 }
+
+#[test]
+fn only_files_loop_and_a_looped_file_is_live() {
+    // Rule: `loop = true` is accepted for a file (which then defaults to live pacing), refused for a camera and for live = false.
+    let dir = tempfile::tempdir().unwrap();
+    let clip = write(dir.path(), "clip.mp4", "");
+    let mut c = valid();
+    c.streams[0].uri = format!("file://{}", clip.display());
+    c.streams[0].r#loop = true;
+    assert!(c.streams[0].is_live());
+    assert!(!problem_fields(&c).iter().any(|f| f.ends_with("loop")), "{:?}", problem_fields(&c));
+    c.streams[0].live = Some(false);
+    assert_problem(&c, "streams[0].loop", "live = true");
+    let mut c = valid();
+    c.streams[0].uri = "rtsp://10.0.0.5/stream1".into();
+    c.streams[0].r#loop = true;
+    assert_problem(&c, "streams[0].loop", "only a file");
+    let parsed = parse(&format!("[[streams]]\nname = \"f\"\nuri = \"file://{}\"\nloop = true\n", clip.display()));
+    assert!(parsed.streams[0].r#loop);
+}

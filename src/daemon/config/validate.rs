@@ -219,6 +219,11 @@ fn stream_settings(c: &mut Collector, i: usize, s: &StreamConfig) {
     c.check(s.smooth_weight > 0.0 && s.smooth_weight <= 1.0, at("smooth_weight"), || {
         format!("{} is outside (0, 1] (1 = no smoothing; turn it off with smooth = false)", s.smooth_weight)
     });
+    if s.r#loop {
+        let file = matches!(s.source(), Ok(u) if u.scheme == super::Scheme::File);
+        c.check(file, at("loop"), || "only a file can be looped (a camera or stream never ends)".into());
+        c.check(s.live != Some(false), at("loop"), || "a looped file plays forever: it needs live = true (the default with loop), or a run would never end".into());
+    }
     c.check(s.reconnect_initial_ms >= 1, at("reconnect_initial_ms"), || "must be at least 1".into());
     c.check(s.reconnect_initial_ms <= s.reconnect_max_ms, at("reconnect_initial_ms"), || {
         format!("{} is above reconnect_max_ms ({})", s.reconnect_initial_ms, s.reconnect_max_ms)

@@ -26,6 +26,7 @@ pub(super) struct Watch {
 
 impl Watch {
     pub(super) fn run(self) {
+        let mut warnings = WarningLog::default();
         loop {
             let Some(msg) = self.bus.timed_pop(gst::ClockTime::NONE) else {
                 continue;
@@ -39,7 +40,8 @@ impl Watch {
                     _ => None,
                 },
                 gst::MessageView::Warning(w) => {
-                    tracing::warn!(source = %self.uri, "{}", describe_warning(w));
+                    self.handler.on_damaged_input();
+                    warnings.log(&self.uri, &describe_warning(w));
                     None
                 }
                 // A live element joined or left: the pipeline must re-agree on latency.
@@ -75,6 +77,32 @@ impl Watch {
                 return;
             }
         }
+    }
+}
+
+/// A corrupted stream can warn on every packet: the first warning is logged,
+/// then at most one line per [`WarningLog::EVERY`] saying how many came.
+#[derive(Default)]
+struct WarningLog {
+    last: Option<std::time::Instant>,
+    unlogged: u64,
+}
+
+impl WarningLog {
+    const EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+    fn log(&mut self, uri: &str, text: &str) {
+        if self.last.is_some_and(|t| t.elapsed() < Self::EVERY) {
+            self.unlogged += 1;
+            return;
+        }
+        if self.unlogged > 0 {
+            tracing::warn!(source = %uri, "{text} (and {} more warnings in the last {} s)", self.unlogged, Self::EVERY.as_secs());
+        } else {
+            tracing::warn!(source = %uri, "{text}");
+        }
+        self.last = Some(std::time::Instant::now());
+        self.unlogged = 0;
     }
 }
 

@@ -8,8 +8,8 @@
 #   2. the ../shared SegFormer fixtures, regenerated with the copy of
 #      ../shared/tools/make_segformer_goldens.py that tools/device-build.sh puts
 #      into target/device/shared-tools (with its one input image)
-#   3. the CUDA tests: test-cuda_kernels, test-cuda (--test-threads 1) and
-#      test-parity, --nocapture, each its own log; a failure stops nothing
+#   3. the CUDA tests (modules of target/device/test-it): cuda_kernels::,
+#      cuda:: (--test-threads 1) and parity::, --nocapture, each its own log; a failure stops nothing
 #   4. bench/cuda.sh: PyTorch vs roadseg on random B5 / B0 checkpoints (B5 with
 #      COMPILE_MODE=reduce-overhead: max-autotune does not compile B5 within
 #      10 minutes; B0 with max-autotune, see "B0 compile" below), and roadseg
@@ -96,7 +96,7 @@ BUNDLED_SIZE=${BUNDLED_SIZE:-1024x576}
 BUNDLED_FRAME=${BUNDLED_FRAME:-1280x720}
 MIN_STEP_S=15   # a step that would get less is skipped
 END_RESERVE_S=20 # kept for the bench summary, summary.md and the tarball
-MEMTEST=ten_thousand_replays_do_not_grow_memory # tests/cuda.rs; asserts device-wide free memory
+MEMTEST=cuda::ten_thousand_replays_do_not_grow_memory # tests/it/cuda.rs; asserts device-wide free memory
 export ROADSEG_BIN PYTHON CKPT_DIR FRAMES
 [ -n "${ITERS:-}" ] && export ITERS
 [ -n "${WARMUP:-}" ] && export WARMUP
@@ -200,9 +200,11 @@ step_fixtures() {
   du -sh "$root"/* "$root"
 }
 
-step_test() { # step_test NAME ARGS...: $TEST_DIR/test-NAME --nocapture ARGS
-  local exe=$TEST_DIR/test-$1
+step_test() { # step_test MODULE ARGS...: $TEST_DIR/test-it --nocapture MODULE:: ARGS
+  local exe=$TEST_DIR/test-it module=$1
   shift
+  # --exact names a whole test path, which carries its module already.
+  case " $* " in *" --exact "*) ;; *) set -- "$module::" "$@" ;; esac
   if [ ! -x "$exe" ]; then
     echo "$exe not found: build it here with ./tools/device-build.sh and carry target/device"
     return 2

@@ -11,6 +11,9 @@
 
 #![cfg(feature = "video")]
 
+// Its own binary: the allocator below watches every allocation in the
+// process, which means something only when no other test runs beside it.
+#[path = "it/common/mod.rs"]
 mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};

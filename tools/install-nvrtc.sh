@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs NVIDIA's runtime compiler (NVRTC, from the nvidia-cuda-nvrtc-cu12
 # wheel) into a private virtualenv, with no GPU or driver needed, so that
-# tests/cuda_kernels.rs can compile every kernel in kernels/ for sm_80/sm_90.
+# tests/it/cuda_kernels.rs can compile every kernel in kernels/ for sm_80/sm_90.
 # Prints the library folder to put on LD_LIBRARY_PATH. Usage:
 #   export LD_LIBRARY_PATH="$(tools/install-nvrtc.sh):${LD_LIBRARY_PATH:-}"
 set -euo pipefail

@@ -6,7 +6,8 @@
 
 #![cfg(feature = "video")]
 
-mod common;
+use crate::common::daemon::free_port;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -20,10 +21,6 @@ const SECRET: &str = "s3cret-pass";
 
 fn model() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/odd-bf16-203x141")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// GET `path` from 127.0.0.1:`port`: the whole response, head included ("" if nothing answers).

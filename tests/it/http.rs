@@ -5,7 +5,8 @@
 
 #![cfg(feature = "video")]
 
-mod common;
+use crate::common::daemon::free_port;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -16,10 +17,6 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_roadseg");
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 /// A config with the small test model, the HTTP endpoint on `listen`, extra
 /// `[metrics]` lines, and one live 320x240 test pattern per name.

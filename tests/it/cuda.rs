@@ -6,12 +6,11 @@
 
 #![cfg(feature = "cuda")]
 
-mod common;
 
 use std::path::Path;
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use cudarc::cublaslt::{CudaBlasLT, Matmul};
 use half::{bf16, f16};
 use roadseg::backend::cuda::{CudaBackend, CudaDevice, CudaOptions, GemmElem, first_device};

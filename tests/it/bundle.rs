@@ -5,14 +5,13 @@
 //! (checked with the dynamic loader's own log, `LD_DEBUG=libs`).
 #![cfg(feature = "video")]
 
-mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 const SCANNER: &str = "/usr/lib/x86_64-linux-gnu/gstreamer1.0/gstreamer-1.0/gst-plugin-scanner";
 const FRAMES: u64 = 20;

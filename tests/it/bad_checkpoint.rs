@@ -1,11 +1,10 @@
 //! Rule: a broken model folder gives a one-line error naming the file or
 //! tensor at fault, never a panic, both from the library and from the CLI.
 
-mod common;
 
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 use roadseg::backend::cpu::CpuBackend;
 use roadseg::checkpoint::Checkpoint;
 use roadseg::model::SegformerWeights;

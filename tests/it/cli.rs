@@ -1,9 +1,8 @@
 //! Rule: the engine-only subcommands (infer, eval, bench) do what their help
 //! says, with outputs at the input's own resolution and errors that name the problem.
 
-mod common;
 
-use common::*;
+use crate::common::*;
 use image::{Rgb, RgbImage};
 
 const MODEL: &str = "tests/data/odd-bf16-203x141";

@@ -5,14 +5,14 @@
 
 #![cfg(feature = "video")]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::daemon::*;
+use crate::common::daemon::*;
 
 #[test]
 fn live_stream_is_inferred_served_recorded_and_stops_cleanly() {

@@ -6,7 +6,6 @@
 
 #![cfg(feature = "video")]
 
-mod common;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -16,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::daemon::*;
+use crate::common::daemon::*;
 
 /// Resident memory of `pid` in KiB.
 fn rss_kib(pid: u32) -> u64 {

@@ -2,11 +2,10 @@
 //! input frame, in order, with the input's timestamps, plus one sidecar line
 //! per frame; bad inputs fail with a clear message and no panic.
 
-mod common;
 
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 
 /// A small model and input size so the whole clip runs in seconds.
 const MODEL: &str = "tests/data/odd-bf16-203x141";

@@ -4,11 +4,10 @@
 //! temporal smoothing; the hood estimate matches the drawn bonnet; smoothing
 //! at least halves the mask flicker on real dashcam footage.
 
-mod common;
 
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 
 /// Floor for the bundled model on the synthetic drive, smoothing off. History:
 /// 0.817 (preliminary checkpoint), 0.7514 (CPU-trained, CamVid road 0.90);

@@ -1,12 +1,11 @@
 //! Rule: the engine reproduces HF transformers' SegFormer logits (float32
 //! reference) on every backend, for the shared fixtures and for odd shapes.
 
-mod common;
 
 use std::path::Path;
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use roadseg::backend::Backend;
 use roadseg::engine::{FrameRef, PixelFormat, preprocess};
 use roadseg::npy;

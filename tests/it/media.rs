@@ -3,7 +3,8 @@
 //! hanging the suite. Outputs are checked with ffprobe, an independent reader.
 #![cfg(feature = "video")]
 
-mod common;
+use crate::common::daemon::free_port;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -304,11 +305,6 @@ fn http_source_decodes_a_served_file() {
 
     let (m, ..) = source_error(&format!("http://127.0.0.1:{}/x.mp4", free_port()), Duration::from_secs(10));
     assert!(m.contains("cannot connect") || m.contains("cannot open"), "{m}");
-}
-
-/// A port nothing listens on (bound, then released).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 #[test]
@@ -695,7 +691,7 @@ fn crash_child() {
 /// Starts the writer child and SIGKILLs it once it prints `until`.
 fn crash_writer(mode: &str, path: &Path, frames: u64, until: &str) {
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+        .args(["--exact", "media::crash_child", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, format!("{mode}|{}|{frames}", path.display()))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -1,0 +1,20 @@
+//! Every integration test, as modules of one test binary: the 2-core
+//! machine links once instead of once per file. Each module checks one area
+//! (its first lines say which); `cargo test --release MODULE::` runs one.
+//! tests/hostile.rs stays apart: it installs a watching global allocator.
+
+mod common;
+
+mod bad_checkpoint;
+mod bundle;
+mod bundled_model;
+mod cli;
+mod credentials;
+mod cuda;
+mod cuda_kernels;
+mod daemon;
+mod faults;
+mod http;
+mod media;
+mod parity;
+mod process;

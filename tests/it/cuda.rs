@@ -278,6 +278,24 @@ fn each_op_matches_the_cpu_backend() {
 }
 
 #[test]
+fn tiled_dwconv_matches_the_cpu_at_every_shape_it_serves() {
+    // Rule: the vectorised depthwise 3x3 + GELU kernel equals the CPU reference at each SegFormer Mix-FFN shape it specialises (B0 and B5 stages at 1024x1024 input), at edge shapes (one row or column, strips cut short, 4 channels), and widths not divisible by 4 take the plain kernel.
+    let Some(d) = gpu_or_skip() else { return };
+    let shapes = [
+        // B0 stages 1-4 (hidden 128, 256, 640, 1024) and B5 (256, 512, 1280, 2048).
+        (256, 256, 128), (128, 128, 256), (64, 64, 640), (32, 32, 1024),
+        (256, 256, 256), (128, 128, 512), (64, 64, 1280), (32, 32, 2048),
+        // Edges: a single row / column, rows not a multiple of the 8-row strip, c = 4, c not divisible by 4.
+        (1, 37, 8), (29, 1, 12), (13, 29, 4), (9, 7, 36), (17, 33, 30),
+    ];
+    for (seed, (h, w_, c)) in shapes.into_iter().enumerate() {
+        let seed = 100 + 3 * seed as u64;
+        let (x, w, b) = (values(h * w_ * c, seed), values(9 * c, seed + 1), values(c, seed + 2));
+        op_matches_cpu(&format!("dwconv3x3_gelu {h}x{w_}x{c}"), h * w_ * c, &|r| r.dwconv(&x, &w, &b, h, w_, c), &d);
+    }
+}
+
+#[test]
 fn gpu_frame_path_matches_the_host_frame_path() {
     use roadseg::engine::{CudaEngine, FrameRef, PixelFormat};
     let Some(d) = gpu_or_skip() else { return };

@@ -18,6 +18,7 @@ const ENTRIES: &[(&str, usize)] = &[
     ("layer_norm", 6),
     ("im2col", 11),
     ("dwconv3x3_gelu", 7),
+    ("dwconv3x3_gelu_tiled", 7),
     ("resize_bilinear", 8),
     ("attention_simple", 8),
     ("preprocess", 8),

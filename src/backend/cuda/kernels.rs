@@ -139,6 +139,8 @@ pub struct Ops {
     pub layer_norm: CudaFunction,
     pub im2col: CudaFunction,
     pub dwconv3x3_gelu: CudaFunction,
+    /// Vectorised, row-sliding form for channel counts divisible by 4.
+    pub dwconv3x3_gelu_tiled: CudaFunction,
     pub resize_bilinear: CudaFunction,
     pub attention_simple: CudaFunction,
     /// Tensor-core attention for head sizes 32 and 64 (16-bit types only).
@@ -160,6 +162,7 @@ impl Ops {
             layer_norm: f("layer_norm")?,
             im2col: f("im2col")?,
             dwconv3x3_gelu: f("dwconv3x3_gelu")?,
+            dwconv3x3_gelu_tiled: f("dwconv3x3_gelu_tiled")?,
             resize_bilinear: f("resize_bilinear")?,
             attention_simple: f("attention_simple")?,
             flash_hd32: flash_fn(32)?,

@@ -149,6 +149,17 @@ pub(crate) fn grid_for(n: usize) -> LaunchConfig {
     LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 }
 }
 
+/// Rows each thread of `dwconv3x3_gelu_tiled` slides down (DW_ROWS in kernels/conv.cu).
+const DW_ROWS: usize = 8;
+const DW_BLOCK: usize = 128;
+
+/// `ROADSEG_CUDA_DWCONV=naive` keeps the one-thread-per-output depthwise
+/// kernel (the reference the tiled one is tested against).
+fn naive_dwconv() -> bool {
+    static NAIVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *NAIVE.get_or_init(|| std::env::var("ROADSEG_CUDA_DWCONV").is_ok_and(|v| v == "naive"))
+}
+
 fn check_len(op: &'static str, expected: usize, actual: usize) -> OpResult {
     if actual < expected { Err(BackendError::Size { op, expected, actual }) } else { Ok(()) }
 }
@@ -348,6 +359,16 @@ where
         check_len("dwconv y", n, y.len())?;
         check_len("dwconv w", 9 * c, w.len())?;
         let (h_i, w_i, c_i) = (h as i32, w_ as i32, c as i32);
+        // Every SegFormer's Mix-FFN width is a multiple of 4, and each buffer is
+        // its own allocation (256-byte aligned), as the vector loads need.
+        if c % 4 == 0 && !naive_dwconv() {
+            let cfg = LaunchConfig {
+                grid_dim: ((c / 4 * w_).div_ceil(DW_BLOCK) as u32, h.div_ceil(DW_ROWS) as u32, 1),
+                block_dim: (DW_BLOCK as u32, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            return launch!(self, &self.ops.dwconv3x3_gelu_tiled, cfg, x, &**w, &**bias, y, &h_i, &w_i, &c_i);
+        }
         launch!(self, &self.ops.dwconv3x3_gelu, grid_for(n), x, &**w, &**bias, y, &h_i, &w_i, &c_i)
     }
 

@@ -16,18 +16,27 @@ pub enum DeviceRequest {
     Auto,
 }
 
+/// A `--device` / `model.device` value that is not understood.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceParseError {
+    #[error("unknown device '{0}' (expected cpu, cuda, cuda:0,1 or auto)")]
+    Unknown(String),
+    #[error("bad CUDA device list '{list}' (expected e.g. cuda:0,1)")]
+    BadList { list: String, source: std::num::ParseIntError },
+}
+
 impl FromStr for DeviceRequest {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = DeviceParseError;
+    fn from_str(s: &str) -> Result<Self, DeviceParseError> {
         let s = s.trim().to_ascii_lowercase();
         match s.as_str() {
             "cpu" => Ok(DeviceRequest::Cpu),
             "auto" => Ok(DeviceRequest::Auto),
             "cuda" | "gpu" => Ok(DeviceRequest::Cuda(Vec::new())),
             _ => {
-                let list = s.strip_prefix("cuda:").ok_or_else(|| format!("unknown device '{s}' (expected cpu, cuda, cuda:0,1 or auto)"))?;
+                let list = s.strip_prefix("cuda:").ok_or_else(|| DeviceParseError::Unknown(s.clone()))?;
                 list.split(',')
-                    .map(|d| d.trim().parse::<usize>().map_err(|_| format!("bad CUDA device list '{list}' (expected e.g. cuda:0,1)")))
+                    .map(|d| d.trim().parse::<usize>().map_err(|source| DeviceParseError::BadList { list: list.to_string(), source }))
                     .collect::<Result<Vec<_>, _>>()
                     .map(DeviceRequest::Cuda)
             }
@@ -36,8 +45,8 @@ impl FromStr for DeviceRequest {
 }
 
 impl TryFrom<String> for DeviceRequest {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
+    type Error = DeviceParseError;
+    fn try_from(s: String) -> Result<Self, DeviceParseError> {
         s.parse()
     }
 }

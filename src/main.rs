@@ -12,6 +12,10 @@ struct Cli {
     /// from ROADSEG_LOG, else RUST_LOG, else info.
     #[arg(long, global = true, value_enum, env = "ROADSEG_LOG_FORMAT", default_value = "text")]
     log_format: LogFormat,
+    /// On failure, print the error's whole cause chain, one cause a line
+    /// (by default: one line, each cause said once).
+    #[arg(short, long, global = true)]
+    verbose: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -36,6 +40,33 @@ fn init_logging(format: LogFormat) {
         LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).init(),
         LogFormat::Text => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
     }
+}
+
+/// `err` and its causes on one line, `outer: inner: ...`, leaving out a
+/// cause whose text the line already holds (most messages quote their
+/// cause, which is also kept as their `source()`).
+fn one_line(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+/// `err` and every cause in its chain, one a line.
+fn cause_chain(err: &anyhow::Error) -> String {
+    let mut text = err.to_string();
+    for cause in err.chain().skip(1) {
+        text.push_str(&format!("\n  caused by: {cause}"));
+    }
+    text
 }
 
 /// Whether `err` is (caused by) a bad configuration, as opposed to a
@@ -90,7 +121,8 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("roadseg: error: {e:#}");
+            let shown = if cli.verbose { cause_chain(&e) } else { one_line(&e) };
+            eprintln!("roadseg: error: {shown}");
             if is_config_error(&e) { std::process::ExitCode::from(EXIT_CONFIG) } else { std::process::ExitCode::FAILURE }
         }
     }

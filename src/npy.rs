@@ -7,9 +7,39 @@ use std::path::Path;
 #[derive(Debug, thiserror::Error)]
 pub enum NpyError {
     #[error("cannot read {path}: {err}")]
-    Io { path: String, err: std::io::Error },
+    Io {
+        path: String,
+        #[source]
+        err: std::io::Error,
+    },
     #[error("{path} is not a float32 .npy array: {reason}")]
-    Format { path: String, reason: String },
+    Format {
+        path: String,
+        #[source]
+        reason: FormatError,
+    },
+}
+
+/// Why bytes are not a float32 `.npy` array.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FormatError {
+    #[error("missing the \\x93NUMPY magic")]
+    Magic,
+    #[error("unsupported .npy version {0}")]
+    Version(u8),
+    #[error("truncated header")]
+    TruncatedHeader,
+    /// A header key that must be there (descr, fortran_order, shape).
+    #[error("no {0}")]
+    MissingKey(&'static str),
+    #[error("dtype {0}, expected '<f4' (float32)")]
+    Dtype(String),
+    #[error("Fortran-ordered arrays are not supported")]
+    FortranOrder,
+    #[error("bad shape {0}")]
+    Shape(String),
+    #[error("shape {shape:?} needs {needed} data bytes, file has {actual}")]
+    DataSize { shape: Vec<usize>, needed: usize, actual: usize },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -35,38 +65,38 @@ pub fn read_f32(path: impl AsRef<Path>) -> Result<NpyArray, NpyError> {
     parse_f32(&bytes).map_err(|reason| NpyError::Format { path: name, reason })
 }
 
-pub fn parse_f32(bytes: &[u8]) -> Result<NpyArray, String> {
+pub fn parse_f32(bytes: &[u8]) -> Result<NpyArray, FormatError> {
     if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
-        return Err("missing the \\x93NUMPY magic".into());
+        return Err(FormatError::Magic);
     }
     let (header_len, header_start) = match bytes[6] {
         1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
         2 | 3 if bytes.len() >= 12 => (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12),
-        v => return Err(format!("unsupported .npy version {v}")),
+        v => return Err(FormatError::Version(v)),
     };
     let header = bytes
         .get(header_start..header_start + header_len)
         .and_then(|h| std::str::from_utf8(h).ok())
-        .ok_or("truncated header")?;
-    let descr = header_value(header, "descr").ok_or("no descr")?;
+        .ok_or(FormatError::TruncatedHeader)?;
+    let descr = header_value(header, "descr").ok_or(FormatError::MissingKey("descr"))?;
     if !matches!(descr.trim_matches(|c| c == '\'' || c == '"'), "<f4" | "=f4" | "f4") {
-        return Err(format!("dtype {descr}, expected '<f4' (float32)"));
+        return Err(FormatError::Dtype(descr.to_string()));
     }
-    if header_value(header, "fortran_order").ok_or("no fortran_order")? != "False" {
-        return Err("Fortran-ordered arrays are not supported".into());
+    if header_value(header, "fortran_order").ok_or(FormatError::MissingKey("fortran_order"))? != "False" {
+        return Err(FormatError::FortranOrder);
     }
-    let shape_text = header_value(header, "shape").ok_or("no shape")?;
+    let shape_text = header_value(header, "shape").ok_or(FormatError::MissingKey("shape"))?;
     let shape = shape_text
         .trim_matches(|c| c == '(' || c == ')')
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| s.parse::<usize>().map_err(|_| format!("bad shape {shape_text}")))
+        .map(|s| s.parse::<usize>().map_err(|_| FormatError::Shape(shape_text.to_string())))
         .collect::<Result<Vec<_>, _>>()?;
     let count: usize = shape.iter().product();
     let body = &bytes[header_start + header_len..];
     if body.len() != count * 4 {
-        return Err(format!("shape {shape:?} needs {} data bytes, file has {}", count * 4, body.len()));
+        return Err(FormatError::DataSize { needed: count * 4, actual: body.len(), shape });
     }
     let data = body.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
     Ok(NpyArray { shape, data })
@@ -116,12 +146,12 @@ mod tests {
         let h = "{'descr': '<f8', 'fortran_order': False, 'shape': (1,), }\n";
         bytes.extend_from_slice(&(h.len() as u16).to_le_bytes());
         bytes.extend_from_slice(h.as_bytes());
-        assert!(parse_f32(&bytes).unwrap_err().contains("<f8"));
+        assert!(parse_f32(&bytes).unwrap_err().to_string().contains("<f8"));
         let h = "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }\n";
         let mut b2 = b"\x93NUMPY\x01\x00".to_vec();
         b2.extend_from_slice(&(h.len() as u16).to_le_bytes());
         b2.extend_from_slice(h.as_bytes());
         b2.extend_from_slice(&[0u8; 8]);
-        assert!(parse_f32(&b2).unwrap_err().contains("needs 16"));
+        assert!(parse_f32(&b2).unwrap_err().to_string().contains("needs 16"));
     }
 }

@@ -835,7 +835,10 @@ fn hostile_stream_uris_are_rejected_cleanly() {
                 let _ = (parsed.host(), parsed.query_value("width"));
                 violation = violation.or_else(|| leak("SourceUri::host", parsed.host()));
             }
-            Err(e) => violation = violation.or_else(|| check_message("parse", &e, true)).or_else(|| leak("parse error", &e)),
+            Err(e) => {
+                let e = e.to_string();
+                violation = violation.or_else(|| check_message("parse", &e, true)).or_else(|| leak("parse error", &e));
+            }
         }
         let stream = StreamConfig::new("fuzz", &uri);
         let _ = (stream.is_live(), stream.temporal());

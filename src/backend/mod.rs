@@ -31,14 +31,19 @@ impl fmt::Display for Precision {
     }
 }
 
+/// A precision name other than f32, fp16 or bf16 (or their aliases).
+#[derive(Debug, thiserror::Error)]
+#[error("unknown precision '{0}' (expected f32, fp16 or bf16)")]
+pub struct UnknownPrecision(pub String);
+
 impl std::str::FromStr for Precision {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownPrecision;
+    fn from_str(s: &str) -> Result<Self, UnknownPrecision> {
         match s.to_ascii_lowercase().as_str() {
             "f32" | "fp32" | "float32" => Ok(Precision::F32),
             "fp16" | "f16" | "float16" | "half" => Ok(Precision::Fp16),
             "bf16" | "bfloat16" => Ok(Precision::Bf16),
-            other => Err(format!("unknown precision '{other}' (expected f32, fp16 or bf16)")),
+            other => Err(UnknownPrecision(other.to_string())),
         }
     }
 }
@@ -47,8 +52,22 @@ impl std::str::FromStr for Precision {
 pub enum BackendError {
     #[error("buffer size mismatch in {op}: expected {expected} elements, got {actual}")]
     Size { op: &'static str, expected: usize, actual: usize },
+    /// A frame the device-side preprocessing cannot take.
     #[error("device error: {0}")]
-    Device(String),
+    Frame(#[from] crate::engine::FrameError),
+    #[cfg(feature = "cuda")]
+    #[error("device error: CUDA driver: {0}")]
+    Driver(#[from] cudarc::driver::DriverError),
+    #[cfg(feature = "cuda")]
+    #[error("device error: cuBLASLt: {0:?}")]
+    Blas(#[from] cudarc::cublaslt::result::CublasError),
+    /// Setting up the device: kernels (NVRTC), graphs, a missing GPU.
+    #[cfg(feature = "cuda")]
+    #[error("device error: {0}")]
+    Cuda(#[from] cuda::CudaError),
+    #[cfg(feature = "cuda")]
+    #[error("device error: attention head size {head_dim} is above the CUDA kernels' {max}")]
+    HeadDim { head_dim: usize, max: usize },
 }
 
 /// `y[rows, n] = x[rows, k] . w[k, n] (+ bias[n])`.

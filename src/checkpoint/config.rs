@@ -8,6 +8,40 @@ use serde::Deserialize;
 
 use super::CheckpointError;
 
+/// What makes a `config.json` unusable (it parsed, but describes no model
+/// roadseg can run).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigProblem {
+    #[error("num_encoder_blocks must be at least 1")]
+    NoBlocks,
+    #[error("{name} has {len} entries but num_encoder_blocks is {blocks}")]
+    ListLength { name: &'static str, len: usize, blocks: usize },
+    #[error("{name}[{pos}] is 0")]
+    Zero { name: &'static str, pos: usize },
+    #[error("hidden_sizes[{stage}]={size} is not divisible by num_attention_heads[{stage}]={heads}")]
+    HeadSplit { stage: usize, size: usize, heads: usize },
+    #[error("hidden_act '{0}' is not supported (only the exact 'gelu')")]
+    Activation(String),
+    #[error("num_channels is {0} but roadseg feeds RGB (3)")]
+    Channels(usize),
+    #[error("decoder_hidden_size is 0")]
+    DecoderSize,
+    #[error("reshape_last_stage=false is not supported")]
+    NoReshape,
+    #[error("id2label key '{key}' repeats class index {index}")]
+    RepeatedLabel { key: String, index: usize },
+    #[error("id2label key '{key}' is not a class index below {count}")]
+    BadLabelKey { key: String, count: usize },
+    #[error("num_labels is {num_labels} but id2label names {count} classes")]
+    LabelCount { num_labels: usize, count: usize },
+    #[error("num_labels is {0}: at most 255 fit the uint8 class maps")]
+    TooManyNumLabels(usize),
+    #[error("the model has no labels")]
+    NoLabels,
+    #[error("{0} labels: at most 255 fit the uint8 class maps")]
+    TooManyLabels(usize),
+}
+
 #[derive(Clone, Debug, Deserialize)]
 pub struct SegformerConfig {
     #[serde(default = "defaults::num_channels")]
@@ -81,9 +115,9 @@ mod defaults {
 
 impl SegformerConfig {
     pub fn from_json(text: &str, path: &str) -> Result<Self, CheckpointError> {
-        let cfg: SegformerConfig = serde_json::from_str(text)
-            .map_err(|e| CheckpointError::Config { path: path.into(), reason: e.to_string() })?;
-        cfg.validate().map_err(|reason| CheckpointError::Config { path: path.into(), reason })?;
+        let cfg: SegformerConfig =
+            serde_json::from_str(text).map_err(|source| CheckpointError::ConfigJson { path: path.into(), source })?;
+        cfg.validate().map_err(|source| CheckpointError::Config { path: path.into(), source })?;
         Ok(cfg)
     }
 
@@ -105,10 +139,10 @@ impl SegformerConfig {
         self.labels().len()
     }
 
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), ConfigProblem> {
         let n = self.num_encoder_blocks;
         if n == 0 {
-            return Err("num_encoder_blocks must be at least 1".into());
+            return Err(ConfigProblem::NoBlocks);
         }
         let lists: [(&str, &Vec<usize>); 7] = [
             ("depths", &self.depths),
@@ -121,54 +155,54 @@ impl SegformerConfig {
         ];
         for (name, list) in lists {
             if list.len() != n {
-                return Err(format!("{name} has {} entries but num_encoder_blocks is {n}", list.len()));
+                return Err(ConfigProblem::ListLength { name, len: list.len(), blocks: n });
             }
             if let Some(pos) = list.iter().position(|&v| v == 0) {
-                return Err(format!("{name}[{pos}] is 0"));
+                return Err(ConfigProblem::Zero { name, pos });
             }
         }
         for (i, (&c, &h)) in self.hidden_sizes.iter().zip(&self.num_attention_heads).enumerate() {
             if c % h != 0 {
-                return Err(format!("hidden_sizes[{i}]={c} is not divisible by num_attention_heads[{i}]={h}"));
+                return Err(ConfigProblem::HeadSplit { stage: i, size: c, heads: h });
             }
         }
         if self.hidden_act != "gelu" {
-            return Err(format!("hidden_act '{}' is not supported (only the exact 'gelu')", self.hidden_act));
+            return Err(ConfigProblem::Activation(self.hidden_act.clone()));
         }
         if self.num_channels != 3 {
-            return Err(format!("num_channels is {} but roadseg feeds RGB (3)", self.num_channels));
+            return Err(ConfigProblem::Channels(self.num_channels));
         }
         if self.decoder_hidden_size == 0 {
-            return Err("decoder_hidden_size is 0".into());
+            return Err(ConfigProblem::DecoderSize);
         }
         if !self.reshape_last_stage {
-            return Err("reshape_last_stage=false is not supported".into());
+            return Err(ConfigProblem::NoReshape);
         }
         let count = self.id2label.len();
         let mut seen = vec![false; count];
         for key in self.id2label.keys() {
             match key.parse::<usize>() {
                 Ok(i) if i < count && !seen[i] => seen[i] = true,
-                Ok(i) if i < count => return Err(format!("id2label key '{key}' repeats class index {i}")),
-                _ => return Err(format!("id2label key '{key}' is not a class index below {count}")),
+                Ok(i) if i < count => return Err(ConfigProblem::RepeatedLabel { key: key.clone(), index: i }),
+                _ => return Err(ConfigProblem::BadLabelKey { key: key.clone(), count }),
             }
         }
         if let (Some(n), false) = (self.num_labels, self.id2label.is_empty()) {
             if n != count {
-                return Err(format!("num_labels is {n} but id2label names {count} classes"));
+                return Err(ConfigProblem::LabelCount { num_labels: n, count });
             }
         }
         // Before labels() below builds one name per class.
         if let (Some(n), true) = (self.num_labels, self.id2label.is_empty())
             && n > 255
         {
-            return Err(format!("num_labels is {n}: at most 255 fit the uint8 class maps"));
+            return Err(ConfigProblem::TooManyNumLabels(n));
         }
         if self.num_labels() == 0 {
-            return Err("the model has no labels".into());
+            return Err(ConfigProblem::NoLabels);
         }
         if self.num_labels() > 255 {
-            return Err(format!("{} labels: at most 255 fit the uint8 class maps", self.num_labels()));
+            return Err(ConfigProblem::TooManyLabels(self.num_labels()));
         }
         Ok(())
     }

@@ -11,15 +11,21 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 use safetensors::{Dtype, SafeTensorError, SafeTensors};
 
-pub use config::SegformerConfig;
+pub use config::{ConfigProblem, SegformerConfig};
 pub use locate::{BUNDLED_MODEL, MODEL_ENV, SYSTEM_MODEL, locate_model};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
     #[error("cannot read {path}: {err} (a model folder holds config.json and model.safetensors)")]
-    Io { path: String, err: std::io::Error },
-    #[error("bad model config {path}: {reason}")]
-    Config { path: String, reason: String },
+    Io {
+        path: String,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error("bad model config {path}: {source}")]
+    ConfigJson { path: String, source: serde_json::Error },
+    #[error("bad model config {path}: {source}")]
+    Config { path: String, source: ConfigProblem },
     #[error("bad safetensors file {path}: {reason} (truncated or not a safetensors file? re-download or re-export it)")]
     Safetensors { path: String, reason: String },
     #[error("missing tensor '{name}' in {path} (does config.json match these weights?)")]

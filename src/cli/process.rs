@@ -126,18 +126,18 @@ pub fn run(args: ProcessArgs) -> Result<()> {
     .with_rate_limit(args.infer_fps));
     let mut settings = SourceSettings::new(uri.clone());
     settings.live = live;
-    let source = start_source(settings, feeder.clone()).map_err(|e| anyhow!("{e}"))?;
+    let source = start_source(settings, feeder.clone())?;
     let info = match source.wait_info(Duration::from_secs(30)) {
         Some(info) => info,
         None => {
             // The source may end a moment before its error reaches us.
-            let reason = match events_rx.recv_timeout(Duration::from_secs(2)) {
-                Ok(SourceEvent::Error(e)) => e.to_string(),
-                Ok(SourceEvent::Eos) => format!("{uri} ended before its first video frame"),
-                Err(_) => format!("no video frame from {uri} within 30 s"),
+            let err = match events_rx.recv_timeout(Duration::from_secs(2)) {
+                Ok(SourceEvent::Error(e)) => anyhow::Error::new(e),
+                Ok(SourceEvent::Eos) => anyhow!("{uri} ended before its first video frame"),
+                Err(_) => anyhow!("no video frame from {uri} within 30 s"),
             };
             source.stop();
-            bail!("{reason}");
+            return Err(err);
         }
     };
     let size = args.size.unwrap_or_else(|| default_size(info.width as usize, info.height as usize));
@@ -153,8 +153,8 @@ pub fn run(args: ProcessArgs) -> Result<()> {
     };
     pool.spawn_workers(loaded.engines, annotator, Arc::new(|_, _, _| {}), Arc::new(|_, _| {}));
 
-    let file = open_file_sink(&FileTarget::single(output.clone()), info).map_err(|e| anyhow!("{e}"))?;
-    let stats = args.stats_out.as_deref().map(StatsWriter::create).transpose().map_err(|e| anyhow!("{e}"))?;
+    let file = open_file_sink(&FileTarget::single(output.clone()), info)?;
+    let stats = args.stats_out.as_deref().map(StatsWriter::create).transpose()?;
     let progress = if std::io::stderr().is_terminal() { ProgressBar::new_spinner() } else { ProgressBar::hidden() };
     progress.set_style(ProgressStyle::with_template("{spinner} {pos} frames  {per_sec}  {elapsed}  {msg}").expect("valid template"));
     progress.enable_steady_tick(Duration::from_millis(200));
@@ -207,7 +207,7 @@ pub fn run(args: ProcessArgs) -> Result<()> {
         match events_rx.recv_timeout(Duration::from_millis(100)) {
             Ok(SourceEvent::Eos) => break,
             Ok(SourceEvent::Error(e)) => {
-                source_error = Some(e.to_string());
+                source_error = Some(e);
                 break;
             }
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
@@ -242,10 +242,11 @@ pub fn run(args: ProcessArgs) -> Result<()> {
         output.display()
     );
     if let Some(e) = summary.first_error {
-        bail!("writing output failed: {e}");
+        return Err(anyhow::Error::new(e).context("writing output failed"));
     }
     if let Some(e) = source_error {
-        bail!("{e} ({} frames before the error were written to {})", summary.frames, output.display());
+        let what = format!("{e} ({} frames before the error were written to {})", summary.frames, output.display());
+        return Err(anyhow::Error::new(e).context(what));
     }
     Ok(())
 }

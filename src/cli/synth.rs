@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result};
 use clap::Args;
 use roadseg::synth::{SynthDrive, SynthSpec};
 use roadseg::video::frame::{FrameTiming, VideoInfo};
@@ -42,9 +42,9 @@ pub fn run(args: SynthArgs) -> Result<()> {
         fps: args.fps,
         hood: !args.no_hood,
     };
-    let drive = SynthDrive::new(spec.clone()).map_err(|e| anyhow!("{e}"))?;
+    let drive = SynthDrive::new(spec.clone())?;
     let info = VideoInfo { width: spec.width, height: spec.height, fps_num: spec.fps as i32, fps_den: 1 };
-    let sink = open_file_sink(&FileTarget::single(args.output.clone()), info).map_err(|e| anyhow!("{e}"))?;
+    let sink = open_file_sink(&FileTarget::single(args.output.clone()), info)?;
     if let Some(dir) = &args.masks_out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -52,12 +52,12 @@ pub fn run(args: SynthArgs) -> Result<()> {
     let (mut rgb, mut mask, mut rgba) = (vec![0u8; w * h * 3], vec![0u8; w * h], vec![255u8; w * h * 4]);
     let frame_ns = 1_000_000_000u64 / spec.fps as u64;
     for i in 0..spec.frames {
-        drive.render(i, &mut rgb, &mut mask).map_err(|e| anyhow!("{e}"))?;
+        drive.render(i, &mut rgb, &mut mask)?;
         for (px, c) in rgba.chunks_exact_mut(4).zip(rgb.chunks_exact(3)) {
             px[..3].copy_from_slice(c);
         }
         let timing = FrameTiming { pts: Some(i as u64 * frame_ns), duration: Some(frame_ns) };
-        sink.push(&rgba, w * 4, timing).map_err(|e| anyhow!("{e}"))?;
+        sink.push(&rgba, w * 4, timing)?;
         if let Some(dir) = &args.masks_out {
             let png: Vec<u8> = mask.iter().map(|&m| if m > 0 { 255 } else { 0 }).collect();
             let img = image::GrayImage::from_raw(w as u32, h as u32, png).expect("mask matches frame size");
@@ -65,7 +65,7 @@ pub fn run(args: SynthArgs) -> Result<()> {
             img.save(&path).with_context(|| format!("writing {}", path.display()))?;
         }
     }
-    let files = sink.finish(Duration::from_secs(30)).map_err(|e| anyhow!("{e}"))?;
+    let files = sink.finish(Duration::from_secs(30))?;
     println!("{}: {} frames of {}x{} at {} fps", args.output.display(), files.frames, w, h, spec.fps);
     Ok(())
 }

@@ -40,7 +40,7 @@ pub use load::Sources;
 pub use reload::{ReloadPlan, plan_reload};
 pub use summary::{Summary, check, check_sources};
 pub use template::format_start;
-pub use uri::{Scheme, SourceUri};
+pub use uri::{Scheme, SourceUri, UriError};
 pub use validate::{Problem, Problems};
 
 /// Base layer, read whenever it exists.
@@ -339,13 +339,18 @@ impl From<RtspTransport> for &'static str {
     }
 }
 
+/// An `rtsp_transport` other than tcp, udp or auto.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown RTSP transport '{0}' (expected tcp, udp or auto)")]
+pub struct UnknownTransport(pub String);
+
 impl TryFrom<String> for RtspTransport {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
+    type Error = UnknownTransport;
+    fn try_from(s: String) -> Result<Self, UnknownTransport> {
         [RtspTransport::Tcp, RtspTransport::Udp, RtspTransport::Auto]
             .into_iter()
             .find(|t| t.as_str().eq_ignore_ascii_case(s.trim()))
-            .ok_or_else(|| format!("unknown RTSP transport '{s}' (expected tcp, udp or auto)"))
+            .ok_or(UnknownTransport(s))
     }
 }
 
@@ -456,7 +461,7 @@ impl StreamConfig {
     }
 
     /// The parsed `uri` (validation guarantees it parses).
-    pub fn source(&self) -> Result<SourceUri, String> {
+    pub fn source(&self) -> Result<SourceUri, UriError> {
         SourceUri::parse(&self.uri)
     }
 }

@@ -28,11 +28,12 @@ use super::metrics::{DropReason, Sink, StreamMetrics};
 use super::status::{StreamState, StreamStatus};
 use crate::video::annotate::FrameStats;
 use crate::video::frame::VideoInfo;
-use crate::video::output::{FrameSink, OutputObserver, StatsWriter};
+use crate::video::output::{FrameSink, OutputError, OutputObserver, StatsError, StatsWriter};
 use crate::video::pool::{SkipReason, WorkerPool};
 use crate::video::ring::FrameBuf;
 use crate::video::ring::FrameRing;
-use crate::video::rtsp::RtspServer;
+use crate::video::rtsp::{RtspError, RtspServer};
+use crate::video::sink::SinkError;
 use crate::video::source::{self, Source, SourceSettings};
 use crate::video::stream::{
     DecodeObserver, FileOutput, FileTarget, PipelineParts, RingFeeder, RtspOutput, SourceEvent, StreamPipeline,
@@ -192,6 +193,19 @@ struct Outputs {
     mount: Option<String>,
 }
 
+/// Why a stream's outputs could not be opened.
+#[derive(Debug, thiserror::Error)]
+enum OpenOutputsError {
+    #[error("file output: {0}")]
+    File(#[source] SinkError),
+    #[error("stats output: {0}")]
+    Stats(#[source] StatsError),
+    #[error("rtsp output: the RTSP server is not running (rtsp.listen is empty)")]
+    NoRtspServer,
+    #[error("rtsp output: {0}")]
+    Rtsp(#[source] RtspError),
+}
+
 /// Why connecting gave up.
 enum Gave {
     Stopped,
@@ -212,7 +226,7 @@ impl OutputObserver for Observer {
     fn written(&self, sink: &'static str) {
         self.0.written(Sink::named(sink)).increment(1);
     }
-    fn sink_failed(&self, sink: &'static str, _err: &str) {
+    fn sink_failed(&self, sink: &'static str, _err: &OutputError) {
         self.0.sink_errors(Sink::named(sink)).increment(1);
     }
     fn skipped(&self, reason: SkipReason) {
@@ -394,7 +408,7 @@ impl Supervisor {
     }
 
     /// The stream's sinks for frames of `info`; the RTSP mount to remove later.
-    fn open_sinks(&self, info: VideoInfo, start: SystemTime) -> Result<Outputs, String> {
+    fn open_sinks(&self, info: VideoInfo, start: SystemTime) -> Result<Outputs, OpenOutputsError> {
         let (o, name) = (&self.cfg.output, self.name());
         let mut sinks: Vec<Box<dyn FrameSink>> = Vec::new();
         if let Some(pattern) = o.segment_location(name, start) {
@@ -405,18 +419,18 @@ impl Supervisor {
                 bitrate_kbps: o.bitrate_kbps,
                 wall_clock_names: o.wall_clock_names(),
             };
-            let sink = open_file_sink(&target, info).map_err(|e| format!("file output: {e}"))?;
+            let sink = open_file_sink(&target, info).map_err(OpenOutputsError::File)?;
             tracing::info!(stream = %name, file = %target.path.display(), "recording");
             sinks.push(Box::new(FileOutput::resuming(sink, target, info)));
         }
         let stats = match o.stats_path(name, start) {
-            Some(p) => Some(StatsWriter::append(&p, name).map_err(|e| format!("stats output: {e}"))?),
+            Some(p) => Some(StatsWriter::append(&p, name).map_err(OpenOutputsError::Stats)?),
             None => None,
         };
         let mut mount = None;
         if let Some(path) = o.rtsp_mount(name) {
             let Some(server) = &self.ctx.rtsp else {
-                return Err("rtsp output: the RTSP server is not running (rtsp.listen is empty)".into());
+                return Err(OpenOutputsError::NoRtspServer);
             };
             let mut rtsp_info = info;
             if rtsp_info.fps_num <= 0 || rtsp_info.fps_den <= 0 {
@@ -424,7 +438,7 @@ impl Supervisor {
             }
             let feed = server
                 .add_stream_with(&path, rtsp_info, &RtspServer::encoder(o.bitrate_kbps))
-                .map_err(|e| format!("rtsp output: {e}"))?;
+                .map_err(OpenOutputsError::Rtsp)?;
             sinks.push(Box::new(RtspOutput(feed)));
             mount = Some(path);
         }

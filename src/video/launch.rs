@@ -7,6 +7,63 @@ use gstreamer as gst;
 use gstreamer::glib;
 use gstreamer::prelude::*;
 
+/// What GStreamer's own calls fail with, shared by the file sink, the source
+/// and the RTSP server: each wraps it in a `Gst` variant and words it for
+/// itself (see [`GstPhrases`]). Displays as the GStreamer error alone.
+#[derive(Debug, thiserror::Error)]
+pub enum GstError {
+    /// A description that does not build (or GStreamer not initialising).
+    #[error(transparent)]
+    Launch(#[from] glib::Error),
+    /// A GStreamer call that failed (a missing element or pad, a thread).
+    #[error(transparent)]
+    Call(#[from] glib::BoolError),
+    /// A pipeline that would not change state (start).
+    #[error(transparent)]
+    StateChange(#[from] gst::StateChangeError),
+}
+
+/// How one part words a [`GstError`]: `"{launch}: {error}"` and so on.
+pub(crate) struct GstPhrases {
+    pub launch: &'static str,
+    pub call: &'static str,
+    pub state_change: &'static str,
+}
+
+impl GstError {
+    /// The error as `phrases` word it, e.g. "cannot build the source pipeline: ...".
+    pub(crate) fn worded(&self, phrases: &GstPhrases) -> String {
+        match self {
+            GstError::Launch(e) => format!("{}: {e}", phrases.launch),
+            GstError::Call(e) => format!("{}: {e}", phrases.call),
+            GstError::StateChange(e) => format!("{}: {e}", phrases.state_change),
+        }
+    }
+}
+
+/// `From` each of GStreamer's error types for an error enum with a
+/// `Gst(GstError)` variant, so `?` works on GStreamer calls directly.
+macro_rules! from_gst_errors {
+    ($t:ty) => {
+        impl From<gstreamer::glib::Error> for $t {
+            fn from(e: gstreamer::glib::Error) -> Self {
+                Self::Gst(e.into())
+            }
+        }
+        impl From<gstreamer::glib::BoolError> for $t {
+            fn from(e: gstreamer::glib::BoolError) -> Self {
+                Self::Gst(e.into())
+            }
+        }
+        impl From<gstreamer::StateChangeError> for $t {
+            fn from(e: gstreamer::StateChangeError) -> Self {
+                Self::Gst(e.into())
+            }
+        }
+    };
+}
+pub(crate) use from_gst_errors;
+
 /// Fills `{name}` placeholders of a `pipelines/*.txt` description. Lines starting
 /// with `#` are notes for the reader; gst-launch syntax has no comments, so they go.
 pub(crate) fn fill(template: &str, vars: &[(&str, &str)]) -> String {

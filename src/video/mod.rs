@@ -16,3 +16,6 @@ pub mod snapshot;
 pub mod sink;
 pub mod source;
 pub mod stream;
+
+pub use launch::GstError;
+pub use rgba::FrameSizeError;

@@ -3,6 +3,7 @@
 //! returns the frame buffer to the stream's pool.
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
@@ -14,21 +15,63 @@ use super::annotate::FrameStats;
 use super::pool::{OutputItem, SkipReason, StreamCounters};
 use super::reorder::{Reorder, Slot};
 use super::ring::{FrameBuf, FrameRing};
+use super::rtsp::RtspError;
+use super::sink::SinkError;
+
+/// Why a sink, the stats sidecar or the output stage failed.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    /// The recording (or opening it) failed. Shared: a paused recording
+    /// reports the error that paused it until it resumes.
+    #[error(transparent)]
+    File(Arc<SinkError>),
+    #[error("recording paused: {0}")]
+    Paused(#[source] Arc<SinkError>),
+    #[error("the recording has ended after an error")]
+    Ended,
+    #[error("the recording failed")]
+    Failed,
+    #[error(transparent)]
+    Rtsp(#[from] RtspError),
+    #[error(transparent)]
+    Stats(#[from] StatsError),
+    #[error("output thread panicked")]
+    Panicked,
+}
+
+impl From<SinkError> for OutputError {
+    fn from(e: SinkError) -> Self {
+        OutputError::File(Arc::new(e))
+    }
+}
+
+/// Why the JSON-lines sidecar could not be opened or written.
+#[derive(Debug, thiserror::Error)]
+pub enum StatsError {
+    #[error("cannot create {}: {source}", .dir.display())]
+    CreateDir { dir: PathBuf, source: std::io::Error },
+    #[error("cannot open stats file {}: {source}", .path.display())]
+    Open { path: PathBuf, source: std::io::Error },
+    #[error("writing {path}: {source}")]
+    Write { path: String, source: std::io::Error },
+    #[error("syncing {path}: {source}")]
+    Sync { path: String, source: std::io::Error },
+}
 
 /// Somewhere annotated frames go. `write` failing is counted and logged but
 /// does not stop the stream's other sinks.
 pub trait FrameSink: Send {
     /// "file" or "rtsp": the metric label.
     fn kind(&self) -> &'static str;
-    fn write(&mut self, frame: &FrameBuf) -> Result<(), String>;
+    fn write(&mut self, frame: &FrameBuf) -> Result<(), OutputError>;
     /// Flushes and finalises (e.g. EOS so an MP4 gets its index).
-    fn finish(self: Box<Self>, timeout: Duration) -> Result<(), String>;
+    fn finish(self: Box<Self>, timeout: Duration) -> Result<(), OutputError>;
 }
 
 /// Hooks for metrics; every method has a do-nothing default.
 pub trait OutputObserver: Send + Sync {
     fn written(&self, _sink: &'static str) {}
-    fn sink_failed(&self, _sink: &'static str, _err: &str) {}
+    fn sink_failed(&self, _sink: &'static str, _err: &OutputError) {}
     fn skipped(&self, _reason: SkipReason) {}
     fn frame_out(&self, _latency: Duration, _stats: &FrameStats) {}
     /// Last look at a written frame before its buffer goes back to the pool;
@@ -50,19 +93,19 @@ pub struct StatsWriter {
 
 impl StatsWriter {
     /// A new file (an existing one is replaced): one run, one file.
-    pub fn create(path: &std::path::Path) -> Result<Self, String> {
+    pub fn create(path: &std::path::Path) -> Result<Self, StatsError> {
         Self::open(path, None, false)
     }
 
     /// Appends to `path`, so a restart never truncates what was written;
     /// every line names `stream`.
-    pub fn append(path: &std::path::Path, stream: &str) -> Result<Self, String> {
+    pub fn append(path: &std::path::Path, stream: &str) -> Result<Self, StatsError> {
         Self::open(path, Some(stream.to_string()), true)
     }
 
-    fn open(path: &std::path::Path, stream: Option<String>, append: bool) -> Result<Self, String> {
+    fn open(path: &std::path::Path, stream: Option<String>, append: bool) -> Result<Self, StatsError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            std::fs::create_dir_all(dir).map_err(|source| StatsError::CreateDir { dir: dir.into(), source })?;
         }
         let file = std::fs::OpenOptions::new()
             .write(true)
@@ -70,11 +113,11 @@ impl StatsWriter {
             .append(append)
             .truncate(!append)
             .open(path)
-            .map_err(|e| format!("cannot open stats file {}: {e}", path.display()))?;
+            .map_err(|source| StatsError::Open { path: path.into(), source })?;
         Ok(StatsWriter { out: std::io::BufWriter::new(file), path: path.display().to_string(), stream })
     }
 
-    fn write(&mut self, frame: &FrameBuf, stats: &FrameStats) -> Result<(), String> {
+    fn write(&mut self, frame: &FrameBuf, stats: &FrameStats) -> Result<(), StatsError> {
         let mut line = serde_json::json!({
             "time": crate::clock::rfc3339(std::time::SystemTime::now()),
             "frame": frame.seq,
@@ -88,17 +131,17 @@ impl StatsWriter {
         if let Some(stream) = &self.stream {
             line["stream"] = stream.as_str().into();
         }
-        writeln!(self.out, "{line}").map_err(|e| format!("writing {}: {e}", self.path))
+        writeln!(self.out, "{line}").map_err(|source| StatsError::Write { path: self.path.clone(), source })
     }
 
-    fn finish(mut self) -> Result<(), String> {
-        self.out.flush().map_err(|e| format!("writing {}: {e}", self.path))?;
-        self.out.get_ref().sync_all().map_err(|e| format!("syncing {}: {e}", self.path))
+    fn finish(mut self) -> Result<(), StatsError> {
+        self.out.flush().map_err(|source| StatsError::Write { path: self.path.clone(), source })?;
+        self.out.get_ref().sync_all().map_err(|source| StatsError::Sync { path: self.path.clone(), source })
     }
 }
 
 /// Totals once the stage has finished.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct OutputSummary {
     pub frames: u64,
     pub skipped: u64,
@@ -107,7 +150,7 @@ pub struct OutputSummary {
     /// pixels whose road / not-road label changed, and the number of pairs.
     pub road_flicker_sum: f64,
     pub road_flicker_pairs: u64,
-    pub first_error: Option<String>,
+    pub first_error: Option<OutputError>,
 }
 
 impl OutputSummary {
@@ -144,7 +187,7 @@ impl OutputStage {
     }
 
     pub fn join(self) -> OutputSummary {
-        self.handle.join().unwrap_or_else(|_| OutputSummary { first_error: Some("output thread panicked".into()), ..Default::default() })
+        self.handle.join().unwrap_or_else(|_| OutputSummary { first_error: Some(OutputError::Panicked), ..Default::default() })
     }
 }
 
@@ -170,6 +213,7 @@ fn run(mut p: OutputParts) -> OutputSummary {
             match stats_out.write(&buf, &stats) {
                 Ok(()) => p.observer.written("stats"),
                 Err(e) => {
+                    let e = OutputError::from(e);
                     p.observer.sink_failed("stats", &e);
                     summary.first_error.get_or_insert(e);
                 }
@@ -221,7 +265,7 @@ fn run(mut p: OutputParts) -> OutputSummary {
     }
     if let Some(stats_out) = p.stats.take() {
         if let Err(e) = stats_out.finish() {
-            summary.first_error.get_or_insert(e);
+            summary.first_error.get_or_insert(e.into());
         }
     }
     summary

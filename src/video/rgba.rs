@@ -6,6 +6,15 @@ use gstreamer::prelude::*;
 
 use super::frame::Nanos;
 
+/// Why an RGBA frame does not fit a sink's frame size.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum FrameSizeError {
+    #[error("stride {stride} is shorter than a {width}-pixel RGBA row ({row} bytes)")]
+    Stride { stride: usize, width: u32, row: usize },
+    #[error("{len} bytes, need {need} for {width}x{height} RGBA at stride {stride}")]
+    Short { len: usize, need: usize, width: u32, height: u32, stride: usize },
+}
+
 /// A frame's geometry as an appsrc expects it: rows packed at `width * 4` bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Packed {
@@ -31,12 +40,12 @@ impl Packed {
     }
 
     /// Why `len` bytes at `stride` cannot be this frame, if they cannot.
-    pub(crate) fn check(self, len: usize, stride: usize) -> Result<(), String> {
+    pub(crate) fn check(self, len: usize, stride: usize) -> Result<(), FrameSizeError> {
         let need = stride.saturating_mul((self.height as usize).saturating_sub(1)) + self.row();
         if stride < self.row() {
-            Err(format!("stride {stride} is shorter than a {}-pixel RGBA row ({} bytes)", self.width, self.row()))
+            Err(FrameSizeError::Stride { stride, width: self.width, row: self.row() })
         } else if len < need {
-            Err(format!("{len} bytes, need {need} for {}x{} RGBA at stride {stride}", self.width, self.height))
+            Err(FrameSizeError::Short { len, need, width: self.width, height: self.height, stride })
         } else {
             Ok(())
         }

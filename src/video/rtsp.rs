@@ -20,6 +20,8 @@ use gstreamer_rtsp_server::prelude::*;
 
 use super::encoder::{self, EncoderError, EncoderSettings};
 use super::frame::VideoInfo;
+use super::launch::{self, GstError, GstPhrases};
+use super::rgba::FrameSizeError;
 
 /// How often expired RTSP sessions are freed (as gst-rtsp-server's examples do).
 const SESSION_CLEANUP_EVERY: Duration = Duration::from_secs(2);
@@ -29,8 +31,10 @@ const ROLE: &str = "viewer";
 
 #[derive(Debug, thiserror::Error)]
 pub enum RtspError {
-    #[error("cannot listen for RTSP on {addr}: {detail} (is the port in use, or below 1024 without privileges?)")]
-    Listen { addr: SocketAddr, detail: String },
+    #[error("cannot listen for RTSP on {addr}: {source} (is the port in use, or below 1024 without privileges?)")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+    #[error("cannot listen for RTSP on {addr}: gst-rtsp-server could not bind (is the port in use, or below 1024 without privileges?)")]
+    Bind { addr: SocketAddr, source: Option<glib::BoolError> },
     #[error("the RTSP server thread did not come up (it may have panicked)")]
     Startup,
     #[error("RTSP path {path:?} must start with '/' (e.g. /cam1)")]
@@ -41,15 +45,21 @@ pub enum RtspError {
     NotMounted { path: String },
     #[error("bad RTSP stream format for {path}: {detail}")]
     Format { path: String, detail: String },
-    #[error("frame does not fit RTSP stream {path}: {detail}")]
-    FrameSize { path: String, detail: String },
+    #[error("frame does not fit RTSP stream {path}: {source}")]
+    FrameSize { path: String, source: FrameSizeError },
     #[error(transparent)]
     Encoder(#[from] EncoderError),
-    #[error("cannot initialise GStreamer: {0}")]
-    Init(#[from] glib::Error),
-    #[error("GStreamer call failed in the RTSP server: {0}")]
-    Glib(#[from] glib::BoolError),
+    #[error("{}", .0.worded(&GST_PHRASES))]
+    Gst(#[from] GstError),
 }
+
+const GST_PHRASES: GstPhrases = GstPhrases {
+    launch: "cannot initialise GStreamer",
+    call: "GStreamer call failed in the RTSP server",
+    state_change: "the RTSP server refused to start",
+};
+
+launch::from_gst_errors!(RtspError);
 
 /// A running RTSP server. Dropping it shuts it down, like [`RtspServer::shutdown`].
 pub struct RtspServer {
@@ -72,7 +82,7 @@ impl RtspServer {
         gst::init()?;
         if listen.port() != 0 {
             // gst-rtsp-server only logs why a bind failed; std says it in words.
-            TcpListener::bind(listen).map_err(|e| RtspError::Listen { addr: listen, detail: e.to_string() })?;
+            TcpListener::bind(listen).map_err(|source| RtspError::Listen { addr: listen, source })?;
         }
         let server = rtsp::RTSPServer::new();
         server.set_address(&listen.ip().to_string());
@@ -163,9 +173,9 @@ impl RtspServer {
         };
         let port = match rx.recv_timeout(Duration::from_secs(5)) {
             Ok(Ok(port)) if port > 0 => port as u16,
-            Ok(Ok(_)) | Ok(Err(_)) => {
+            Ok(bound) => {
                 let _ = thread.join();
-                return Err(RtspError::Listen { addr: listen, detail: "gst-rtsp-server could not bind".into() });
+                return Err(RtspError::Bind { addr: listen, source: bound.err() });
             }
             Err(_) => return Err(RtspError::Startup),
         };

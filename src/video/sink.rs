@@ -17,8 +17,8 @@ use gstreamer_app as gst_app;
 
 use super::encoder::{self, EncoderChoice, EncoderError, EncoderSettings};
 use super::frame::{FrameTiming, Nanos, VideoInfo};
-use super::launch::{self, Failure, fill, quote};
-use super::rgba::Packed;
+use super::launch::{self, Failure, GstError, GstPhrases, fill, quote};
+use super::rgba::{FrameSizeError, Packed};
 
 const FILE: &str = include_str!("../../pipelines/sink-file.txt");
 const SEGMENTS: &str = include_str!("../../pipelines/sink-segments.txt");
@@ -85,7 +85,7 @@ pub enum SinkError {
     #[error("bad file sink settings for {path}: {reason}")]
     Settings { path: PathBuf, reason: String },
     #[error("frame does not fit the file sink: {0}")]
-    FrameSize(String),
+    FrameSize(#[from] FrameSizeError),
     #[error("frame at {pts} ns is not after the previous one at {last} ns (frames must reach the sink in order)")]
     OutOfOrder { pts: Nanos, last: Nanos },
     #[error("cannot write {path}: {detail} (check free space and the directory's permissions)")]
@@ -96,15 +96,21 @@ pub enum SinkError {
     Stopped { path: PathBuf },
     #[error("finalising {path} took longer than {secs:.1} s; it keeps what its complete fragments hold")]
     Timeout { path: PathBuf, secs: f64 },
+    #[error("cannot create {}: {source}", .dir.display())]
+    CreateDir { dir: PathBuf, source: std::io::Error },
     #[error(transparent)]
     Encoder(#[from] EncoderError),
-    #[error("cannot build the file sink pipeline: {0}")]
-    Launch(#[from] glib::Error),
-    #[error("GStreamer call failed in the file sink: {0}")]
-    Glib(#[from] glib::BoolError),
-    #[error("the file sink pipeline refused to start: {0}")]
-    StateChange(#[from] gst::StateChangeError),
+    #[error("{}", .0.worded(&GST_PHRASES))]
+    Gst(#[from] GstError),
 }
+
+const GST_PHRASES: GstPhrases = GstPhrases {
+    launch: "cannot build the file sink pipeline",
+    call: "GStreamer call failed in the file sink",
+    state_change: "the file sink pipeline refused to start",
+};
+
+launch::from_gst_errors!(SinkError);
 
 /// A running MP4 writer fed with RGBA frames. Dropping it finishes the file
 /// (waiting up to 5 s); call [`FileSink::finish`] to know how that went.
@@ -249,7 +255,7 @@ impl FileSink {
         };
         if let Err(e) = sink.pipeline.set_state(gst::State::Playing) {
             sink.abort();
-            return Err(sink.failure().map(|f| sink.error_from(f)).unwrap_or(SinkError::StateChange(e)));
+            return Err(sink.failure().map(|f| sink.error_from(f)).unwrap_or(SinkError::from(e)));
         }
         tracing::info!(path = %sink.path.display(), encoder = %sink.encoder, "file sink started");
         Ok(sink)
@@ -264,7 +270,7 @@ impl FileSink {
     /// the encoder is a few frames behind. A missing PTS continues from the last
     /// frame; a missing duration is one frame at the configured rate.
     pub fn push(&self, rgba: &[u8], stride: usize, timing: FrameTiming) -> Result<(), SinkError> {
-        self.packed.check(rgba.len(), stride).map_err(SinkError::FrameSize)?;
+        self.packed.check(rgba.len(), stride)?;
         if let Some(f) = self.failure() {
             return Err(self.error_from(f));
         }

@@ -22,8 +22,9 @@ use gstreamer_video as gst_video;
 use gstreamer_video::prelude::*;
 
 use super::frame::{DecodedFrame, VideoInfo};
-use super::launch::{self, Failure};
+use super::launch::{self, Failure, GstError, GstPhrases};
 use uri::Kind;
+pub use uri::TestUriError;
 
 /// How a source is opened. `SourceSettings::new(uri)` gives the defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,6 +93,8 @@ pub enum SourceError {
     UnsupportedScheme { uri: String },
     #[error("bad source uri {uri:?}: {reason}")]
     BadUri { uri: String, reason: String },
+    #[error("bad source uri {uri:?}: {source}")]
+    BadTestUri { uri: String, source: TestUriError },
     #[error("cannot open {uri}: no such file or stream (check the path in the source uri)")]
     NotFound { uri: String },
     #[error("cannot open {uri}: {detail} (check that it exists and is readable)")]
@@ -108,13 +111,17 @@ pub enum SourceError {
     MissingPlugin { uri: String, detail: String },
     #[error("error while decoding {uri}: {detail}")]
     Stream { uri: String, detail: String },
-    #[error("cannot build the source pipeline: {0}")]
-    Launch(#[from] glib::Error),
-    #[error("GStreamer call failed while setting up the source: {0}")]
-    Glib(#[from] glib::BoolError),
-    #[error("the source pipeline refused to start: {0}")]
-    StateChange(#[from] gst::StateChangeError),
+    #[error("{}", .0.worded(&GST_PHRASES))]
+    Gst(#[from] GstError),
 }
+
+const GST_PHRASES: GstPhrases = GstPhrases {
+    launch: "cannot build the source pipeline",
+    call: "GStreamer call failed while setting up the source",
+    state_change: "the source pipeline refused to start",
+};
+
+launch::from_gst_errors!(SourceError);
 
 /// A running source. Dropping it stops it, like [`Source::stop`].
 pub struct Source {
@@ -213,7 +220,7 @@ impl Source {
                     _ => None,
                 });
             let _ = pipeline.set_state(gst::State::Null);
-            return Err(reason.unwrap_or(SourceError::StateChange(e)));
+            return Err(reason.unwrap_or(SourceError::from(e)));
         }
 
         let watch = bus::Watch {

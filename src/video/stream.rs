@@ -12,11 +12,11 @@ use crossbeam_channel::Sender;
 use super::annotate::FrameStats;
 use crate::temporal::{StreamTemporal, TemporalSettings};
 use super::frame::{DecodedFrame, VideoInfo};
-use super::output::{FrameSink, OutputObserver, OutputParts, OutputStage, OutputSummary, StatsWriter};
+use super::output::{FrameSink, OutputError, OutputObserver, OutputParts, OutputStage, OutputSummary, StatsWriter};
 use super::pool::{OutputItem, SkipReason, StreamCounters, StreamInput, WorkerPool};
 use super::ring::{FrameBuf, FrameRing, Pushed};
 use super::rtsp::RtspFeed;
-use super::sink::{FileSink, FileSinkSettings};
+use super::sink::{FileSink, FileSinkSettings, SinkError};
 use super::source::{FlowAction, FrameHandler, Source, SourceError, SourceSettings};
 
 /// What a source reports to whoever supervises it.
@@ -196,7 +196,8 @@ struct Reopen {
     info: VideoInfo,
     next_index: u32,
     retry_at: Instant,
-    last_error: String,
+    /// What paused the recording (None until it first fails).
+    last_error: Option<Arc<SinkError>>,
 }
 
 impl FileOutput {
@@ -207,28 +208,29 @@ impl FileOutput {
 
     /// Segments of `target`, restarted after failures.
     pub fn resuming(sink: FileSink, target: FileTarget, info: VideoInfo) -> Self {
-        let reopen = target.segment_seconds.map(|_| Reopen { target, info, next_index: 0, retry_at: Instant::now(), last_error: String::new() });
+        let reopen = target.segment_seconds.map(|_| Reopen { target, info, next_index: 0, retry_at: Instant::now(), last_error: None });
         FileOutput { sink: Some(sink), reopen }
     }
 
     /// The failed sink is closed (what it finished stays) and the next start
     /// numbered after every segment it may have begun.
-    fn pause(&mut self, err: String) -> String {
-        let Some(r) = self.reopen.as_mut() else { return err };
+    fn pause(&mut self, err: SinkError) -> OutputError {
+        let Some(r) = self.reopen.as_mut() else { return err.into() };
+        let err = Arc::new(err);
         if let Some(sink) = self.sink.take() {
             let begun = sink.finish(Duration::from_secs(1)).map_or(1, |f| f.files.len() as u32 + 1);
             r.next_index += begun;
             tracing::warn!(file = %r.target.path.display(), "recording paused: {err}; retrying every {} s", REOPEN_EVERY.as_secs());
         }
         r.retry_at = Instant::now() + REOPEN_EVERY;
-        r.last_error = err.clone();
-        err
+        r.last_error = Some(err.clone());
+        OutputError::File(err)
     }
 
-    fn try_reopen(&mut self) -> Result<(), String> {
-        let Some(r) = self.reopen.as_mut() else { return Err("the recording has ended after an error".into()) };
-        if Instant::now() < r.retry_at {
-            return Err(format!("recording paused: {}", r.last_error));
+    fn try_reopen(&mut self) -> Result<(), OutputError> {
+        let Some(r) = self.reopen.as_mut() else { return Err(OutputError::Ended) };
+        if let Some(err) = r.last_error.as_ref().filter(|_| Instant::now() < r.retry_at) {
+            return Err(OutputError::Paused(err.clone()));
         }
         // Skip numbers already on disk: a resumed recording never overwrites.
         let name = |i: u32| PathBuf::from(r.target.path.to_string_lossy().replace("%05d", &format!("{i:05}")).replace("%%", "%"));
@@ -250,21 +252,21 @@ impl FrameSink for FileOutput {
     fn kind(&self) -> &'static str {
         "file"
     }
-    fn write(&mut self, f: &FrameBuf) -> Result<(), String> {
+    fn write(&mut self, f: &FrameBuf) -> Result<(), OutputError> {
         if self.sink.is_none() {
             self.try_reopen()?;
         }
         let sink = self.sink.as_mut().expect("opened above");
         match sink.push(&f.data, f.width as usize * 4, f.timing) {
             Ok(()) => Ok(()),
-            Err(e) => Err(self.pause(e.to_string())),
+            Err(e) => Err(self.pause(e)),
         }
     }
-    fn finish(self: Box<Self>, timeout: Duration) -> Result<(), String> {
+    fn finish(self: Box<Self>, timeout: Duration) -> Result<(), OutputError> {
         let Some(sink) = self.sink else {
-            return Err(self.reopen.map(|r| r.last_error).unwrap_or_else(|| "the recording failed".into()));
+            return Err(self.reopen.and_then(|r| r.last_error).map_or(OutputError::Failed, OutputError::File));
         };
-        let files = sink.finish(timeout).map_err(|e| e.to_string())?;
+        let files = sink.finish(timeout)?;
         for f in &files.files {
             tracing::info!(file = %f.display(), frames = files.frames, "recording finalised");
         }
@@ -279,10 +281,11 @@ impl FrameSink for RtspOutput {
     fn kind(&self) -> &'static str {
         "rtsp"
     }
-    fn write(&mut self, f: &FrameBuf) -> Result<(), String> {
-        self.0.push(&f.data, f.width as usize * 4, f.timing).map(|_| ()).map_err(|e| e.to_string())
+    fn write(&mut self, f: &FrameBuf) -> Result<(), OutputError> {
+        self.0.push(&f.data, f.width as usize * 4, f.timing)?;
+        Ok(())
     }
-    fn finish(self: Box<Self>, _timeout: Duration) -> Result<(), String> {
+    fn finish(self: Box<Self>, _timeout: Duration) -> Result<(), OutputError> {
         Ok(())
     }
 }
@@ -375,15 +378,15 @@ impl FileTarget {
 pub const DEFAULT_BITRATE_KBPS: u32 = 4000;
 
 /// Opens the file sink for frames of `info`, making its folder.
-pub fn open_file_sink(target: &FileTarget, info: VideoInfo) -> Result<FileSink, String> {
+pub fn open_file_sink(target: &FileTarget, info: VideoInfo) -> Result<FileSink, SinkError> {
     open_file_sink_at(target, info, 0)
 }
 
 /// As [`open_file_sink`], numbering segments from `start_index`.
-fn open_file_sink_at(target: &FileTarget, info: VideoInfo, start_index: u32) -> Result<FileSink, String> {
+fn open_file_sink_at(target: &FileTarget, info: VideoInfo, start_index: u32) -> Result<FileSink, SinkError> {
     // Wall-clock folders are made per segment, by the sink.
     if let Some(dir) = target.path.parent().filter(|d| !d.as_os_str().is_empty() && !target.wall_clock_names) {
-        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(|source| SinkError::CreateDir { dir: dir.into(), source })?;
     }
     let fps = if info.fps_num > 0 && info.fps_den > 0 { (info.fps_num, info.fps_den) } else { (25, 1) };
     let mut settings = FileSinkSettings::new(target.path.clone(), info.width, info.height, fps);
@@ -391,7 +394,7 @@ fn open_file_sink_at(target: &FileTarget, info: VideoInfo, start_index: u32) -> 
     settings.encoder.bitrate_kbps = target.bitrate_kbps;
     settings.wall_clock_names = target.wall_clock_names;
     settings.start_index = start_index;
-    FileSink::start(settings).map_err(|e| e.to_string())
+    FileSink::start(settings)
 }
 
 /// Starts `settings` feeding `feeder`.

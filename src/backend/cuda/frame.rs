@@ -71,7 +71,7 @@ impl FrameArena {
 
     /// Copies the frame into pinned staging (host work, before the replay).
     pub fn stage(&mut self, frame: &FrameRef<'_>) -> Result<(), BackendError> {
-        frame.validate().map_err(|e| BackendError::Device(e.to_string()))?;
+        frame.validate()?;
         let n = frame_bytes(frame).min(frame.data.len());
         // SAFETY: staging holds `bytes` >= n bytes and no copy from it is in
         // flight (the previous frame's work was synchronised).

@@ -59,7 +59,7 @@ pub fn arch_name(major: i32, minor: i32) -> &'static str {
 
 /// Compiles `src` for `arch`, with NVRTC's log in the error.
 pub fn compile(src: &str, arch: &'static str) -> Result<Ptx, CudaError> {
-    cudarc::nvrtc::compile_ptx_with_opts(src, compile_options(arch)).map_err(|e| CudaError::Compile(format!("{e:?}")))
+    Ok(cudarc::nvrtc::compile_ptx_with_opts(src, compile_options(arch))?)
 }
 
 /// Where compiled PTX is kept: `$ROADSEG_KERNEL_CACHE`, else
@@ -125,7 +125,7 @@ impl KernelModule {
     }
 
     pub fn function(&self, name: &str) -> Result<CudaFunction, CudaError> {
-        self.module.load_function(name).map_err(|e| CudaError::MissingKernel(name.to_string(), e.to_string()))
+        self.module.load_function(name).map_err(|source| CudaError::MissingKernel { name: name.to_string(), source })
     }
 }
 

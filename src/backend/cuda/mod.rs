@@ -34,25 +34,14 @@ pub enum CudaError {
     #[error("CUDA driver: {0}")]
     Driver(#[from] DriverError),
     #[error("cuBLASLt: {0:?}")]
-    Blas(cudarc::cublaslt::result::CublasError),
-    #[error("compiling the CUDA kernels with NVRTC failed: {0}")]
-    Compile(String),
-    #[error("kernel {0} is missing from the compiled module: {1}")]
-    MissingKernel(String, String),
+    Blas(#[from] cudarc::cublaslt::result::CublasError),
+    /// NVRTC's log is in the error (its Debug form, as cudarc prints it).
+    #[error("compiling the CUDA kernels with NVRTC failed: {0:?}")]
+    Compile(#[from] cudarc::nvrtc::CompileError),
+    #[error("kernel {name} is missing from the compiled module: {source}")]
+    MissingKernel { name: String, source: DriverError },
     #[error("CUDA graph capture produced no graph")]
     EmptyGraph,
-}
-
-impl From<CudaError> for BackendError {
-    fn from(e: CudaError) -> Self {
-        BackendError::Device(e.to_string())
-    }
-}
-
-impl From<DriverError> for BackendError {
-    fn from(e: DriverError) -> Self {
-        BackendError::Device(format!("CUDA driver: {e}"))
-    }
 }
 
 /// Switches that change how work is issued, not what is computed.
@@ -171,7 +160,7 @@ where
     /// A worker's backend on `device`: its own stream, cuBLASLt handle and graphs.
     pub fn new(device: Arc<CudaDevice>, options: CudaOptions) -> Result<Self, CudaError> {
         let stream = device.ctx.new_stream()?;
-        let blas = CudaBlasLT::new(stream.clone()).map_err(CudaError::Blas)?;
+        let blas = CudaBlasLT::new(stream.clone())?;
         let ops = Ops::resolve(&device.module, T::SUFFIX, T::HAS_FLASH && options.flash_attention)?;
         Ok(CudaBackend { device, stream, blas, ops, options, recordings: Mutex::new(HashMap::new()), _elem: PhantomData })
     }
@@ -234,7 +223,7 @@ where
             batch_size: None,
         };
         // SAFETY: lengths checked above against the dimensions cuBLASLt reads.
-        unsafe { self.blas.matmul(cfg, w, x, y, bias, None) }.map_err(|e| BackendError::Device(format!("cuBLASLt: {e:?}")))
+        Ok(unsafe { self.blas.matmul(cfg, w, x, y, bias, None) }?)
     }
 }
 
@@ -347,7 +336,7 @@ where
         }
         let (hd, scale) = (d.head_dim as i32, 1.0 / (d.head_dim as f32).sqrt());
         if d.head_dim > 256 {
-            return Err(BackendError::Device(format!("attention head size {} is above the CUDA kernels' 256", d.head_dim)));
+            return Err(BackendError::HeadDim { head_dim: d.head_dim, max: 256 });
         }
         let cfg = LaunchConfig { grid_dim: ((d.queries * d.heads).div_ceil(128) as u32, 1, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
         launch!(self, &self.ops.attention_simple, cfg, q, kv, y, &nq, &nk, &heads, &hd, &scale)

@@ -2,7 +2,8 @@
 //! panics on a missing library, so every library is looked for first and a
 //! machine without a driver gets a sentence, not a panic.
 
-use cudarc::driver::{CudaContext, sys};
+use cudarc::driver::result::{self as driver, DriverError};
+use cudarc::driver::sys;
 
 /// What was found, for logs and `roadseg bench` output.
 #[derive(Clone, Debug)]
@@ -27,7 +28,9 @@ pub enum CudaUnavailable {
     #[error("the NVIDIA driver library (libcuda.so) was not found: install the NVIDIA driver, or check that the container exposes it")]
     NoDriver,
     #[error("the CUDA driver failed to initialise ({0}): check `nvidia-smi` works on this machine")]
-    InitFailed(String),
+    InitFailed(#[source] DriverError),
+    #[error("the CUDA driver failed to initialise (device {ordinal}: {source}): check `nvidia-smi` works on this machine")]
+    DeviceQuery { ordinal: usize, source: DriverError },
     #[error("the NVIDIA driver found no GPU")]
     NoDevice,
     #[error("CUDA device {asked} does not exist (this machine has {count})")]
@@ -63,15 +66,10 @@ pub fn probe() -> Result<CudaInfo, CudaUnavailable> {
     if !unsafe { sys::is_culib_present() } {
         return Err(CudaUnavailable::NoDriver);
     }
-    // SAFETY: the driver library is present, so its symbols resolve.
-    let init = unsafe { sys::cuInit(0) };
-    if init != sys::CUresult::CUDA_SUCCESS {
-        return Err(CudaUnavailable::InitFailed(format!("{init:?}")));
-    }
-    let mut driver_version = 0;
-    // SAFETY: as above; writes one int.
-    unsafe { sys::cuDriverGetVersion(&mut driver_version) };
-    let count = CudaContext::device_count().map_err(|e| CudaUnavailable::InitFailed(e.to_string()))?;
+    // The driver library is present, so cudarc's calls into it resolve.
+    driver::init().map_err(CudaUnavailable::InitFailed)?;
+    let driver_version = driver_version().map_err(CudaUnavailable::InitFailed)?;
+    let count = driver::device::get_count().map_err(CudaUnavailable::InitFailed)?;
     if count <= 0 {
         return Err(CudaUnavailable::NoDevice);
     }
@@ -89,36 +87,36 @@ pub fn probe() -> Result<CudaInfo, CudaUnavailable> {
     Ok(CudaInfo { driver_version, devices })
 }
 
+/// The driver API version (cudarc has no wrapper for this one call).
+fn driver_version() -> Result<i32, DriverError> {
+    let mut version = 0;
+    // SAFETY: the driver library is loaded; the call writes one int.
+    unsafe { sys::cuDriverGetVersion(&mut version) }.result()?;
+    Ok(version)
+}
+
+/// The PCI bus id, `domain:bus:device.function` (cudarc has no wrapper).
+fn pci_bus_id(dev: sys::CUdevice) -> Result<String, DriverError> {
+    let mut bus = [0 as std::ffi::c_char; 64];
+    // SAFETY: `dev` came from cuDeviceGet; the buffer is of the stated length.
+    unsafe { sys::cuDeviceGetPCIBusId(bus.as_mut_ptr(), bus.len() as i32, dev) }.result()?;
+    // The driver NUL-terminates within the buffer on success; the last byte
+    // stays 0 whatever it wrote, so the search cannot run past the end.
+    let bytes: Vec<u8> = bus[..bus.len() - 1].iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
 fn gpu_info(ordinal: usize) -> Result<GpuInfo, CudaUnavailable> {
-    let fail = |e: cudarc::driver::DriverError| CudaUnavailable::InitFailed(format!("device {ordinal}: {e}"));
-    let mut dev = 0;
-    // SAFETY: the driver is initialised; writes one handle.
-    let r = unsafe { sys::cuDeviceGet(&mut dev, ordinal as i32) };
-    if r != sys::CUresult::CUDA_SUCCESS {
-        return Err(CudaUnavailable::InitFailed(format!("device {ordinal}: {r:?}")));
-    }
-    let attr = |a| {
-        let mut v = 0;
-        // SAFETY: valid device handle; writes one int.
-        let r = unsafe { sys::cuDeviceGetAttribute(&mut v, a, dev) };
-        if r == sys::CUresult::CUDA_SUCCESS { Ok(v) } else { Err(fail(cudarc::driver::DriverError(r))) }
-    };
+    let fail = |source| CudaUnavailable::DeviceQuery { ordinal, source };
+    let dev = driver::device::get(ordinal as i32).map_err(fail)?;
+    // SAFETY: `dev` came from device::get.
+    let attr = |a| unsafe { driver::device::get_attribute(dev, a) }.map_err(fail);
     let major = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
     let minor = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
-    let mut name = [0 as std::ffi::c_char; 256];
-    // SAFETY: buffer of the stated length.
-    unsafe { sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, dev) };
-    // SAFETY: the driver NUL-terminates within the buffer.
-    let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
-    let mut memory_bytes = 0usize;
-    // SAFETY: writes one size_t.
-    unsafe { sys::cuDeviceTotalMem_v2(&mut memory_bytes, dev) };
-    let mut bus = [0 as std::ffi::c_char; 64];
-    // SAFETY: buffer of the stated length, NUL-terminated by the driver.
-    let pci_bus_id = unsafe {
-        sys::cuDeviceGetPCIBusId(bus.as_mut_ptr(), bus.len() as i32, dev);
-        std::ffi::CStr::from_ptr(bus.as_ptr()).to_string_lossy().into_owned()
-    };
+    let name = driver::device::get_name(dev).map_err(fail)?;
+    // SAFETY: `dev` came from device::get.
+    let memory_bytes = unsafe { driver::device::total_mem(dev) }.map_err(fail)?;
+    let pci_bus_id = pci_bus_id(dev).map_err(fail)?;
     Ok(GpuInfo { ordinal, name, compute_capability: (major, minor), memory_bytes, pci_bus_id })
 }
 

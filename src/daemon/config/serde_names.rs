@@ -18,7 +18,7 @@ pub mod auto_precision {
         if s.trim().eq_ignore_ascii_case("auto") {
             return Ok(None);
         }
-        s.trim().parse().map(Some).map_err(|e: String| D::Error::custom(format!("{e}, or auto")))
+        s.trim().parse().map(Some).map_err(|e: crate::backend::UnknownPrecision| D::Error::custom(format!("{e}, or auto")))
     }
 }
 

@@ -438,7 +438,7 @@ fn uri_parts_and_redaction() {
     assert_eq!((t.authority.as_str(), t.query_value("height")), ("smpte", Some("720")));
     assert_eq!(SourceUri::redacted("rtsp://admin:pw@10.0.0.5/s?x=1"), "rtsp://admin:***@10.0.0.5/s?x=1");
     assert_eq!(SourceUri::redacted("rtsp://10.0.0.5/s"), "rtsp://10.0.0.5/s");
-    assert!(SourceUri::parse("file:///my video.mp4").unwrap_err().contains("%20"));
+    assert!(SourceUri::parse("file:///my video.mp4").unwrap_err().to_string().contains("%20"));
 }
 
 #[test]

@@ -42,6 +42,33 @@ impl fmt::Display for Scheme {
     }
 }
 
+/// Why a stream URI was refused. Never shows a password.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum UriError {
+    /// `shown` has its password masked.
+    #[error("'{shown}' contains whitespace or control characters (percent-encode spaces as %20)")]
+    Whitespace { shown: String },
+    #[error("'{uri}' is not a URI; expected {}", expected())]
+    NotUri { uri: String },
+    #[error("unsupported scheme '{scheme}://'; expected {}", expected())]
+    UnsupportedScheme { scheme: String },
+    #[error("file URIs need an absolute path, e.g. file:///videos/clip.mp4")]
+    FilePath,
+    #[error("v4l2 URIs name a device node, e.g. v4l2:///dev/video0")]
+    V4l2Path,
+    #[error("test source option {key}={value} is not a valid {key}")]
+    TestOption { key: String, value: String },
+    /// `host_port` is what follows the user info.
+    #[error("unclosed '[' in host '{host_port}'")]
+    UnclosedBracket { host_port: String },
+    #[error("{scheme} URIs need a host, e.g. {scheme}://192.0.2.10/stream1")]
+    NoHost { scheme: Scheme },
+    /// The port is not echoed: in `user:password/path` (the `@host`
+    /// forgotten) it would be the password.
+    #[error("the port after '{host}:' is not a number in 1..=65535 (credentials go before an '@': user:password@host)")]
+    BadPort { host: String },
+}
+
 /// A source URI split into parts. Percent escapes are kept as written.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SourceUri {
@@ -55,16 +82,15 @@ pub struct SourceUri {
 }
 
 impl SourceUri {
-    pub fn parse(uri: &str) -> Result<SourceUri, String> {
+    pub fn parse(uri: &str) -> Result<SourceUri, UriError> {
         if uri.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            let shown = Self::redacted(uri);
-            return Err(format!("'{shown}' contains whitespace or control characters (percent-encode spaces as %20)"));
+            return Err(UriError::Whitespace { shown: Self::redacted(uri) });
         }
-        let (scheme, rest) = uri.split_once("://").ok_or_else(|| format!("'{uri}' is not a URI; expected {}", expected()))?;
+        let (scheme, rest) = uri.split_once("://").ok_or_else(|| UriError::NotUri { uri: uri.to_string() })?;
         let scheme = Scheme::ALL
             .into_iter()
             .find(|s| s.as_str().eq_ignore_ascii_case(scheme))
-            .ok_or_else(|| format!("unsupported scheme '{scheme}://'; expected {}", expected()))?;
+            .ok_or_else(|| UriError::UnsupportedScheme { scheme: scheme.to_string() })?;
         let rest = rest.split_once('#').map_or(rest, |(r, _)| r);
         let (rest, query) = match rest.split_once('?') {
             Some((r, q)) => (r, Some(q)),
@@ -88,13 +114,13 @@ impl SourceUri {
         Ok(parsed)
     }
 
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), UriError> {
         match self.scheme {
             Scheme::File if !(self.authority.is_empty() || self.authority.eq_ignore_ascii_case("localhost")) || self.path.len() < 2 => {
-                return Err("file URIs need an absolute path, e.g. file:///videos/clip.mp4".to_string());
+                return Err(UriError::FilePath);
             }
             Scheme::V4l2 if !self.authority.is_empty() || self.path.len() < 2 => {
-                return Err("v4l2 URIs name a device node, e.g. v4l2:///dev/video0".to_string());
+                return Err(UriError::V4l2Path);
             }
             Scheme::Test => {
                 for (key, value) in &self.query {
@@ -104,7 +130,7 @@ impl SourceUri {
                         _ => true, // the test source reads its own options
                     };
                     if !ok {
-                        return Err(format!("test source option {key}={value} is not a valid {key}"));
+                        return Err(UriError::TestOption { key: key.clone(), value: value.clone() });
                     }
                 }
             }
@@ -184,10 +210,10 @@ fn parse_fps(v: &str) -> Option<f64> {
     (fps > 0.0 && fps <= 1000.0).then_some(fps)
 }
 
-fn check_host(scheme: Scheme, authority: &str) -> Result<(), String> {
+fn check_host(scheme: Scheme, authority: &str) -> Result<(), UriError> {
     let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
     let (host, port) = if let Some(v6) = host_port.strip_prefix('[') {
-        let (host, after) = v6.split_once(']').ok_or_else(|| format!("unclosed '[' in host '{host_port}'"))?;
+        let (host, after) = v6.split_once(']').ok_or_else(|| UriError::UnclosedBracket { host_port: host_port.to_string() })?;
         (host, after.strip_prefix(':'))
     } else {
         match host_port.rsplit_once(':') {
@@ -196,16 +222,12 @@ fn check_host(scheme: Scheme, authority: &str) -> Result<(), String> {
         }
     };
     if host.is_empty() {
-        return Err(format!("{scheme} URIs need a host, e.g. {scheme}://192.0.2.10/stream1"));
+        return Err(UriError::NoHost { scheme });
     }
     if let Some(port) = port
         && port.parse::<u16>().map_or(true, |p| p == 0)
     {
-        // The port is not echoed: in `user:password/path` (the `@host` forgotten)
-        // it would be the password.
-        return Err(format!(
-            "the port after '{host}:' is not a number in 1..=65535 (credentials go before an '@': user:password@host)"
-        ));
+        return Err(UriError::BadPort { host: host.to_string() });
     }
     Ok(())
 }
@@ -236,9 +258,9 @@ mod redaction_tests {
     #[test]
     fn errors_do_not_echo_passwords() {
         // Rule: a URI error never repeats the password, even where the URI is malformed.
-        let e = SourceUri::parse("rtsp://alice:pw-xyz@cam/x y").unwrap_err();
+        let e = SourceUri::parse("rtsp://alice:pw-xyz@cam/x y").unwrap_err().to_string();
         assert!(!e.contains("pw-xyz") && e.contains("alice:***@cam"), "{e}");
-        let e = SourceUri::parse("rtsp://alice:pw-xyz/x").unwrap_err();
+        let e = SourceUri::parse("rtsp://alice:pw-xyz/x").unwrap_err().to_string();
         assert!(!e.contains("pw-xyz") && e.contains("port"), "{e}");
     }
 }

@@ -179,7 +179,7 @@ fn streams(c: &mut Collector, config: &DaemonConfig) {
             }
         }
         if let Err(e) = SourceUri::parse(&s.uri) {
-            c.add(at("uri"), e);
+            c.add(at("uri"), e.to_string());
         }
         stream_settings(c, i, s);
         output(c, i, &s.output, config);

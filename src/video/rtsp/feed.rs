@@ -128,7 +128,7 @@ impl RtspFeed {
         inner
             .packed
             .check(rgba.len(), stride)
-            .map_err(|detail| RtspError::FrameSize { path: inner.path.clone(), detail })?;
+            .map_err(|source| RtspError::FrameSize { path: inner.path.clone(), source })?;
         if inner.removed.load(Ordering::Acquire) {
             return Ok(false);
         }

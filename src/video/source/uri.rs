@@ -11,6 +11,20 @@ const URI: &str = include_str!("../../../pipelines/source-uri.txt");
 const TEST: &str = include_str!("../../../pipelines/source-test.txt");
 const V4L2: &str = include_str!("../../../pipelines/source-v4l2.txt");
 
+/// Why a `test://` URI was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TestUriError {
+    /// `shown` stops short of any `user:password@`.
+    #[error("bad pattern {shown:?} (a videotestsrc pattern name such as smpte or ball; no user:password@)")]
+    Pattern { shown: String },
+    #[error("query item {0:?} is not key=value")]
+    NotKeyValue(String),
+    #[error("{key}={value:?} is not a positive number")]
+    NotPositive { key: String, value: String },
+    #[error("unknown query key {0:?} (width, height, fps, num-buffers)")]
+    UnknownKey(String),
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Kind {
     /// file:// and http(s)://, through uridecodebin.
@@ -74,7 +88,8 @@ pub(super) fn plan(settings: &SourceSettings) -> Result<Plan, SourceError> {
             Ok(Plan { kind: Kind::V4l2, description, shown })
         }
         "test" => {
-            let description = test_description(rest, settings.live).map_err(|r| bad(&r))?;
+            let description =
+                test_description(rest, settings.live).map_err(|source| SourceError::BadTestUri { uri: shown.clone(), source })?;
             Ok(Plan { kind: Kind::Test, description, shown })
         }
         _ => Err(SourceError::UnsupportedScheme { uri: shown }),
@@ -94,7 +109,7 @@ fn plan_path(raw: &str, shown: &str, settings: &SourceSettings) -> Result<Plan, 
 }
 
 /// `test://smpte?width=640&height=480&fps=25&num-buffers=100`
-fn test_description(rest: &str, live: bool) -> Result<String, String> {
+fn test_description(rest: &str, live: bool) -> Result<String, TestUriError> {
     let (pattern, query) = rest.split_once('?').unwrap_or((rest, ""));
     let pattern = pattern.trim_end_matches('/');
     let pattern = if pattern.is_empty() { "smpte" } else { pattern };
@@ -102,13 +117,16 @@ fn test_description(rest: &str, live: bool) -> Result<String, String> {
     if !pattern.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
         // Not echoed past an '@': that part reads as user:password.
         let shown = pattern.rsplit_once('@').map_or(pattern, |(_, p)| p);
-        return Err(format!("bad pattern {shown:?} (a videotestsrc pattern name such as smpte or ball; no user:password@)"));
+        return Err(TestUriError::Pattern { shown: shown.to_string() });
     }
     let (mut width, mut height, mut fps, mut num_buffers) = (640u32, 480u32, "25/1".to_string(), -1i64);
     for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').ok_or_else(|| format!("query item {pair:?} is not key=value"))?;
+        let (k, v) = pair.split_once('=').ok_or_else(|| TestUriError::NotKeyValue(pair.to_string()))?;
         let num = |v: &str| {
-            v.parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| format!("{k}={v:?} is not a positive number"))
+            v.parse::<u32>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| TestUriError::NotPositive { key: k.to_string(), value: v.to_string() })
         };
         match k {
             "width" => width = num(v)?,
@@ -120,7 +138,7 @@ fn test_description(rest: &str, live: bool) -> Result<String, String> {
                 }
             }
             "num-buffers" => num_buffers = num(v)? as i64,
-            _ => return Err(format!("unknown query key {k:?} (width, height, fps, num-buffers)")),
+            _ => return Err(TestUriError::UnknownKey(k.to_string())),
         }
     }
     Ok(fill(

@@ -9,6 +9,7 @@ pub mod clock;
 pub mod device;
 pub mod engine;
 pub mod eval;
+pub mod frame;
 pub mod images;
 pub mod model;
 pub mod npy;

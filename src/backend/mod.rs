@@ -54,7 +54,7 @@ pub enum BackendError {
     Size { op: &'static str, expected: usize, actual: usize },
     /// A frame the device-side preprocessing cannot take.
     #[error("device error: {0}")]
-    Frame(#[from] crate::engine::FrameError),
+    Frame(#[from] crate::frame::FrameError),
     #[cfg(feature = "cuda")]
     #[error("device error: CUDA driver: {0}")]
     Driver(#[from] cudarc::driver::DriverError),

@@ -1,11 +1,12 @@
 //! An engine on whichever backend the device resolved to, so commands, the
 //! worker pool and the daemon are written once.
 
-use super::{Engine, EngineError, EngineOptions, FrameRef, FrameTimings, LogitsFilter, Segmentation};
+#[cfg(feature = "cuda")]
+use super::cuda_engine::CudaEngine;
+use super::pipeline::{Engine, EngineError, EngineOptions, FrameTimings, LogitsFilter};
 use crate::backend::Backend;
 use crate::backend::cpu::CpuBackend;
-#[cfg(feature = "cuda")]
-use super::CudaEngine;
+use crate::frame::{FrameRef, Segmentation};
 #[cfg(feature = "cuda")]
 use half::{bf16, f16};
 

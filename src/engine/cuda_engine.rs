@@ -8,9 +8,10 @@ use std::time::Instant;
 
 use cudarc::cublaslt::{CudaBlasLT, Matmul};
 
-use super::{Engine, EngineError, FrameRef, LogitsFilter, Segmentation};
+use super::pipeline::{Engine, EngineError, LogitsFilter};
 use crate::backend::Backend;
 use crate::backend::cuda::{CudaBackend, FrameArena, GemmElem};
+use crate::frame::{FrameRef, Segmentation};
 
 /// Recording keys of frame arenas start here (model passes use 0..).
 const FRAME_KEY_BASE: usize = 1 << 32;

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use cudarc::cublaslt::{CudaBlasLT, Matmul};
 use half::{bf16, f16};
 
-use super::load::{engines_on, load_error, open_checkpoint};
-use super::{AnyEngine, CudaEngine, EngineError, LoadError, ModelSpec};
-use crate::backend::cuda::{CudaBackend, CudaDevice, CudaInfo, CudaOptions, GemmElem, GpuInfo};
+use super::any::AnyEngine;
+use super::cuda_engine::CudaEngine;
+use super::spec::{LoadError, ModelSpec, engines_on, load_error, load_weights};
+use crate::backend::cuda::{CudaBackend, CudaDevice, CudaError, CudaInfo, CudaOptions, GemmElem, GpuInfo};
 use crate::backend::{BackendError, Precision};
-use crate::model::SegformerWeights;
 
 pub fn load_cuda_engines(
     spec: &ModelSpec<'_>,
@@ -50,7 +50,7 @@ fn build<T: GemmElem>(
 where
     CudaBlasLT: Matmul<T>,
 {
-    let fail = |e: crate::backend::cuda::CudaError| load_error(spec, EngineError::Backend(BackendError::from(e)));
+    let fail = |e: CudaError| load_error(spec, BackendError::from(e));
     let count = count.max(1);
     let mut engines = Vec::with_capacity(count);
     let mut labels = Vec::new();
@@ -62,8 +62,7 @@ where
         }
         let device = CudaDevice::open(gpu, info).map_err(fail)?;
         let first = CudaBackend::<T>::new(device, options).map_err(fail)?;
-        let mut ckpt = open_checkpoint(spec)?;
-        let weights = SegformerWeights::load(&mut ckpt, &first).map_err(|e| load_error(spec, e.into()))?;
+        let weights = load_weights(spec, &first)?;
         labels = weights.labels.clone();
         let mut backends = Vec::with_capacity(here);
         for _ in 1..here {

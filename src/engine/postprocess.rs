@@ -10,30 +10,7 @@ use rayon::prelude::*;
 
 use crate::backend::cpu::bilinear_source;
 use crate::backend::cpu::simd::{exp, multiversion};
-
-/// Class value for pixels whose confidence is under the threshold.
-pub const UNKNOWN: u8 = 255;
-
-/// One frame's segmentation, buffers reused from frame to frame.
-#[derive(Clone, Debug, Default)]
-pub struct Segmentation {
-    pub width: usize,
-    pub height: usize,
-    /// Class index per pixel, or [`UNKNOWN`] where confidence < threshold.
-    pub classes: Vec<u8>,
-    /// Max softmax probability per pixel.
-    pub confidence: Vec<f32>,
-    /// Share of all pixels confidently classed as road.
-    pub road_coverage: f32,
-    pub mean_confidence: f32,
-}
-
-impl Segmentation {
-    /// 1 where the pixel is (confidently) one of `road_classes`, else 0.
-    pub fn road_mask(&self, road_classes: &[usize]) -> Vec<u8> {
-        self.classes.iter().map(|&c| u8::from(c != UNKNOWN && road_classes.contains(&(c as usize)))).collect()
-    }
-}
+use crate::frame::{Segmentation, UNKNOWN};
 
 pub struct PostprocessSpec<'a> {
     pub logits_w: usize,

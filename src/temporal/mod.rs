@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 pub use hood::{HoodEstimator, HoodMask, rgba_luma};
 pub use smooth::{DEFAULT_WEIGHT, LogitSmoother};
 
-use crate::engine::{Segmentation, UNKNOWN};
+use crate::frame::{Segmentation, UNKNOWN};
 
 /// Mean per-pixel luma change between consecutive frames above which the
 /// second is a new scene (an edit, a camera switched, a lens covered): a

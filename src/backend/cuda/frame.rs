@@ -12,7 +12,7 @@ use cudarc::driver::{CudaSlice, DevicePtr, PinnedHostSlice, PushKernelArg, resul
 
 use super::{CudaBackend, CudaError, GemmElem};
 use crate::backend::BackendError;
-use crate::engine::{FrameRef, PixelFormat, Segmentation};
+use crate::frame::{FrameRef, PixelFormat, Segmentation};
 
 /// Buffers for one frame geometry; pinned ends for asynchronous copies.
 pub struct FrameArena {

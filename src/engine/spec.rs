@@ -1,0 +1,78 @@
+//! What a model folder becomes, shared by the CPU and CUDA loaders: the
+//! [`ModelSpec`] asked for, the [`LoadError`] that names the folder, and
+//! engines built on given backends around one loaded set of weights.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::pipeline::{Engine, EngineError, EngineOptions, Preset};
+use crate::backend::Backend;
+use crate::checkpoint::Checkpoint;
+use crate::model::{ModelError, SegformerWeights};
+
+/// Everything needed to turn a model folder into engines.
+#[derive(Clone, Debug)]
+pub struct ModelSpec<'a> {
+    pub path: &'a Path,
+    /// Model input (width, height).
+    pub size: (usize, usize),
+    pub preset: Preset,
+    /// Class names counted as road (case-insensitive).
+    pub road_classes: &'a [String],
+    pub confidence_threshold: f32,
+    /// CUDA: record each frame into a graph and replay it (false: the same
+    /// kernels run eagerly, for debugging).
+    pub cuda_graphs: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("loading model {path}: {source}")]
+pub struct LoadError {
+    pub path: String,
+    #[source]
+    pub source: EngineError,
+}
+
+/// The indices of `names` among `labels`; warns when none matches.
+pub fn road_class_ids(labels: &[String], names: &[String]) -> Vec<usize> {
+    let ids: Vec<usize> = names.iter().filter_map(|n| labels.iter().position(|l| l.eq_ignore_ascii_case(n))).collect();
+    if ids.is_empty() && !names.is_empty() {
+        tracing::warn!("none of the road classes {names:?} is a label of this model; road coverage will be 0");
+    }
+    ids
+}
+
+fn options_for(spec: &ModelSpec<'_>, labels: &[String]) -> EngineOptions {
+    EngineOptions {
+        width: spec.size.0,
+        height: spec.size.1,
+        scales: spec.preset.scales(),
+        road_classes: road_class_ids(labels, spec.road_classes),
+        confidence_threshold: spec.confidence_threshold,
+    }
+}
+
+/// `source`, as the error of loading `spec`'s model.
+pub(super) fn load_error(spec: &ModelSpec<'_>, source: impl Into<EngineError>) -> LoadError {
+    LoadError { path: spec.path.display().to_string(), source: source.into() }
+}
+
+/// Opens the checkpoint and reads its weights onto `backend`.
+pub(super) fn load_weights<B: Backend>(spec: &ModelSpec<'_>, backend: &B) -> Result<Arc<SegformerWeights<B>>, LoadError> {
+    let mut ckpt = Checkpoint::open(spec.path).map_err(|e| load_error(spec, ModelError::Checkpoint(e)))?;
+    SegformerWeights::load(&mut ckpt, backend).map_err(|e| load_error(spec, e))
+}
+
+/// Engines on `backends` (one each) sharing `weights`.
+pub(super) fn engines_on<B: Backend>(
+    spec: &ModelSpec<'_>,
+    weights: &Arc<SegformerWeights<B>>,
+    backends: Vec<Arc<B>>,
+) -> Result<Vec<Engine<B>>, LoadError> {
+    let options = options_for(spec, &weights.labels);
+    backends
+        .into_iter()
+        .map(|b| Engine::new(b, weights.clone(), options.clone()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| load_error(spec, e))
+}

@@ -1,0 +1,108 @@
+//! What a frame is and what comes back for it: the types the engine, the
+//! backends (the CUDA frame path) and the video code all speak. This module
+//! depends on nothing else in the crate, so every one of them can use it.
+
+/// Class value for pixels whose confidence is under the threshold.
+pub const UNKNOWN: u8 = 255;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PixelFormat {
+    Rgb,
+    Rgba,
+    /// 4:2:0, a full-resolution Y plane then interleaved UV at half resolution
+    /// (BT.601 limited range, what decoders hand out for SD/HD H.264).
+    Nv12,
+}
+
+impl PixelFormat {
+    fn bytes_per_pixel(self) -> usize {
+        match self {
+            PixelFormat::Rgb => 3,
+            PixelFormat::Rgba => 4,
+            PixelFormat::Nv12 => 1,
+        }
+    }
+}
+
+/// A borrowed video frame or image. `stride` is bytes per row (of the Y plane
+/// for NV12, whose UV plane follows at `stride * height`).
+#[derive(Clone, Copy, Debug)]
+pub struct FrameRef<'a> {
+    pub data: &'a [u8],
+    pub width: usize,
+    pub height: usize,
+    pub stride: usize,
+    pub format: PixelFormat,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("bad frame: {0}")]
+pub struct FrameError(pub String);
+
+impl<'a> FrameRef<'a> {
+    pub fn packed(data: &'a [u8], width: usize, height: usize, format: PixelFormat) -> Self {
+        FrameRef { data, width, height, stride: width * format.bytes_per_pixel(), format }
+    }
+
+    pub fn validate(&self) -> Result<(), FrameError> {
+        if self.width == 0 || self.height == 0 {
+            return Err(FrameError(format!("empty frame {}x{}", self.width, self.height)));
+        }
+        if self.stride < self.width * self.format.bytes_per_pixel() {
+            return Err(FrameError(format!("stride {} too small for width {}", self.stride, self.width)));
+        }
+        let needed = match self.format {
+            PixelFormat::Nv12 => {
+                if self.width % 2 != 0 || self.height % 2 != 0 {
+                    return Err(FrameError(format!("NV12 frame {}x{} must have even sides", self.width, self.height)));
+                }
+                self.stride * self.height * 3 / 2
+            }
+            _ => self.stride * (self.height - 1) + self.width * self.format.bytes_per_pixel(),
+        };
+        if self.data.len() < needed {
+            return Err(FrameError(format!("{} bytes, a {}x{} {:?} frame needs {needed}", self.data.len(), self.width, self.height, self.format)));
+        }
+        Ok(())
+    }
+
+    /// RGB of pixel (x, y) as floats 0..=255.
+    #[inline(always)]
+    pub(crate) fn rgb(&self, x: usize, y: usize) -> [f32; 3] {
+        match self.format {
+            PixelFormat::Rgb | PixelFormat::Rgba => {
+                let i = y * self.stride + x * self.format.bytes_per_pixel();
+                [self.data[i] as f32, self.data[i + 1] as f32, self.data[i + 2] as f32]
+            }
+            PixelFormat::Nv12 => {
+                let luma = self.data[y * self.stride + x] as f32;
+                let uv = self.stride * self.height + (y / 2) * self.stride + (x / 2) * 2;
+                let (u, v) = (self.data[uv] as f32 - 128.0, self.data[uv + 1] as f32 - 128.0);
+                let c = 1.164_383_6 * (luma - 16.0);
+                let clamp = |v: f32| v.clamp(0.0, 255.0).round();
+                [clamp(c + 1.596_026_8 * v), clamp(c - 0.391_762_3 * u - 0.812_968 * v), clamp(c + 2.017_232_2 * u)]
+            }
+        }
+    }
+}
+
+/// One frame's segmentation, buffers reused from frame to frame.
+#[derive(Clone, Debug, Default)]
+pub struct Segmentation {
+    pub width: usize,
+    pub height: usize,
+    /// Class index per pixel, or [`UNKNOWN`] where confidence < threshold.
+    pub classes: Vec<u8>,
+    /// Max softmax probability per pixel.
+    pub confidence: Vec<f32>,
+    /// Share of all pixels confidently classed as road.
+    pub road_coverage: f32,
+    pub mean_confidence: f32,
+}
+
+impl Segmentation {
+    /// 1 where the pixel is (confidently) one of `road_classes`, else 0.
+    pub fn road_mask(&self, road_classes: &[usize]) -> Vec<u8> {
+        self.classes.iter().map(|&c| u8::from(c != UNKNOWN && road_classes.contains(&(c as usize)))).collect()
+    }
+}

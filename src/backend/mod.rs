@@ -55,19 +55,30 @@ pub enum BackendError {
     /// A frame the device-side preprocessing cannot take.
     #[error("device error: {0}")]
     Frame(#[from] crate::frame::FrameError),
-    #[cfg(feature = "cuda")]
-    #[error("device error: CUDA driver: {0}")]
-    Driver(#[from] cudarc::driver::DriverError),
-    #[cfg(feature = "cuda")]
-    #[error("device error: cuBLASLt: {0:?}")]
-    Blas(#[from] cudarc::cublaslt::result::CublasError),
-    /// Setting up the device: kernels (NVRTC), graphs, a missing GPU.
+    /// The CUDA driver, cuBLASLt, or setting up the device: kernels (NVRTC),
+    /// graphs, a missing GPU.
     #[cfg(feature = "cuda")]
     #[error("device error: {0}")]
-    Cuda(#[from] cuda::CudaError),
+    Cuda(#[from] cuda::error::CudaError),
     #[cfg(feature = "cuda")]
     #[error("device error: attention head size {head_dim} is above the CUDA kernels' {max}")]
     HeadDim { head_dim: usize, max: usize },
+}
+
+/// A failed driver or cuBLASLt call is a [`cuda::CudaError`] like any other
+/// CUDA failure.
+#[cfg(feature = "cuda")]
+impl From<cudarc::driver::DriverError> for BackendError {
+    fn from(e: cudarc::driver::DriverError) -> Self {
+        BackendError::Cuda(e.into())
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl From<cudarc::cublaslt::result::CublasError> for BackendError {
+    fn from(e: cudarc::cublaslt::result::CublasError) -> Self {
+        BackendError::Cuda(e.into())
+    }
 }
 
 /// `y[rows, n] = x[rows, k] . w[k, n] (+ bias[n])`.

@@ -2,6 +2,7 @@
 //! (float32, float16 or bfloat16), memory-mapped and checked tensor by tensor.
 
 mod config;
+mod error;
 mod locate;
 
 use std::collections::{BTreeSet, HashMap};
@@ -11,34 +12,9 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 use safetensors::{Dtype, SafeTensorError, SafeTensors};
 
-pub use config::{ConfigProblem, SegformerConfig};
+pub use config::SegformerConfig;
+pub use error::{CheckpointError, ConfigProblem, TensorProblem};
 pub use locate::{BUNDLED_MODEL, MODEL_ENV, SYSTEM_MODEL, locate_model};
-
-#[derive(Debug, thiserror::Error)]
-pub enum CheckpointError {
-    #[error("cannot read {path}: {err} (a model folder holds config.json and model.safetensors)")]
-    Io {
-        path: String,
-        #[source]
-        err: std::io::Error,
-    },
-    #[error("bad model config {path}: {source}")]
-    ConfigJson { path: String, source: serde_json::Error },
-    #[error("bad model config {path}: {source}")]
-    Config { path: String, source: ConfigProblem },
-    #[error("bad safetensors file {path}: {reason} (truncated or not a safetensors file? re-download or re-export it)")]
-    Safetensors { path: String, reason: String },
-    #[error("missing tensor '{name}' in {path} (does config.json match these weights?)")]
-    Missing { name: String, path: String },
-    #[error("tensor '{name}' in {path} has shape {actual:?}, config.json implies {expected:?}")]
-    Shape { name: String, path: String, expected: Vec<usize>, actual: Vec<usize> },
-    #[error("tensor '{name}' in {path} has dtype {dtype}; only F32, F16 and BF16 are supported")]
-    Dtype { name: String, path: String, dtype: String },
-    #[error("tensor '{name}' in {path} is not used by the model config.json describes (depths or sizes differ from the weights?)")]
-    Unexpected { name: String, path: String },
-    #[error("tensor '{name}' in {path} holds a non-finite value")]
-    NonFinite { name: String, path: String },
-}
 
 struct TensorEntry {
     dtype: Dtype,
@@ -120,25 +96,20 @@ impl Checkpoint {
 
     /// Reads tensor `name`, checking it has exactly `shape`, as f32.
     pub fn take(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, CheckpointError> {
-        let path = self.weights_path.clone();
-        let entry = self.entries.get(name).ok_or_else(|| CheckpointError::Missing { name: name.into(), path: path.clone() })?;
+        let bad = |problem| CheckpointError::Tensor { name: name.into(), path: self.weights_path.clone(), problem };
+        let entry = self.entries.get(name).ok_or_else(|| CheckpointError::Missing { name: name.into(), path: self.weights_path.clone() })?;
         if entry.shape != shape {
-            return Err(CheckpointError::Shape {
-                name: name.into(),
-                path,
-                expected: shape.to_vec(),
-                actual: entry.shape.clone(),
-            });
+            return Err(bad(TensorProblem::Shape { expected: shape.to_vec(), actual: entry.shape.clone() }));
         }
         let bytes = &self.mmap[entry.range.clone()];
         let values: Vec<f32> = match entry.dtype {
             Dtype::F32 => bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
             Dtype::F16 => bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
             Dtype::BF16 => bytes.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
-            other => return Err(CheckpointError::Dtype { name: name.into(), path, dtype: format!("{other:?}") }),
+            other => return Err(bad(TensorProblem::Dtype(format!("{other:?}")))),
         };
         if values.iter().any(|v| !v.is_finite()) {
-            return Err(CheckpointError::NonFinite { name: name.into(), path });
+            return Err(bad(TensorProblem::NonFinite));
         }
         self.taken.insert(name.to_string());
         Ok(values)
@@ -156,7 +127,7 @@ impl Checkpoint {
             .collect();
         unused.sort();
         match unused.first() {
-            Some(name) => Err(CheckpointError::Unexpected { name: (*name).clone(), path: self.weights_path.clone() }),
+            Some(name) => Err(CheckpointError::Tensor { name: (*name).clone(), path: self.weights_path.clone(), problem: TensorProblem::Unused }),
             None => Ok(()),
         }
     }

@@ -9,7 +9,7 @@
 //! at 1/4 resolution (most of the head's cost) disappears.
 
 use super::host::{matmul, transpose};
-use super::{ModelError, Weights};
+use super::params::{ModelError, Weights};
 use crate::backend::{Backend, GemmDims, ResizeDims};
 use crate::checkpoint::SegformerConfig;
 

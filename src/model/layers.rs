@@ -3,7 +3,7 @@
 //! once for a fixed input, so many model instances can share one set of layers.
 
 use super::host::{concat_columns, conv_to_hwio, transpose};
-use super::{ModelError, Weights};
+use super::params::{ModelError, Weights};
 use crate::backend::{AttnDims, Backend, ConvDims, GemmDims};
 use crate::checkpoint::SegformerConfig;
 

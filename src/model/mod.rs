@@ -5,41 +5,16 @@
 mod decoder;
 mod host;
 mod layers;
+mod params;
 
 use std::sync::Arc;
 
-use crate::backend::{Backend, BackendError, ConvDims};
-use crate::checkpoint::{Checkpoint, CheckpointError, SegformerConfig};
+use crate::backend::{Backend, ConvDims};
+use crate::checkpoint::{Checkpoint, SegformerConfig};
 
 use self::decoder::Decoder;
 use self::layers::{Block, LayerNorm, PatchEmbed, StageDims, StageScratch};
-
-#[derive(Debug, thiserror::Error)]
-pub enum ModelError {
-    #[error(transparent)]
-    Checkpoint(#[from] CheckpointError),
-    #[error(transparent)]
-    Backend(#[from] BackendError),
-    #[error("input {width}x{height} is too small for this model: stage {stage} would be {h}x{w} (use a larger --size)")]
-    InputTooSmall { width: usize, height: usize, stage: usize, h: usize, w: usize },
-}
-
-/// Checkpoint reader plus the backend parameters are uploaded to.
-pub struct Weights<'a, B: Backend> {
-    pub ckpt: &'a mut Checkpoint,
-    pub backend: &'a B,
-}
-
-impl<B: Backend> Weights<'_, B> {
-    pub fn param(&mut self, name: &str, shape: &[usize]) -> Result<B::Param, ModelError> {
-        let values = self.ckpt.take(name, shape)?;
-        self.upload(&values)
-    }
-
-    pub fn upload(&mut self, values: &[f32]) -> Result<B::Param, ModelError> {
-        Ok(self.backend.param(values)?)
-    }
-}
+pub use self::params::{ModelError, Weights};
 
 struct Stage<B: Backend> {
     embed: PatchEmbed<B>,

@@ -10,7 +10,9 @@
 use cudarc::cublaslt::{CudaBlasLT, Matmul};
 use cudarc::driver::{CudaSlice, DevicePtr, PinnedHostSlice, PushKernelArg, result};
 
-use super::{CudaBackend, CudaError, GemmElem};
+use super::backend::{CudaBackend, grid_for, launch};
+use super::elem::GemmElem;
+use super::error::CudaError;
 use crate::backend::BackendError;
 use crate::frame::{FrameRef, PixelFormat, Segmentation};
 
@@ -159,7 +161,7 @@ where
         }
         let (fw, fh, stride, fmt, w_i, h_i) =
             (arena.width as i32, arena.height as i32, arena.stride as i32, format_code(arena.format), w as i32, h as i32);
-        super::launch!(self, &self.ops.preprocess, super::grid_for(w * h), &arena.frame, &fw, &fh, &stride, &fmt, input, &w_i, &h_i)
+        launch!(self, &self.ops.preprocess, grid_for(w * h), &arena.frame, &fw, &fh, &stride, &fmt, input, &w_i, &h_i)
     }
 
     /// Enqueues: logits `[lh, lw, labels]` -> classes/confidence at frame
@@ -178,10 +180,10 @@ where
         self.stream.memset_zeros(&mut arena.confidence_total)?;
         let pixels = arena.width * arena.height;
         let (lw_i, lh_i, labels_i, fw, fh) = (lw as i32, lh as i32, labels as i32, arena.width as i32, arena.height as i32);
-        let cfg = super::grid_for(pixels);
+        let cfg = grid_for(pixels);
         {
             let a = &mut *arena;
-            super::launch!(
+            launch!(
                 self, &self.ops.postprocess, cfg, logits, &lw_i, &lh_i, &labels_i, &fw, &fh, &a.road_is, &threshold,
                 &mut a.classes, &mut a.confidence, &mut a.road_total, &mut a.confidence_total
             )?;

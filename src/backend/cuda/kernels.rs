@@ -9,7 +9,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::{CompileOptions, Ptx};
 
-use super::CudaError;
+use super::error::CudaError;
 
 const COMMON: &str = include_str!("../../../kernels/common.cuh");
 

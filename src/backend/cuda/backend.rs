@@ -1,0 +1,342 @@
+//! A worker's CUDA backend: its stream, cuBLASLt handle and graphs, and the
+//! [`Backend`] ops as launches of the NVRTC kernels and cuBLASLt GEMMs.
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
+
+use cudarc::cublaslt::{CudaBlasLT, Matmul, MatmulConfig};
+use cudarc::driver::{CudaGraph, CudaSlice, CudaStream, LaunchConfig, PushKernelArg, sys};
+
+use super::device::CudaDevice;
+use super::elem::GemmElem;
+use super::error::CudaError;
+use super::kernels::Ops;
+use crate::backend::{AttnDims, Backend, BackendError, ConvDims, GemmDims, OpResult, Precision, ResizeDims};
+
+/// Switches that change how work is issued, not what is computed.
+#[derive(Clone, Copy, Debug)]
+pub struct CudaOptions {
+    /// Record the forward into a CUDA graph and replay it (off: `--no-graph`).
+    pub graphs: bool,
+    /// Use the tensor-core flash attention where it applies (off: the simple
+    /// kernel, the reference it is checked against).
+    pub flash_attention: bool,
+}
+
+impl Default for CudaOptions {
+    fn default() -> Self {
+        CudaOptions { graphs: true, flash_attention: true }
+    }
+}
+
+/// A recorded forward; only touched by its worker's thread (under the mutex).
+struct Recording(CudaGraph);
+// SAFETY: CUDA graph handles may move between threads; cudarc only marks the
+// type !Send because concurrent use is unsafe, which the mutex rules out.
+unsafe impl Send for Recording {}
+
+pub struct CudaBackend<T: GemmElem>
+where
+    CudaBlasLT: Matmul<T>,
+{
+    device: Arc<CudaDevice>,
+    pub(super) stream: Arc<CudaStream>,
+    blas: CudaBlasLT,
+    pub(super) ops: Ops,
+    options: CudaOptions,
+    recordings: Mutex<HashMap<usize, Recording>>,
+    _elem: PhantomData<T>,
+}
+
+/// Enqueues kernel `$f` on the worker's stream with the given arguments.
+macro_rules! launch {
+    ($self:ident, $f:expr, $cfg:expr, $($arg:expr),+ $(,)?) => {{
+        let mut builder = $self.stream.launch_builder($f);
+        $( builder.arg($arg); )+
+        // SAFETY: every launch site passes the kernel's exact parameter list
+        // (kernels/*.cu) with buffers whose lengths were checked against the
+        // dimensions beforehand.
+        unsafe { builder.launch($cfg) }.map(|_| ()).map_err($crate::backend::BackendError::from)
+    }};
+}
+
+pub(crate) use launch;
+
+const BLOCK: u32 = 256;
+
+/// Row length of the im2col matrix: k*k*c_in rounded up to 8 elements.
+fn im2col_ld(d: ConvDims) -> usize {
+    (d.kernel * d.kernel * d.c_in).div_ceil(8) * 8
+}
+
+pub(crate) fn grid_for(n: usize) -> LaunchConfig {
+    let blocks = n.div_ceil(BLOCK as usize).clamp(1, 1 << 30) as u32;
+    LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 }
+}
+
+/// Rows each thread of `dwconv3x3_gelu_tiled` slides down (DW_ROWS in kernels/conv.cu).
+const DW_ROWS: usize = 8;
+const DW_BLOCK: usize = 128;
+
+/// `ROADSEG_CUDA_DWCONV=naive` keeps the one-thread-per-output depthwise
+/// kernel (the reference the tiled one is tested against).
+fn naive_dwconv() -> bool {
+    static NAIVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *NAIVE.get_or_init(|| std::env::var("ROADSEG_CUDA_DWCONV").is_ok_and(|v| v == "naive"))
+}
+
+fn check_len(op: &'static str, expected: usize, actual: usize) -> OpResult {
+    if actual < expected { Err(BackendError::Size { op, expected, actual }) } else { Ok(()) }
+}
+
+impl<T: GemmElem> CudaBackend<T>
+where
+    CudaBlasLT: Matmul<T>,
+{
+    /// A worker's backend on `device`: its own stream, cuBLASLt handle and graphs.
+    pub fn new(device: Arc<CudaDevice>, options: CudaOptions) -> Result<Self, CudaError> {
+        let stream = device.ctx.new_stream()?;
+        let blas = CudaBlasLT::new(stream.clone())?;
+        let ops = Ops::resolve(&device.module, T::SUFFIX, T::HAS_FLASH && options.flash_attention)?;
+        Ok(CudaBackend { device, stream, blas, ops, options, recordings: Mutex::new(HashMap::new()), _elem: PhantomData })
+    }
+
+    /// Another worker on the same GPU (weights made by `self` stay usable).
+    pub fn sibling(&self) -> Result<Self, CudaError> {
+        Self::new(self.device.clone(), self.options)
+    }
+
+    pub fn device(&self) -> &Arc<CudaDevice> {
+        &self.device
+    }
+
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Number of recorded graphs (one per model instance that has run).
+    pub fn recordings(&self) -> usize {
+        self.recordings.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Drops the recording made under `key` (its buffers are going away).
+    pub fn forget_recording(&self, key: usize) {
+        self.recordings.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+    }
+
+    fn gemm(&self, x: &CudaSlice<T>, w: &CudaSlice<T>, bias: Option<&CudaSlice<T>>, y: &mut CudaSlice<T>, d: GemmDims, accumulate: bool) -> OpResult {
+        self.gemm_ld(x, w, bias, y, d, accumulate, d.k)
+    }
+
+    /// As `gemm`, with x's rows `x_ld` elements apart (>= k).
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_ld(&self, x: &CudaSlice<T>, w: &CudaSlice<T>, bias: Option<&CudaSlice<T>>, y: &mut CudaSlice<T>, d: GemmDims, accumulate: bool, x_ld: usize) -> OpResult {
+        check_len("linear x", d.rows.saturating_sub(1) * x_ld + d.k, x.len())?;
+        // cuBLASLt finds the device through the thread's current context; a
+        // worker's first op may be a GEMM.
+        self.stream.context().bind_to_thread()?;
+        check_len("linear w", d.k * d.n, w.len())?;
+        check_len("linear y", d.rows * d.n, y.len())?;
+        // Row-major y[rows, n] = x[rows, k] w[k, n] is column-major
+        // y^T[n, rows] = w^T[n, k] x^T[k, rows]: cuBLASLt's m = n, n = rows,
+        // with no transposes. The bias epilogue adds bias[m] to every column.
+        let cfg = MatmulConfig {
+            transa: false,
+            transb: false,
+            transc: false,
+            m: d.n as u64,
+            n: d.rows as u64,
+            k: d.k as u64,
+            alpha: 1.0,
+            lda: d.n as i64,
+            ldb: x_ld as i64,
+            beta: if accumulate { 1.0 } else { 0.0 },
+            ldc: d.n as i64,
+            stride_a: None,
+            stride_b: None,
+            stride_c: None,
+            stride_bias: None,
+            batch_size: None,
+        };
+        // SAFETY: lengths checked above against the dimensions cuBLASLt reads.
+        Ok(unsafe { self.blas.matmul(cfg, w, x, y, bias, None) }?)
+    }
+}
+
+impl<T: GemmElem> Backend for CudaBackend<T>
+where
+    CudaBlasLT: Matmul<T>,
+{
+    type Param = Arc<CudaSlice<T>>;
+    type Tensor = CudaSlice<T>;
+
+    fn describe(&self) -> String {
+        let (major, minor) = self.device.gpu.compute_capability;
+        format!("cuda:{} {} (sm_{major}{minor}, {})", self.device.gpu.ordinal, self.device.gpu.name, T::PRECISION)
+    }
+
+    fn precision(&self) -> Precision {
+        T::PRECISION
+    }
+
+    fn param(&self, values: &[f32]) -> Result<Self::Param, BackendError> {
+        let host: Vec<T> = values.iter().map(|&v| T::from_f32(v)).collect();
+        let slice = if host.is_empty() { self.stream.alloc_zeros::<T>(1)? } else { self.stream.clone_htod(&host)? };
+        // Weights are read by other workers' streams: make them complete now.
+        self.stream.synchronize()?;
+        Ok(Arc::new(slice))
+    }
+
+    fn tensor(&self, len: usize) -> Result<Self::Tensor, BackendError> {
+        Ok(self.stream.alloc_zeros::<T>(len.max(1))?)
+    }
+
+    fn write(&self, dst: &mut Self::Tensor, src: &[f32]) -> OpResult {
+        check_len("write", src.len(), dst.len())?;
+        let host: Vec<T> = src.iter().map(|&v| T::from_f32(v)).collect();
+        let mut view = dst.slice_mut(..host.len());
+        self.stream.memcpy_htod(&host, &mut view)?;
+        // `host` is pageable and dropped on return: wait for the copy.
+        self.stream.synchronize()?;
+        Ok(())
+    }
+
+    fn read(&self, src: &Self::Tensor, dst: &mut [f32]) -> OpResult {
+        check_len("read", dst.len(), src.len())?;
+        let mut host = vec![T::default(); dst.len()];
+        self.stream.memcpy_dtoh(&src.slice(..dst.len()), &mut host)?;
+        self.stream.synchronize()?;
+        dst.iter_mut().zip(&host).for_each(|(d, s)| *d = s.to_f32());
+        Ok(())
+    }
+
+    fn sync(&self) -> OpResult {
+        Ok(self.stream.synchronize()?)
+    }
+
+    fn conv2d_workspace(&self, d: ConvDims) -> usize {
+        d.out_h() * d.out_w() * im2col_ld(d)
+    }
+
+    fn attention_workspace(&self, _: AttnDims) -> usize {
+        0
+    }
+
+    fn linear(&self, x: &Self::Tensor, w: &Self::Param, bias: Option<&Self::Param>, y: &mut Self::Tensor, dims: GemmDims, accumulate: bool) -> OpResult {
+        self.gemm(x, w, bias.map(|b| &**b), y, dims, accumulate)
+    }
+
+    fn conv2d(&self, x: &Self::Tensor, w: &Self::Param, bias: &Self::Param, y: &mut Self::Tensor, ws: &mut Self::Tensor, d: ConvDims) -> OpResult {
+        let (oh, ow) = (d.out_h(), d.out_w());
+        let cols = self.conv2d_workspace(d);
+        check_len("conv2d x", d.h * d.w * d.c_in, x.len())?;
+        check_len("conv2d workspace", cols, ws.len())?;
+        let (h, wd, c_in, k, stride, pad) = (d.h as i32, d.w as i32, d.c_in as i32, d.kernel as i32, d.stride as i32, d.pad as i32);
+        let (oh_i, ow_i, ld) = (oh as i32, ow as i32, im2col_ld(d) as i32);
+        launch!(self, &self.ops.im2col, grid_for(cols), x, &mut *ws, &h, &wd, &c_in, &k, &stride, &pad, &oh_i, &ow_i, &ld)?;
+        let gemm = GemmDims { rows: oh * ow, k: d.kernel * d.kernel * d.c_in, n: d.c_out };
+        self.gemm_ld(ws, w, Some(bias), y, gemm, false, im2col_ld(d))
+    }
+
+    fn layer_norm(&self, x: &Self::Tensor, gamma: &Self::Param, beta: &Self::Param, y: &mut Self::Tensor, rows: usize, dim: usize) -> OpResult {
+        check_len("layer_norm x", rows * dim, x.len())?;
+        check_len("layer_norm y", rows * dim, y.len())?;
+        const WARPS: usize = 8;
+        let cfg = LaunchConfig { grid_dim: (rows.div_ceil(WARPS).max(1) as u32, 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: 0 };
+        let (rows_i, dim_i) = (rows as i32, dim as i32);
+        launch!(self, &self.ops.layer_norm, cfg, x, &**gamma, &**beta, y, &rows_i, &dim_i)
+    }
+
+    fn add_assign(&self, y: &mut Self::Tensor, x: &Self::Tensor, len: usize) -> OpResult {
+        check_len("add_assign", len, x.len().min(y.len()))?;
+        let n = len as i64;
+        launch!(self, &self.ops.add_assign, grid_for(len), y, x, &n)
+    }
+
+    fn attention(&self, q: &Self::Tensor, kv: &Self::Tensor, y: &mut Self::Tensor, _ws: &mut Self::Tensor, d: AttnDims) -> OpResult {
+        let c = d.heads * d.head_dim;
+        check_len("attention q", d.queries * c, q.len())?;
+        check_len("attention kv", d.keys * 2 * c, kv.len())?;
+        check_len("attention y", d.queries * c, y.len())?;
+        let (nq, nk, heads) = (d.queries as i32, d.keys as i32, d.heads as i32);
+        let flash = match d.head_dim {
+            32 => self.ops.flash_hd32.as_ref(),
+            64 => self.ops.flash_hd64.as_ref(),
+            _ => None,
+        };
+        if let Some(f) = flash {
+            // 4 warps x 16 queries per block, one block column per head.
+            let cfg = LaunchConfig { grid_dim: (d.queries.div_ceil(64) as u32, d.heads as u32, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
+            let scale_log2 = std::f32::consts::LOG2_E / (d.head_dim as f32).sqrt();
+            return launch!(self, f, cfg, q, kv, y, &nq, &nk, &heads, &scale_log2);
+        }
+        let (hd, scale) = (d.head_dim as i32, 1.0 / (d.head_dim as f32).sqrt());
+        if d.head_dim > 256 {
+            return Err(BackendError::HeadDim { head_dim: d.head_dim, max: 256 });
+        }
+        let cfg = LaunchConfig { grid_dim: ((d.queries * d.heads).div_ceil(128) as u32, 1, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
+        launch!(self, &self.ops.attention_simple, cfg, q, kv, y, &nq, &nk, &heads, &hd, &scale)
+    }
+
+    fn dwconv3x3_gelu(&self, x: &Self::Tensor, w: &Self::Param, bias: &Self::Param, y: &mut Self::Tensor, h: usize, w_: usize, c: usize) -> OpResult {
+        let n = h * w_ * c;
+        check_len("dwconv x", n, x.len())?;
+        check_len("dwconv y", n, y.len())?;
+        check_len("dwconv w", 9 * c, w.len())?;
+        let (h_i, w_i, c_i) = (h as i32, w_ as i32, c as i32);
+        // Every SegFormer's Mix-FFN width is a multiple of 4, and each buffer is
+        // its own allocation (256-byte aligned), as the vector loads need.
+        if c % 4 == 0 && !naive_dwconv() {
+            let cfg = LaunchConfig {
+                grid_dim: ((c / 4 * w_).div_ceil(DW_BLOCK) as u32, h.div_ceil(DW_ROWS) as u32, 1),
+                block_dim: (DW_BLOCK as u32, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            return launch!(self, &self.ops.dwconv3x3_gelu_tiled, cfg, x, &**w, &**bias, y, &h_i, &w_i, &c_i);
+        }
+        launch!(self, &self.ops.dwconv3x3_gelu, grid_for(n), x, &**w, &**bias, y, &h_i, &w_i, &c_i)
+    }
+
+    fn resize_bilinear(&self, x: &Self::Tensor, y: &mut Self::Tensor, d: ResizeDims, accumulate: bool) -> OpResult {
+        check_len("resize x", d.src_h * d.src_w * d.channels, x.len())?;
+        let n = d.dst_h * d.dst_w * d.channels;
+        check_len("resize y", n, y.len())?;
+        let [sh, sw, dh, dw, ch, acc] = [d.src_h as i32, d.src_w as i32, d.dst_h as i32, d.dst_w as i32, d.channels as i32, i32::from(accumulate)];
+        launch!(self, &self.ops.resize_bilinear, grid_for(n), x, y, &sh, &sw, &dh, &dw, &ch, &acc)
+    }
+
+    fn relu(&self, y: &mut Self::Tensor, len: usize) -> OpResult {
+        check_len("relu", len, y.len())?;
+        let n = len as i64;
+        launch!(self, &self.ops.relu, grid_for(len), y, &n)
+    }
+
+    fn run_recorded<E: From<BackendError>>(&self, key: usize, forward: &mut dyn FnMut() -> Result<(), E>) -> Result<(), E> {
+        if !self.options.graphs {
+            return forward();
+        }
+        {
+            let recordings = self.recordings.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(Recording(graph)) = recordings.get(&key) {
+                graph.launch().map_err(BackendError::from)?;
+                return Ok(());
+            }
+        }
+        // First run eagerly: module loading, cuBLASLt's heuristics and any
+        // lazy initialisation happen outside the capture.
+        forward()?;
+        self.stream.synchronize().map_err(BackendError::from)?;
+        // Thread-local mode: other workers' streams keep running uncaptured.
+        self.stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(BackendError::from)?;
+        let captured = forward();
+        // End the capture whatever happened, or the stream stays unusable.
+        let graph = self.stream.end_capture(sys::CUgraphInstantiate_flags(0)).map_err(BackendError::from);
+        captured?;
+        let graph = graph?.ok_or_else(|| BackendError::from(CudaError::EmptyGraph))?;
+        graph.upload().map_err(BackendError::from)?;
+        graph.launch().map_err(BackendError::from)?;
+        self.recordings.lock().unwrap_or_else(|e| e.into_inner()).insert(key, Recording(graph));
+        Ok(())
+    }
+}

@@ -1,0 +1,42 @@
+//! One GPU: its context and the kernels compiled for it.
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaContext;
+
+use super::error::CudaError;
+use super::kernels::{self, KernelModule};
+use super::probe::{self, CudaInfo, GpuInfo};
+
+/// One GPU: its context and compiled kernels, shared by its workers.
+pub struct CudaDevice {
+    pub(super) ctx: Arc<CudaContext>,
+    pub(super) module: KernelModule,
+    pub gpu: GpuInfo,
+}
+
+impl CudaDevice {
+    /// Opens GPU `gpu.ordinal` and loads (or compiles) the kernels for it.
+    pub fn open(gpu: &GpuInfo, info: &CudaInfo) -> Result<Arc<Self>, CudaError> {
+        let ctx = CudaContext::new(gpu.ordinal)?;
+        // Before any allocation: slices made while tracking is on carry events
+        // that would be recorded into graphs (cudarc's capture caveat).
+        // SAFETY: no slice exists on this context yet.
+        unsafe { ctx.disable_event_tracking() };
+        let (major, minor) = gpu.compute_capability;
+        let module = KernelModule::load(&ctx, kernels::arch_name(major, minor), info.driver_version)?;
+        Ok(Arc::new(CudaDevice { ctx, module, gpu: gpu.clone() }))
+    }
+
+    /// (free, total) device memory in bytes.
+    pub fn memory(&self) -> Result<(usize, usize), CudaError> {
+        Ok(self.ctx.mem_get_info()?)
+    }
+}
+
+/// Opens the first usable GPU, or says why there is none (tests, `bench`).
+pub fn first_device() -> Result<Arc<CudaDevice>, CudaError> {
+    let info = probe::probe()?;
+    let gpus = probe::select(&info, &[])?;
+    CudaDevice::open(&gpus[0], &info)
+}

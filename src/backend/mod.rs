@@ -52,9 +52,6 @@ impl std::str::FromStr for Precision {
 pub enum BackendError {
     #[error("buffer size mismatch in {op}: expected {expected} elements, got {actual}")]
     Size { op: &'static str, expected: usize, actual: usize },
-    /// A frame the device-side preprocessing cannot take.
-    #[error("device error: {0}")]
-    Frame(#[from] crate::frame::FrameError),
     /// The CUDA driver, cuBLASLt, or setting up the device: kernels (NVRTC),
     /// graphs, a missing GPU.
     #[cfg(feature = "cuda")]

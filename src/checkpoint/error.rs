@@ -14,10 +14,8 @@ pub enum CheckpointError {
     Config { path: String, source: ConfigProblem },
     #[error("bad safetensors file {path}: {reason} (truncated or not a safetensors file? re-download or re-export it)")]
     Safetensors { path: String, reason: String },
-    #[error("missing tensor '{name}' in {path} (does config.json match these weights?)")]
-    Missing { name: String, path: String },
-    /// A tensor that is there but cannot be used as it is.
-    #[error("tensor '{name}' in {path} {problem}")]
+    /// A tensor the model needs that is missing, or there but not usable.
+    #[error("{}", tensor_message(.name, .path, .problem))]
     Tensor { name: String, path: String, problem: TensorProblem },
 }
 
@@ -25,6 +23,9 @@ pub enum CheckpointError {
 /// "tensor 'NAME' in PATH").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TensorProblem {
+    /// Worded "missing tensor 'NAME' in PATH ..." in [`CheckpointError`].
+    #[error("is missing")]
+    Missing,
     #[error("has shape {actual:?}, config.json implies {expected:?}")]
     Shape { expected: Vec<usize>, actual: Vec<usize> },
     #[error("has dtype {0}; only F32, F16 and BF16 are supported")]
@@ -33,6 +34,14 @@ pub enum TensorProblem {
     Unused,
     #[error("holds a non-finite value")]
     NonFinite,
+}
+
+/// "missing tensor ..." leads with what is wrong, as users search for it.
+fn tensor_message(name: &str, path: &str, problem: &TensorProblem) -> String {
+    match problem {
+        TensorProblem::Missing => format!("missing tensor '{name}' in {path} (does config.json match these weights?)"),
+        other => format!("tensor '{name}' in {path} {other}"),
+    }
 }
 
 /// What makes a `config.json` unusable: not JSON of the right types, or it

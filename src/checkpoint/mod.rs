@@ -97,7 +97,7 @@ impl Checkpoint {
     /// Reads tensor `name`, checking it has exactly `shape`, as f32.
     pub fn take(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, CheckpointError> {
         let bad = |problem| CheckpointError::Tensor { name: name.into(), path: self.weights_path.clone(), problem };
-        let entry = self.entries.get(name).ok_or_else(|| CheckpointError::Missing { name: name.into(), path: self.weights_path.clone() })?;
+        let entry = self.entries.get(name).ok_or_else(|| bad(TensorProblem::Missing))?;
         if entry.shape != shape {
             return Err(bad(TensorProblem::Shape { expected: shape.to_vec(), actual: entry.shape.clone() }));
         }

@@ -153,34 +153,28 @@ pub fn scene_coverage(seg: &Segmentation, hood: &HoodMask, road_classes: &[usize
 mod tests {
     use super::*;
 
-    fn frame(value: u8, w: usize, h: usize) -> Vec<u8> {
-        vec![value; w * h * 4]
+    /// Observes an 8x8 frame of one grey `value` at `pts_ns`, then smooths
+    /// its one-value logits; returns the smoothed value.
+    fn step(t: &StreamTemporal, seq: u64, pts_ns: u64, value: u8, logit: f32) -> f32 {
+        t.observe(seq, Some(pts_ns), &vec![value; 8 * 8 * 4], 8, 8);
+        let mut logits = [logit];
+        t.smooth(seq, &mut logits);
+        logits[0]
     }
 
     #[test]
     fn cut_restarts_smoothing() {
         let t = StreamTemporal::new(TemporalSettings { smoothing: Some(0.5), hood: false });
-        t.observe(0, Some(0), &frame(10, 8, 8), 8, 8);
-        t.smooth(0, &mut [4.0]);
-        t.observe(1, Some(40_000_000), &frame(12, 8, 8), 8, 8);
-        let mut same_scene = [0.0];
-        t.smooth(1, &mut same_scene);
-        assert_eq!(same_scene, [2.0]);
-        t.observe(2, Some(80_000_000), &frame(200, 8, 8), 8, 8);
-        let mut after_cut = [0.0];
-        t.smooth(2, &mut after_cut);
-        assert_eq!(after_cut, [0.0], "a cut starts the average afresh");
+        step(&t, 0, 0, 10, 4.0);
+        assert_eq!(step(&t, 1, 40_000_000, 12, 0.0), 2.0);
+        assert_eq!(step(&t, 2, 80_000_000, 200, 0.0), 0.0, "a cut starts the average afresh");
     }
 
     #[test]
     fn timestamp_gap_restarts_smoothing() {
         let t = StreamTemporal::new(TemporalSettings { smoothing: Some(0.5), hood: true });
-        t.observe(0, Some(0), &frame(10, 8, 8), 8, 8);
-        t.smooth(0, &mut [4.0]);
-        t.observe(1, Some(5_000_000_000), &frame(10, 8, 8), 8, 8);
-        let mut x = [0.0];
-        t.smooth(1, &mut x);
-        assert_eq!(x, [0.0]);
+        step(&t, 0, 0, 10, 4.0);
+        assert_eq!(step(&t, 1, 5_000_000_000, 10, 0.0), 0.0);
     }
 
     #[test]

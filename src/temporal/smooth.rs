@@ -64,51 +64,42 @@ impl LogitSmoother {
 mod tests {
     use super::*;
 
+    /// Folds frame `seq` with `logits` into `s`; returns what it became.
+    fn apply(s: &mut LogitSmoother, seq: u64, logits: &[f32]) -> Vec<f32> {
+        let mut out = logits.to_vec();
+        s.apply(seq, &mut out);
+        out
+    }
+
     #[test]
     fn first_frame_passes_through_then_averages() {
         let mut s = LogitSmoother::new(0.5);
-        let mut a = vec![2.0, -2.0];
-        s.apply(0, &mut a);
-        assert_eq!(a, [2.0, -2.0]);
-        let mut b = vec![0.0, 0.0];
-        s.apply(1, &mut b);
-        assert_eq!(b, [1.0, -1.0]);
-        let mut c = vec![0.0, 0.0];
-        s.apply(2, &mut c);
-        assert_eq!(c, [0.5, -0.5]);
+        assert_eq!(apply(&mut s, 0, &[2.0, -2.0]), [2.0, -2.0]);
+        assert_eq!(apply(&mut s, 1, &[0.0, 0.0]), [1.0, -1.0]);
+        assert_eq!(apply(&mut s, 2, &[0.0, 0.0]), [0.5, -0.5]);
     }
 
     #[test]
     fn late_frames_do_not_move_the_state() {
         let mut s = LogitSmoother::new(0.5);
-        s.apply(5, &mut [4.0]);
-        let mut late = [0.0];
-        s.apply(3, &mut late);
-        assert_eq!(late, [2.0]);
-        let mut next = [0.0];
-        s.apply(6, &mut next);
-        assert_eq!(next, [2.0], "state still 4.0 after the late frame");
+        apply(&mut s, 5, &[4.0]);
+        assert_eq!(apply(&mut s, 3, &[0.0]), [2.0]);
+        assert_eq!(apply(&mut s, 6, &[0.0]), [2.0], "state still 4.0 after the late frame");
     }
 
     #[test]
     fn reset_and_size_change_start_over() {
         let mut s = LogitSmoother::new(0.25);
-        s.apply(0, &mut [8.0]);
+        apply(&mut s, 0, &[8.0]);
         s.reset();
-        let mut x = [1.0];
-        s.apply(1, &mut x);
-        assert_eq!(x, [1.0]);
-        let mut y = [3.0, 3.0];
-        s.apply(2, &mut y);
-        assert_eq!(y, [3.0, 3.0]);
+        assert_eq!(apply(&mut s, 1, &[1.0]), [1.0]);
+        assert_eq!(apply(&mut s, 2, &[3.0, 3.0]), [3.0, 3.0]);
     }
 
     #[test]
     fn weight_one_is_identity() {
         let mut s = LogitSmoother::new(1.0);
-        s.apply(0, &mut [1.0]);
-        let mut x = [7.0];
-        s.apply(1, &mut x);
-        assert_eq!(x, [7.0]);
+        apply(&mut s, 0, &[1.0]);
+        assert_eq!(apply(&mut s, 1, &[7.0]), [7.0]);
     }
 }

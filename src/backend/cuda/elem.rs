@@ -38,26 +38,25 @@ impl CudaElem for f32 {
     }
 }
 
-impl CudaElem for f16 {
-    const SUFFIX: &'static str = "f16";
-    const PRECISION: Precision = Precision::Fp16;
-    const HAS_FLASH: bool = true;
-    fn from_f32(v: f32) -> Self {
-        f16::from_f32(v)
-    }
-    fn to_f32(self) -> f32 {
-        f16::to_f32(self)
-    }
+/// The 16-bit types: stored as themselves, converted by `half`, and with the
+/// tensor-core flash attention.
+macro_rules! half_elem {
+    ($($t:ident => $suffix:literal, $precision:ident;)+) => {$(
+        impl CudaElem for $t {
+            const SUFFIX: &'static str = $suffix;
+            const PRECISION: Precision = Precision::$precision;
+            const HAS_FLASH: bool = true;
+            fn from_f32(v: f32) -> Self {
+                $t::from_f32(v)
+            }
+            fn to_f32(self) -> f32 {
+                $t::to_f32(self)
+            }
+        }
+    )+};
 }
 
-impl CudaElem for bf16 {
-    const SUFFIX: &'static str = "bf16";
-    const PRECISION: Precision = Precision::Bf16;
-    const HAS_FLASH: bool = true;
-    fn from_f32(v: f32) -> Self {
-        bf16::from_f32(v)
-    }
-    fn to_f32(self) -> f32 {
-        bf16::to_f32(self)
-    }
+half_elem! {
+    f16 => "f16", Fp16;
+    bf16 => "bf16", Bf16;
 }

@@ -14,7 +14,7 @@ use super::backend::{CudaBackend, grid_for, launch};
 use super::elem::GemmElem;
 use super::error::CudaError;
 use crate::backend::BackendError;
-use crate::frame::{FrameRef, PixelFormat, Segmentation};
+use crate::frame::{FrameError, FrameRef, PixelFormat, Segmentation};
 
 /// Buffers for one frame geometry; pinned ends for asynchronous copies.
 pub struct FrameArena {
@@ -72,7 +72,7 @@ impl FrameArena {
     }
 
     /// Copies the frame into pinned staging (host work, before the replay).
-    pub fn stage(&mut self, frame: &FrameRef<'_>) -> Result<(), BackendError> {
+    pub fn stage(&mut self, frame: &FrameRef<'_>) -> Result<(), FrameError> {
         frame.validate()?;
         let n = frame_bytes(frame).min(frame.data.len());
         // SAFETY: staging holds `bytes` >= n bytes and no copy from it is in

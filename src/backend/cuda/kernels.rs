@@ -129,46 +129,41 @@ impl KernelModule {
     }
 }
 
-/// The kernels one element type uses, resolved once per backend so a launch
-/// looks nothing up.
-pub struct Ops {
-    pub add_assign: CudaFunction,
-    pub relu: CudaFunction,
-    pub from_f32: CudaFunction,
-    pub to_f32: CudaFunction,
-    pub layer_norm: CudaFunction,
-    pub im2col: CudaFunction,
-    pub dwconv3x3_gelu: CudaFunction,
-    /// Vectorised, row-sliding form for channel counts divisible by 4.
-    pub dwconv3x3_gelu_tiled: CudaFunction,
-    pub resize_bilinear: CudaFunction,
-    pub attention_simple: CudaFunction,
-    /// Tensor-core attention for head sizes 32 and 64 (16-bit types only).
-    pub flash_hd32: Option<CudaFunction>,
-    pub flash_hd64: Option<CudaFunction>,
-    pub preprocess: CudaFunction,
-    pub postprocess: CudaFunction,
+/// Declares [`Ops`], one field per kernel, and the lookup that fills it, so
+/// each kernel is named once: field `x` is kernel `x_<SUFFIX>`.
+macro_rules! ops {
+    ($($(#[doc = $doc:literal])* $op:ident,)+) => {
+        /// The kernels one element type uses, resolved once per backend so a
+        /// launch looks nothing up.
+        pub struct Ops {
+            $($(#[doc = $doc])* pub $op: CudaFunction,)+
+            /// Tensor-core attention for head sizes 32 and 64 (16-bit types only).
+            pub flash_hd32: Option<CudaFunction>,
+            pub flash_hd64: Option<CudaFunction>,
+        }
+
+        impl Ops {
+            pub fn resolve(module: &KernelModule, suffix: &str, flash: bool) -> Result<Self, CudaError> {
+                let f = |op: &str| module.function(&format!("{op}_{suffix}"));
+                let flash_fn = |hd: usize| if flash { f(&format!("flash_attention_hd{hd}")).map(Some) } else { Ok(None) };
+                Ok(Ops { $($op: f(stringify!($op))?,)+ flash_hd32: flash_fn(32)?, flash_hd64: flash_fn(64)? })
+            }
+        }
+    };
 }
 
-impl Ops {
-    pub fn resolve(module: &KernelModule, suffix: &str, flash: bool) -> Result<Self, CudaError> {
-        let f = |op: &str| module.function(&format!("{op}_{suffix}"));
-        let flash_fn = |hd: usize| if flash { f(&format!("flash_attention_hd{hd}")).map(Some) } else { Ok(None) };
-        Ok(Ops {
-            add_assign: f("add_assign")?,
-            relu: f("relu")?,
-            from_f32: f("from_f32")?,
-            to_f32: f("to_f32")?,
-            layer_norm: f("layer_norm")?,
-            im2col: f("im2col")?,
-            dwconv3x3_gelu: f("dwconv3x3_gelu")?,
-            dwconv3x3_gelu_tiled: f("dwconv3x3_gelu_tiled")?,
-            resize_bilinear: f("resize_bilinear")?,
-            attention_simple: f("attention_simple")?,
-            flash_hd32: flash_fn(32)?,
-            flash_hd64: flash_fn(64)?,
-            preprocess: f("preprocess")?,
-            postprocess: f("postprocess")?,
-        })
-    }
+ops! {
+    add_assign,
+    relu,
+    from_f32,
+    to_f32,
+    layer_norm,
+    im2col,
+    dwconv3x3_gelu,
+    /// Vectorised, row-sliding form for channel counts divisible by 4.
+    dwconv3x3_gelu_tiled,
+    resize_bilinear,
+    attention_simple,
+    preprocess,
+    postprocess,
 }

@@ -313,15 +313,17 @@ fn note(result: Result<(), notify::NotifyError>) {
 
 /// glibc gives each new thread its own malloc arena, up to 8 per core, and
 /// GStreamer starts threads per RTSP viewer and per reconnect: over weeks the
-/// arenas fragment into memory that is never returned. Four are plenty for a
-/// daemon whose hot paths reuse their buffers. `MALLOC_ARENA_MAX` in the
-/// environment still wins.
+/// arenas fragment into memory that is never returned. Two are plenty for a
+/// daemon whose hot paths reuse their buffers: soaks (tools/soak.sh) with 4
+/// arenas still grew 7.7 MiB over minutes 1-5 before levelling off, with 2
+/// they are flat from the first minute. `MALLOC_ARENA_MAX` in the environment
+/// still wins.
 fn limit_malloc_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
         // SAFETY: mallopt only sets an allocator tunable; called before the daemon's threads start.
         unsafe {
-            libc::mallopt(libc::M_ARENA_MAX, 4);
+            libc::mallopt(libc::M_ARENA_MAX, 2);
         }
     }
 }

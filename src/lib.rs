@@ -11,6 +11,7 @@ pub mod engine;
 pub mod eval;
 pub mod frame;
 pub mod images;
+pub mod input_size;
 pub mod model;
 pub mod npy;
 pub mod synth;

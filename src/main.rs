@@ -73,7 +73,10 @@ fn cause_chain(err: &anyhow::Error) -> String {
 /// runtime failure.
 fn is_config_error(err: &anyhow::Error) -> bool {
     #[cfg(feature = "video")]
-    if err.chain().any(|e| e.is::<roadseg::daemon::config::ConfigError>()) {
+    if err.chain().any(|e| {
+        e.is::<roadseg::daemon::config::ConfigError>()
+            || e.downcast_ref::<roadseg::daemon::run::DaemonError>().is_some_and(|d| d.is_config())
+    }) {
         return true;
     }
     let _ = err;

@@ -48,13 +48,6 @@ pub fn parse_size(s: &str) -> Result<(usize, usize), String> {
     Ok((w, h))
 }
 
-/// Default model input for a frame: 1024 wide, height from the frame's aspect
-/// rounded to a multiple of 32.
-pub fn default_size(frame_w: usize, frame_h: usize) -> (usize, usize) {
-    let h = (1024.0 * frame_h as f64 / frame_w as f64 / 32.0).round().max(1.0) as usize * 32;
-    (1024, h)
-}
-
 pub struct Loaded {
     pub engine: AnyEngine,
     pub device: String,

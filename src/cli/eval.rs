@@ -8,7 +8,7 @@ use roadseg::engine::{FrameRef, PixelFormat};
 use roadseg::eval::Confusion;
 use roadseg::images;
 
-use super::common::{ModelArgs, default_size, load_engine, parse_size};
+use super::common::{ModelArgs, load_engine, parse_size};
 
 #[derive(Args, Debug)]
 pub struct EvalArgs {
@@ -34,7 +34,7 @@ pub struct EvalArgs {
 pub fn run(args: EvalArgs) -> Result<()> {
     let files = images::list_images(&args.images)?;
     let first = images::load_rgb(&files[0])?;
-    let size = args.size.unwrap_or_else(|| default_size(first.width() as usize, first.height() as usize));
+    let size = args.size.unwrap_or_else(|| roadseg::input_size::default_for(first.width(), first.height()));
     // Scores plain argmax: the confidence threshold is a display choice.
     let mut loaded = load_engine(&args.model, size, 0.0)?;
     let labels = loaded.engine.labels().to_vec();

@@ -8,7 +8,7 @@ use roadseg::engine::{FrameRef, PixelFormat, chw_to_hwc, hwc_to_chw};
 use roadseg::images::{self, OverlayStyle};
 use roadseg::npy;
 
-use super::common::{ModelArgs, default_size, load_engine, parse_size};
+use super::common::{ModelArgs, load_engine, parse_size};
 
 #[derive(Args, Debug)]
 pub struct InferArgs {
@@ -76,7 +76,7 @@ pub fn run(args: InferArgs) -> Result<()> {
         bail!("--logits-out takes a single image, not a folder");
     }
     let first = images::load_rgb(&files[0])?;
-    let size = args.size.unwrap_or_else(|| default_size(first.width() as usize, first.height() as usize));
+    let size = args.size.unwrap_or_else(|| roadseg::input_size::default_for(first.width(), first.height()));
     let mut loaded = load_engine(&args.model, size, args.model.threshold)?;
     loaded.engine.keep_logits(args.logits_out.is_some());
     let labels = loaded.engine.labels().to_vec();

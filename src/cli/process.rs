@@ -4,25 +4,27 @@
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use roadseg::backend::cpu::CpuBackend;
 use roadseg::images::{OverlayStyle, palette};
+use roadseg::input_size;
 use roadseg::temporal::{DEFAULT_WEIGHT, TemporalSettings};
-use roadseg::video::annotate::Annotator;
-use roadseg::video::output::{NoObserver, StatsWriter};
+use roadseg::video::annotate::{Annotator, FrameStats};
+use roadseg::video::output::StreamObserver;
 use roadseg::video::pool::WorkerPool;
-use roadseg::video::ring::FrameRing;
-use roadseg::video::source::SourceSettings;
+use roadseg::video::ring::FrameBuf;
+use roadseg::video::source::{SourceError, SourceSettings};
+use roadseg::video::stop::{StopSignal, Wake, stop_channel};
 use roadseg::video::stream::{
-    FileOutput, FileTarget, PipelineParts, RingFeeder, SourceEvent, StreamPipeline, no_decode_observer, open_file_sink, start_source,
+    Drained, FIRST_FRAME_WAIT, FileTarget, OutputSpec, Services, SourceEvent, StatsTarget, StreamHandle, StreamSpec, probe,
 };
+use roadseg::video::uri::SourceUri;
 
-use super::common::{ModelArgs, default_size, load_engines, parse_size};
+use super::common::{ModelArgs, load_engines, parse_size};
 
 #[derive(Args, Debug)]
 pub struct ProcessArgs {
@@ -109,38 +111,52 @@ pub fn run(args: ProcessArgs) -> Result<()> {
     let uri = to_uri(&args.input)?;
     let output = args.output.clone().unwrap_or_else(|| default_output(&args.input));
     let workers = args.workers.clamp(1, 16);
-    let live = uri.starts_with("rtsp") || uri.starts_with("test://") || uri.starts_with("v4l2");
-    let temporal = args.temporal(live)?;
-    let ring = Arc::new(FrameRing::new(8, workers + 8, live));
-    let (output_tx, output_rx) = crossbeam_channel::unbounded();
-    let (events_tx, events_rx) = crossbeam_channel::unbounded();
-    let mut pool = WorkerPool::new();
-    let feeder = Arc::new(RingFeeder::new(
-        ring.clone(),
-        output_tx.clone(),
-        Box::new(pool.waker()),
-        events_tx,
-        live.then(Instant::now),
-        no_decode_observer(),
-    )
-    .with_rate_limit(args.infer_fps));
-    let mut settings = SourceSettings::new(uri.clone());
-    settings.live = live;
-    let source = start_source(settings, feeder.clone())?;
-    let info = match source.wait_info(Duration::from_secs(30)) {
-        Some(info) => info,
+    let source = SourceSettings { live: SourceUri::live_by_default(&uri), ..SourceSettings::new(uri) };
+    let temporal = args.temporal(source.live)?;
+    if let Some(dir) = &args.masks_out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    // The model's input size comes first: given, or from the source's first frame.
+    let size = match args.size {
+        Some(size) => size,
         None => {
-            // The source may end a moment before its error reaches us.
-            let err = match events_rx.recv_timeout(Duration::from_secs(2)) {
-                Ok(SourceEvent::Error(e)) => anyhow::Error::new(e),
-                Ok(SourceEvent::Eos) => anyhow!("{uri} ended before its first video frame"),
-                Err(_) => anyhow!("no video frame from {uri} within 30 s"),
-            };
-            source.stop();
-            return Err(err);
+            let info = probe(&source, FIRST_FRAME_WAIT, &StopSignal::never())?;
+            input_size::default_for(info.width, info.height)
         }
     };
-    let size = args.size.unwrap_or_else(|| default_size(info.width as usize, info.height as usize));
+    let pool = Arc::new(start_pool(&args, size, workers)?);
+    let progress = if std::io::stderr().is_terminal() { ProgressBar::new_spinner() } else { ProgressBar::hidden() };
+    progress.set_style(ProgressStyle::with_template("{spinner} {pos} frames  {per_sec}  {elapsed}  {msg}").expect("valid template"));
+    progress.enable_steady_tick(Duration::from_millis(200));
+    let spec = StreamSpec {
+        name: "process".into(),
+        source,
+        ring_capacity: 8,
+        infer_fps: args.infer_fps,
+        temporal,
+        outputs: vec![OutputSpec::File(FileTarget::single(output.clone()))],
+        stats: args.stats_out.clone().map(StatsTarget::Create),
+        // Road masks also give the flicker figure of the summary.
+        want_masks: true,
+        first_frame_timeout: FIRST_FRAME_WAIT,
+        finish_timeout: Duration::from_secs(30),
+        observer: Arc::new(Progress { bar: progress.clone(), masks: args.masks_out.clone() }),
+    };
+    let stream = spec.start(&Services { pool: pool.clone(), rtsp: None }, &StopSignal::never())?;
+    let started = Instant::now();
+    let interrupt = Interrupt::install()?;
+    let source_error = follow(&stream, &interrupt.signal);
+    interrupt.close();
+    let drained = stream.stop(Instant::now() + Duration::from_secs(120));
+    if let Ok(pool) = Arc::try_unwrap(pool) {
+        pool.shutdown();
+    }
+    progress.finish_and_clear();
+    report(&args, &output, drained, started.elapsed().as_secs_f64(), source_error)
+}
+
+/// Loads the model at `size` into `workers` workers.
+fn start_pool(args: &ProcessArgs, size: (usize, usize), workers: usize) -> Result<WorkerPool> {
     let loaded = load_engines(&args.model, size, args.model.threshold, CpuBackend::new(), workers)?;
     let labels = loaded.engines[0].labels().to_vec();
     let annotator = Annotator {
@@ -151,85 +167,36 @@ pub fn run(args: ProcessArgs) -> Result<()> {
         },
         show_text: true,
     };
-    pool.spawn_workers(loaded.engines, annotator, Arc::new(|_, _, _| {}), Arc::new(|_, _| {}));
+    Ok(WorkerPool::start(loaded.engines, annotator, Arc::new(|_, _, _| {}), Arc::new(|_, _| {})))
+}
 
-    let file = open_file_sink(&FileTarget::single(output.clone()), info)?;
-    let stats = args.stats_out.as_deref().map(StatsWriter::create).transpose()?;
-    let progress = if std::io::stderr().is_terminal() { ProgressBar::new_spinner() } else { ProgressBar::hidden() };
-    progress.set_style(ProgressStyle::with_template("{spinner} {pos} frames  {per_sec}  {elapsed}  {msg}").expect("valid template"));
-    progress.enable_steady_tick(Duration::from_millis(200));
-    let bar = progress.clone();
-    if let Some(dir) = &args.masks_out {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    let masks_dir = args.masks_out.clone();
-    let started = Instant::now();
-    let pipeline = StreamPipeline::start(
-        PipelineParts {
-            name: "process".into(),
-            ring: ring.clone(),
-            output_tx,
-            output_rx,
-            sinks: vec![Box::new(FileOutput::once(file))],
-            stats,
-            observer: Arc::new(NoObserver),
-            finish_timeout: Duration::from_secs(30),
-            on_frame: Some(Box::new(move |frame, stats| {
-                bar.inc(1);
-                bar.set_message(format!("road {:.1}%", stats.road_coverage * 100.0));
-                if let Some(dir) = &masks_dir {
-                    let png: Vec<u8> = frame.road_mask.iter().map(|&m| m * 255).collect();
-                    let path = dir.join(format!("{:05}.png", frame.seq));
-                    let saved = image::GrayImage::from_raw(frame.width, frame.height, png).map(|img| img.save(&path));
-                    if !matches!(saved, Some(Ok(()))) {
-                        tracing::error!("cannot write mask {}", path.display());
-                    }
-                }
-            })),
-            // Road masks also give the flicker figure of the summary.
-            want_masks: true,
-            temporal,
-        },
-        &pool,
-    );
-    let stream_temporal = pipeline.input.clone();
-
-    let interrupted = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, interrupted.clone()).context("installing signal handlers")?;
-    }
-    let mut source_error = None;
+/// Waits for the source's end, its failure or an interrupt; the failure.
+fn follow(stream: &StreamHandle, interrupt: &StopSignal) -> Option<SourceError> {
     loop {
-        if interrupted.load(Ordering::SeqCst) {
-            tracing::warn!("interrupted: finishing the frames decoded so far");
-            break;
-        }
-        match events_rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(SourceEvent::Eos) => break,
-            Ok(SourceEvent::Error(e)) => {
-                source_error = Some(e);
-                break;
+        match interrupt.wait_on(stream.events(), Duration::from_secs(60)) {
+            Wake::Stop(_) => {
+                tracing::warn!("interrupted: finishing the frames decoded so far");
+                return None;
             }
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+            Wake::Item(SourceEvent::Eos) => return None,
+            Wake::Item(SourceEvent::Error(e)) => return Some(e),
+            Wake::Idle => {}
         }
     }
-    feeder.stop();
-    let summary = pipeline.drain_and_finish(&pool, Instant::now() + Duration::from_secs(120));
-    source.stop();
-    pool.shutdown();
-    progress.finish_and_clear();
-    let wall = started.elapsed().as_secs_f64();
+}
+
+/// Prints the summary line (and writes the hood mask); the run's error, if any.
+fn report(args: &ProcessArgs, output: &Path, drained: Drained, wall: f64, source_error: Option<SourceError>) -> Result<()> {
+    let summary = drained.outputs;
     let mean_cov = if summary.frames > 0 { summary.road_coverage_sum / summary.frames as f64 } else { 0.0 };
-    let hood = stream_temporal.temporal.hood();
-    if let (Some(path), Some(hood)) = (&args.hood_out, &hood) {
+    if let (Some(path), Some(hood)) = (&args.hood_out, &drained.hood) {
         let png: Vec<u8> = hood.to_mask().iter().map(|&m| m * 255).collect();
         image::GrayImage::from_raw(hood.width as u32, hood.height as u32, png)
             .expect("mask matches its size")
             .save(path)
             .with_context(|| format!("writing the hood mask {}", path.display()))?;
     }
-    let hood_note = hood.filter(|h| !h.is_empty()).map(|h| format!(", hood {:.1}% of the frame", h.coverage() * 100.0)).unwrap_or_default();
+    let hood_note = drained.hood.filter(|h| !h.is_empty()).map(|h| format!(", hood {:.1}% of the frame", h.coverage() * 100.0)).unwrap_or_default();
     let flicker = summary.road_flicker().map(|f| format!(", road flicker {:.3}%", f * 100.0)).unwrap_or_default();
     println!(
         "{}: {} frames ({} dropped) in {:.1} s, {:.2} frames/s, mean road coverage {:.1}%{hood_note}{flicker} -> {}",
@@ -249,4 +216,52 @@ pub fn run(args: ProcessArgs) -> Result<()> {
         return Err(anyhow::Error::new(e).context(what));
     }
     Ok(())
+}
+
+/// Progress on the terminal and, when asked, each frame's road mask.
+struct Progress {
+    bar: ProgressBar,
+    masks: Option<PathBuf>,
+}
+
+impl StreamObserver for Progress {
+    fn frame_out(&self, frame: &FrameBuf, _latency: Duration, stats: &FrameStats) {
+        self.bar.inc(1);
+        self.bar.set_message(format!("road {:.1}%", stats.road_coverage * 100.0));
+        if let Some(dir) = &self.masks {
+            let png: Vec<u8> = frame.road_mask.iter().map(|&m| m * 255).collect();
+            let path = dir.join(format!("{:05}.png", frame.seq));
+            let saved = image::GrayImage::from_raw(frame.width, frame.height, png).map(|img| img.save(&path));
+            if !matches!(saved, Some(Ok(()))) {
+                tracing::error!("cannot write mask {}", path.display());
+            }
+        }
+    }
+}
+
+/// SIGINT and SIGTERM as a stop: the frames decoded so far are finished.
+struct Interrupt {
+    signal: StopSignal,
+    handle: signal_hook::iterator::Handle,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Interrupt {
+    fn install() -> Result<Interrupt> {
+        let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
+            .context("installing signal handlers")?;
+        let handle = signals.handle();
+        let (stop, signal) = stop_channel();
+        let thread = std::thread::spawn(move || {
+            for _ in signals.forever() {
+                stop.stop(Instant::now());
+            }
+        });
+        Ok(Interrupt { signal, handle, thread })
+    }
+
+    fn close(self) {
+        self.handle.close();
+        let _ = self.thread.join();
+    }
 }

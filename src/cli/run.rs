@@ -24,7 +24,7 @@ pub struct CheckConfigArgs {
 }
 
 pub fn run(args: RunArgs) -> Result<()> {
-    roadseg::daemon::run::run(args.config.as_deref())
+    Ok(roadseg::daemon::run::run(args.config.as_deref())?)
 }
 
 pub fn check_config(args: CheckConfigArgs) -> Result<()> {

@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use roadseg::synth::{SynthDrive, SynthSpec};
 use roadseg::video::frame::{FrameTiming, VideoInfo};
-use roadseg::video::stream::{FileTarget, open_file_sink};
+use roadseg::video::stream::FileTarget;
 
 use super::common::parse_size;
 
@@ -44,7 +44,7 @@ pub fn run(args: SynthArgs) -> Result<()> {
     };
     let drive = SynthDrive::new(spec.clone())?;
     let info = VideoInfo { width: spec.width, height: spec.height, fps_num: spec.fps as i32, fps_den: 1 };
-    let sink = open_file_sink(&FileTarget::single(args.output.clone()), info)?;
+    let sink = FileTarget::single(args.output.clone()).open(info)?;
     if let Some(dir) = &args.masks_out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }

@@ -22,7 +22,6 @@ mod summary;
 mod template;
 #[cfg(test)]
 mod tests;
-mod uri;
 mod validate;
 
 use std::fmt;
@@ -40,7 +39,8 @@ pub use load::Sources;
 pub use reload::{ReloadPlan, plan_reload};
 pub use summary::{Summary, check, check_sources};
 pub use template::format_start;
-pub use uri::{Scheme, SourceUri, UriError};
+pub use crate::video::source::{RtspTransport, UnknownTransport};
+pub use crate::video::uri::{Scheme, SourceUri, UriError};
 pub use validate::{Problem, Problems};
 
 /// Base layer, read whenever it exists.
@@ -312,48 +312,6 @@ impl Default for DaemonSection {
     }
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(try_from = "String", into = "&'static str")]
-pub enum RtspTransport {
-    /// Interleaved in the RTSP connection: survives NAT and firewalls.
-    #[default]
-    Tcp,
-    Udp,
-    /// Let the source negotiate (UDP first, then TCP).
-    Auto,
-}
-
-impl RtspTransport {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RtspTransport::Tcp => "tcp",
-            RtspTransport::Udp => "udp",
-            RtspTransport::Auto => "auto",
-        }
-    }
-}
-
-impl From<RtspTransport> for &'static str {
-    fn from(t: RtspTransport) -> &'static str {
-        t.as_str()
-    }
-}
-
-/// An `rtsp_transport` other than tcp, udp or auto.
-#[derive(Debug, thiserror::Error)]
-#[error("unknown RTSP transport '{0}' (expected tcp, udp or auto)")]
-pub struct UnknownTransport(pub String);
-
-impl TryFrom<String> for RtspTransport {
-    type Error = UnknownTransport;
-    fn try_from(s: String) -> Result<Self, UnknownTransport> {
-        [RtspTransport::Tcp, RtspTransport::Udp, RtspTransport::Auto]
-            .into_iter()
-            .find(|t| t.as_str().eq_ignore_ascii_case(s.trim()))
-            .ok_or(UnknownTransport(s))
-    }
-}
-
 /// One camera or file. `name` and `uri` are required; the rest defaults.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -408,7 +366,7 @@ pub struct StreamConfig {
 
 mod defaults {
     pub fn latency_ms() -> u32 {
-        200
+        crate::video::source::DEFAULT_LATENCY_MS
     }
     pub fn ring_capacity() -> usize {
         8
@@ -451,13 +409,23 @@ impl StreamConfig {
     /// Files play as fast as the pipeline goes and end; everything else is
     /// paced by its source and reconnected when it drops.
     pub fn is_live(&self) -> bool {
-        self.live.unwrap_or_else(|| self.r#loop || !matches!(SourceUri::parse(&self.uri), Ok(u) if u.scheme == Scheme::File))
+        self.live.unwrap_or_else(|| self.r#loop || SourceUri::live_by_default(&self.uri))
     }
 
     /// Hood estimate and smoothing as the workers apply them.
     pub fn temporal(&self) -> crate::temporal::TemporalSettings {
         let smooth = self.smooth.unwrap_or_else(|| self.is_live());
         crate::temporal::TemporalSettings { smoothing: smooth.then_some(self.smooth_weight), hood: self.hood }
+    }
+
+    /// How the stream's source is opened.
+    pub fn source_settings(&self) -> crate::video::source::SourceSettings {
+        crate::video::source::SourceSettings {
+            live: self.is_live(),
+            latency_ms: self.latency_ms,
+            rtsp_transport: self.rtsp_transport,
+            ..crate::video::source::SourceSettings::new(self.uri.clone())
+        }
     }
 
     /// The parsed `uri` (validation guarantees it parses).

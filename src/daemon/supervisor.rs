@@ -1,56 +1,51 @@
-//! One stream's supervisor: a thread that owns the stream's ring, output stage
-//! and sinks for as long as the stream is configured, and its source across
-//! reconnects.
+//! One stream's supervisor: a thread that runs the stream for as long as it
+//! is configured, deciding what happens when its source ends or drops out.
+//! The stream itself (source, ring, outputs) is built by `video::stream`.
 //!
-//! - Live sources (cameras, test patterns): an error, an end of stream, or no
-//!   frame for `max(5 s, 3 * latency)` restarts the source after a backoff
-//!   doubling from `reconnect_initial_ms` to `reconnect_max_ms` (back to the
-//!   start after a minute of frames). The ring, output stage and sinks keep
-//!   running meanwhile; frames are re-timed on arrival so the recording's
-//!   timeline keeps rising across reconnects.
+//! - Live sources (cameras, network streams, test patterns): an error, an
+//!   end of stream, or no frame for `max(5 s, 3 * latency)` restarts the
+//!   source after a backoff doubling from `reconnect_initial_ms` to
+//!   `reconnect_max_ms` (back to the start after a minute of frames). The
+//!   ring, output stage and sinks keep running meanwhile; frames are re-timed
+//!   on arrival so the recording's timeline keeps rising across reconnects.
 //! - Files: at their end (or on an error) the stream drains, its recording is
-//!   finalised, and it stays down. Other streams are unaffected.
+//!   finalised, and it stays down. Other streams are unaffected. A looped
+//!   file starts again at once, with no loss counted.
 //! - A source that cannot even start counts as a failure like any other.
 //!
 //! If a reconnected source delivers another frame size, the stream's outputs
 //! are finalised and re-opened for the new size (a new recording).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+mod backoff;
+mod observer;
+mod spec;
+
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError};
 
-use super::config::{RtspTransport, StreamConfig, format_start};
+use super::config::{SourceUri, StreamConfig, format_start};
 use super::health::Health;
-use super::metrics::{DropReason, Sink, StreamMetrics};
+use super::metrics::StreamMetrics;
 use super::status::{StreamState, StreamStatus};
-use crate::video::annotate::FrameStats;
 use crate::video::frame::VideoInfo;
-use crate::video::output::{FrameSink, OutputError, OutputObserver, StatsError, StatsWriter};
-use crate::video::pool::{SkipReason, WorkerPool};
-use crate::video::ring::FrameBuf;
-use crate::video::ring::FrameRing;
-use crate::video::rtsp::{RtspError, RtspServer};
-use crate::video::sink::SinkError;
-use crate::video::source::{self, Source, SourceSettings};
-use crate::video::stream::{
-    DecodeObserver, FileOutput, FileTarget, PipelineParts, RingFeeder, RtspOutput, SourceEvent, StreamPipeline,
-    open_file_sink,
-};
+use crate::video::stop::{StopHandle, StopSignal, Wake, stop_channel};
+use crate::video::stream::{FirstFrameError, Services, SourceEvent, StartError, StreamHandle};
+use backoff::Backoff;
+use observer::Observer;
 
 /// A stable minute of frames resets the reconnect backoff.
 const STABLE: Duration = Duration::from_secs(60);
-/// How long a file source may take to deliver its first frame.
-const FILE_FIRST_FRAME: Duration = Duration::from_secs(30);
-const POLL: Duration = Duration::from_millis(100);
+/// How often a running stream samples its ring and checks for silence.
+const TICK: Duration = Duration::from_millis(100);
 
 /// What every stream shares with the daemon.
 #[derive(Clone)]
 pub struct StreamContext {
-    pub pool: Arc<RwLock<WorkerPool>>,
-    pub rtsp: Option<Arc<RtspServer>>,
+    /// The worker pool (already running) and the RTSP server.
+    pub services: Services,
     pub health: Arc<Health>,
     pub metrics: StreamMetrics,
     /// State, last frame and latest annotated frame for the status page.
@@ -60,83 +55,49 @@ pub struct StreamContext {
     /// it cannot overwrite the earlier recording). Outputs re-opened for a new
     /// frame size use the time they are opened.
     pub start_time: SystemTime,
-    /// Buffers for frames being inferred, reordered and written (workers + slack).
-    pub in_flight: usize,
     /// How long finalising the sinks may take when a stream ends by itself.
     pub finish_timeout: Duration,
-    /// Set once the pool has its workers. A stream that ends before then
-    /// waits for them (unless asked to stop), so its frames still get inferred
-    /// and the pool's lock is not held while nothing can drain.
-    pub workers_ready: Arc<AtomicBool>,
 }
 
-/// A running stream supervisor. Dropping it does not stop it: call
-/// [`StreamSupervisor::request_stop`] and then join.
+/// A running stream supervisor. Dropping it asks the stream to stop at once
+/// without waiting for it: call [`StreamSupervisor::request_stop`] and
+/// [`StreamSupervisor::join_until`] for an orderly stop.
 pub struct StreamSupervisor {
     pub name: String,
     pub config: StreamConfig,
-    stop: Arc<Mutex<Option<Instant>>>,
-    info: Arc<Mutex<Option<VideoInfo>>>,
+    stop: StopHandle,
+    /// Disconnected when the thread ends.
+    done: Receiver<()>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl StreamSupervisor {
     pub fn spawn(config: StreamConfig, ctx: StreamContext) -> std::io::Result<StreamSupervisor> {
-        let stop = Arc::new(Mutex::new(None));
-        let info = Arc::new(Mutex::new(None));
+        let (stop, signal) = stop_channel();
+        let (done_tx, done) = crossbeam_channel::bounded::<()>(0);
         let name = config.name.clone();
-        let thread = {
-            let (config, stop, info) = (config.clone(), stop.clone(), info.clone());
-            std::thread::Builder::new()
-                .name(format!("roadseg-stream-{name}"))
-                .spawn(move || {
-                    let (health, stream) = (ctx.health.clone(), config.name.clone());
-                    let supervisor = Supervisor {
-                        cfg: config,
-                        ctx,
-                        stop,
-                        info,
-                    };
-                    // A bug in one stream must not take the others down; it stays down, loudly.
-                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| supervisor.run())).is_err() {
-                        health.set_stream_up(&stream, false);
-                        tracing::error!(stream = %stream, "the stream supervisor panicked; the stream stays down");
-                    }
-                })?
-        };
-        Ok(StreamSupervisor {
-            name,
-            config,
-            stop,
-            info,
-            thread: Some(thread),
-        })
-    }
-
-    /// The source's frame size, once its first frame arrived.
-    pub fn info(&self) -> Option<VideoInfo> {
-        *self.info.lock().unwrap_or_else(PoisonError::into_inner)
+        let supervisor = Supervisor { live: config.is_live(), cfg: config.clone(), ctx, stop: signal };
+        let thread = std::thread::Builder::new().name(format!("roadseg-stream-{name}")).spawn(move || {
+            let _done = done_tx;
+            let (health, stream) = (supervisor.ctx.health.clone(), supervisor.cfg.name.clone());
+            // A bug in one stream must not take the others down; it stays down, loudly.
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| supervisor.run())).is_err() {
+                health.set_stream_up(&stream, false);
+                tracing::error!(stream = %stream, "the stream supervisor panicked; the stream stays down");
+            }
+        })?;
+        Ok(StreamSupervisor { name, config, stop, done, thread: Some(thread) })
     }
 
     /// Asks the stream to stop intake, drain and finalise its outputs by `deadline`.
     pub fn request_stop(&self, deadline: Instant) {
-        let mut stop = self.stop.lock().unwrap_or_else(PoisonError::into_inner);
-        if stop.is_none() {
-            *stop = Some(deadline);
-        }
-    }
-
-    pub fn is_finished(&self) -> bool {
-        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+        self.stop.stop(deadline);
     }
 
     /// Waits for the thread until `deadline`; false if it is still running then.
     pub fn join_until(&mut self, deadline: Instant) -> bool {
-        while !self.is_finished() {
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        if let Err(RecvTimeoutError::Timeout) = self.done.recv_deadline(deadline) {
+            return false;
         }
         if let Some(t) = self.thread.take()
             && t.join().is_err()
@@ -147,103 +108,21 @@ impl StreamSupervisor {
     }
 }
 
-/// Exponential reconnect delay.
-struct Backoff {
-    initial: Duration,
-    max: Duration,
-    next: Duration,
-}
-
-impl Backoff {
-    fn new(initial_ms: u64, max_ms: u64) -> Backoff {
-        let initial = Duration::from_millis(initial_ms.max(1));
-        let max = Duration::from_millis(max_ms.max(initial_ms).max(1));
-        Backoff {
-            initial,
-            max,
-            next: initial,
-        }
-    }
-
-    fn take(&mut self) -> Duration {
-        let d = self.next;
-        self.next = (self.next * 2).min(self.max);
-        d
-    }
-
-    fn reset(&mut self) {
-        self.next = self.initial;
-    }
-}
-
-/// How a session (one ring + output stage + sinks) ended.
+/// How a run of the stream (one set of outputs) ended.
 enum SessionEnd {
     /// Stop requested; outputs finalised.
     Stopped,
     /// A file ended or failed (or a file stream could not start): stays down.
     Down,
-    /// Start a new session (new frame size, or outputs could not be opened).
+    /// Start again with new outputs (new frame size, or outputs could not be opened).
     Rebuild,
-}
-
-/// A session's sinks, its stats sidecar and its RTSP mount (to remove later).
-struct Outputs {
-    sinks: Vec<Box<dyn FrameSink>>,
-    stats: Option<StatsWriter>,
-    mount: Option<String>,
-}
-
-/// Why a stream's outputs could not be opened.
-#[derive(Debug, thiserror::Error)]
-enum OpenOutputsError {
-    #[error("file output: {0}")]
-    File(#[source] SinkError),
-    #[error("stats output: {0}")]
-    Stats(#[source] StatsError),
-    #[error("rtsp output: the RTSP server is not running (rtsp.listen is empty)")]
-    NoRtspServer,
-    #[error("rtsp output: {0}")]
-    Rtsp(#[source] RtspError),
-}
-
-/// Why connecting gave up.
-enum Gave {
-    Stopped,
-    Down,
 }
 
 struct Supervisor {
     cfg: StreamConfig,
+    live: bool,
     ctx: StreamContext,
-    stop: Arc<Mutex<Option<Instant>>>,
-    info: Arc<Mutex<Option<VideoInfo>>>,
-}
-
-/// Metrics and the latest frame for one stream's output stage.
-struct Observer(StreamMetrics, Arc<StreamStatus>);
-
-impl OutputObserver for Observer {
-    fn written(&self, sink: &'static str) {
-        self.0.written(Sink::named(sink)).increment(1);
-    }
-    fn sink_failed(&self, sink: &'static str, _err: &OutputError) {
-        self.0.sink_errors(Sink::named(sink)).increment(1);
-    }
-    fn skipped(&self, reason: SkipReason) {
-        let reason = match reason {
-            SkipReason::RingFull => DropReason::RingFull,
-            SkipReason::InferenceError => DropReason::InferenceError,
-            SkipReason::RateLimited => DropReason::RateLimited,
-        };
-        self.0.dropped(reason).increment(1);
-    }
-    fn frame_out(&self, latency: Duration, _stats: &FrameStats) {
-        self.0.record_latency(latency);
-        self.0.last_written.set(super::metrics::unix_now());
-    }
-    fn keep_latest(&self, buf: &mut FrameBuf) {
-        self.1.latest.offer(buf);
-    }
+    stop: StopSignal,
 }
 
 impl Supervisor {
@@ -251,420 +130,178 @@ impl Supervisor {
         &self.cfg.name
     }
 
-    fn stop_deadline(&self) -> Option<Instant> {
-        *self.stop.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The stop's deadline, or a stream's own when it ends by itself.
+    fn deadline(&self) -> Instant {
+        self.stop.requested().unwrap_or_else(|| Instant::now() + self.ctx.finish_timeout)
     }
 
-    /// Sleeps `d`, waking early for a stop request; true if one came.
-    fn sleep_or_stop(&self, d: Duration) -> bool {
-        let until = Instant::now() + d;
-        loop {
-            if self.stop_deadline().is_some() {
-                return true;
-            }
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            std::thread::sleep(left.min(POLL));
-        }
-    }
-
-    fn silence(&self) -> Duration {
-        Duration::from_secs(5).max(Duration::from_millis(3 * u64::from(self.cfg.latency_ms)))
-    }
-
-    fn settings(&self) -> SourceSettings {
-        let mut s = SourceSettings::new(self.cfg.uri.clone());
-        s.live = self.cfg.is_live();
-        s.latency_ms = self.cfg.latency_ms;
-        s.rtsp_transport = match self.cfg.rtsp_transport {
-            RtspTransport::Tcp => source::RtspTransport::Tcp,
-            RtspTransport::Udp => source::RtspTransport::Udp,
-            RtspTransport::Auto => source::RtspTransport::Auto,
-        };
-        s
+    fn set_up(&self, up: bool, state: StreamState) {
+        self.ctx.health.set_stream_up(self.name(), up);
+        self.ctx.status.set_state(state);
     }
 
     fn run(self) {
-        let live = self.cfg.is_live();
         let mut backoff = Backoff::new(self.cfg.reconnect_initial_ms, self.cfg.reconnect_max_ms);
-        let mut session_start = self.ctx.start_time;
+        let mut named_for = self.ctx.start_time;
         loop {
-            match self.session(&mut backoff, session_start) {
+            let end = match self.start(named_for, &mut backoff) {
+                Ok(handle) => self.watch(handle, &mut backoff),
+                Err(end) => end,
+            };
+            match end {
                 SessionEnd::Stopped => {
                     self.ctx.status.set_state(StreamState::Stopped);
                     tracing::info!(stream = %self.name(), "stream stopped");
                     break;
                 }
                 SessionEnd::Down => {
-                    self.ctx.health.set_stream_up(self.name(), false);
-                    self.ctx.status.set_state(StreamState::Down);
+                    self.set_up(false, StreamState::Down);
                     tracing::warn!(stream = %self.name(), "stream is down and stays down (not live); other streams keep running");
                     break;
                 }
-                SessionEnd::Rebuild if !live => break,
-                SessionEnd::Rebuild => session_start = SystemTime::now(),
+                SessionEnd::Rebuild if !self.live => break,
+                SessionEnd::Rebuild => named_for = SystemTime::now(),
             }
         }
     }
 
-    /// Starts sources until one delivers a frame. `reconnect`: this is not the
-    /// first attempt, so wait out the backoff first.
-    fn connect(
-        &self,
-        ring: &FrameRing,
-        feeder: &Arc<RingFeeder>,
-        events: &Receiver<SourceEvent>,
-        requeue: &Sender<SourceEvent>,
-        backoff: &mut Backoff,
-        mut reconnect: bool,
-    ) -> Result<(Source, VideoInfo), Gave> {
-        let live = self.cfg.is_live();
-        let shown = super::config::SourceUri::redacted(&self.cfg.uri);
-        let mut attempt = 0u64;
+    /// Starts the stream with outputs named for `named_for`, retrying a live
+    /// source until it delivers a frame.
+    fn start(&self, named_for: SystemTime, backoff: &mut Backoff) -> Result<StreamHandle, SessionEnd> {
+        if named_for != self.ctx.start_time {
+            tracing::info!(stream = %self.name(), "new outputs named for {}", format_start(named_for));
+        }
+        let observer = Arc::new(Observer { metrics: self.ctx.metrics.clone(), status: self.ctx.status.clone() });
+        let spec = spec::stream_spec(&self.cfg, named_for, self.ctx.finish_timeout, observer);
+        let handle = self.until_up(backoff, true, || spec.clone().start(&self.ctx.services, &self.stop))?;
+        self.set_up(true, StreamState::Up);
+        Ok(handle)
+    }
+
+    /// Tries `attempt` until it succeeds. A live source is tried again after
+    /// each failure, waiting out the backoff first (the first try too,
+    /// unless `immediate`); a file's failure leaves the stream down.
+    fn until_up<T>(&self, backoff: &mut Backoff, immediate: bool, mut attempt: impl FnMut() -> Result<T, StartError>) -> Result<T, SessionEnd> {
+        let mut waits = 0u64;
+        let mut wait = !immediate;
         loop {
-            if self.stop_deadline().is_some() {
-                return Err(Gave::Stopped);
+            if wait {
+                waits += 1;
+                self.back_off(backoff, waits)?;
             }
-            if reconnect {
-                let delay = backoff.take();
-                attempt += 1;
-                tracing::info!(stream = %self.name(), source = %shown, attempt, "reconnecting in {} ms", delay.as_millis());
-                if self.sleep_or_stop(delay) {
-                    return Err(Gave::Stopped);
+            wait = true;
+            match attempt() {
+                Ok(x) => return Ok(x),
+                Err(StartError::Source(FirstFrameError::Stopped)) => return Err(SessionEnd::Stopped),
+                Err(StartError::Source(e)) if self.live => tracing::error!(stream = %self.name(), "source failed: {e}"),
+                Err(StartError::Source(e)) => {
+                    tracing::error!(stream = %self.name(), "cannot play {}: {e}", SourceUri::redacted(&self.cfg.uri));
+                    return Err(SessionEnd::Down);
                 }
-                self.ctx.metrics.reconnects.increment(1);
-            }
-            reconnect = true;
-            events.try_iter().for_each(drop);
-            let failure = match Source::start(self.settings(), feeder.clone()) {
-                Err(e) => e.to_string(),
-                Ok(source) => match self.first_frame(&source, events, requeue) {
-                    Ok(info) => return Ok((source, info)),
-                    Err(None) => {
-                        // A file source may be blocked on back-pressure: release it first.
-                        if !live {
-                            ring.close();
-                        }
-                        source.stop();
-                        return Err(Gave::Stopped);
+                Err(e @ StartError::Outputs(_)) => {
+                    tracing::error!(stream = %self.name(), "{e}");
+                    if !self.live {
+                        return Err(SessionEnd::Down);
                     }
-                    Err(Some(reason)) => {
-                        if !live {
-                            ring.close();
-                        }
-                        source.stop();
-                        events.try_iter().for_each(drop);
-                        reason
-                    }
-                },
-            };
-            if live {
-                tracing::error!(stream = %self.name(), "source failed: {failure}");
-            } else {
-                tracing::error!(stream = %self.name(), "cannot play {shown}: {failure}");
-                return Err(Gave::Down);
+                    let delay = backoff.take();
+                    tracing::info!(stream = %self.name(), "retrying in {} ms", delay.as_millis());
+                    return Err(if self.stop.sleep(delay).is_some() { SessionEnd::Stopped } else { SessionEnd::Rebuild });
+                }
             }
         }
     }
 
-    /// Waits for the first frame: Ok(size), Err(None) when asked to stop,
-    /// Err(Some(reason)) on failure.
-    /// An end or error that raced the first frames is put back on `requeue`
-    /// for the caller's loop (a short file can end right after its first frame).
-    fn first_frame(
-        &self,
-        source: &Source,
-        events: &Receiver<SourceEvent>,
-        requeue: &Sender<SourceEvent>,
-    ) -> Result<VideoInfo, Option<String>> {
-        let limit = if self.cfg.is_live() {
-            self.silence()
-        } else {
-            FILE_FIRST_FRAME
-        };
-        let deadline = Instant::now() + limit;
-        loop {
-            if self.stop_deadline().is_some() {
-                return Err(None);
-            }
-            if let Some(info) = source.info() {
-                return Ok(info);
-            }
-            match events.recv_timeout(Duration::from_millis(50)) {
-                Ok(event) if source.info().is_some() => {
-                    let _ = requeue.send(event);
-                    continue;
-                }
-                Ok(SourceEvent::Eos) => return Err(Some("the stream ended before its first video frame".into())),
-                Ok(SourceEvent::Error(e)) => return Err(Some(e.to_string())),
-                Err(_) => {}
-            }
-            if Instant::now() >= deadline {
-                return Err(Some(format!("no video frame within {:.1} s", limit.as_secs_f64())));
-            }
+    /// Waits out the next backoff delay before reconnect attempt `attempt`.
+    fn back_off(&self, backoff: &mut Backoff, attempt: u64) -> Result<(), SessionEnd> {
+        let delay = backoff.take();
+        let source = SourceUri::redacted(&self.cfg.uri);
+        tracing::info!(stream = %self.name(), source = %source, attempt, "reconnecting in {} ms", delay.as_millis());
+        if self.stop.sleep(delay).is_some() {
+            return Err(SessionEnd::Stopped);
         }
+        self.ctx.metrics.reconnects.increment(1);
+        Ok(())
     }
 
-    /// The stream's sinks for frames of `info`; the RTSP mount to remove later.
-    fn open_sinks(&self, info: VideoInfo, start: SystemTime) -> Result<Outputs, OpenOutputsError> {
-        let (o, name) = (&self.cfg.output, self.name());
-        let mut sinks: Vec<Box<dyn FrameSink>> = Vec::new();
-        if let Some(pattern) = o.segment_location(name, start) {
-            let segment_seconds = Some(u32::try_from(o.segment_seconds).unwrap_or(u32::MAX));
-            let target = FileTarget {
-                path: pattern.into(),
-                segment_seconds,
-                bitrate_kbps: o.bitrate_kbps,
-                wall_clock_names: o.wall_clock_names(),
-            };
-            let sink = open_file_sink(&target, info).map_err(OpenOutputsError::File)?;
-            tracing::info!(stream = %name, file = %target.path.display(), "recording");
-            sinks.push(Box::new(FileOutput::resuming(sink, target, info)));
-        }
-        let stats = match o.stats_path(name, start) {
-            Some(p) => Some(StatsWriter::append(&p, name).map_err(OpenOutputsError::Stats)?),
-            None => None,
-        };
-        let mut mount = None;
-        if let Some(path) = o.rtsp_mount(name) {
-            let Some(server) = &self.ctx.rtsp else {
-                return Err(OpenOutputsError::NoRtspServer);
-            };
-            let mut rtsp_info = info;
-            if rtsp_info.fps_num <= 0 || rtsp_info.fps_den <= 0 {
-                (rtsp_info.fps_num, rtsp_info.fps_den) = (25, 1);
-            }
-            let feed = server
-                .add_stream_with(&path, rtsp_info, &RtspServer::encoder(o.bitrate_kbps))
-                .map_err(OpenOutputsError::Rtsp)?;
-            sinks.push(Box::new(RtspOutput(feed)));
-            mount = Some(path);
-        }
-        Ok(Outputs { sinks, stats, mount })
-    }
-
-    fn unmount(&self, mount: Option<String>) {
-        if let (Some(path), Some(server)) = (mount, &self.ctx.rtsp)
-            && let Err(e) = server.remove_stream(&path)
-        {
-            tracing::warn!(stream = %self.name(), "{e}");
-        }
-    }
-
-    fn session(&self, backoff: &mut Backoff, start: SystemTime) -> SessionEnd {
-        let live = self.cfg.is_live();
-        let name = self.name().to_string();
-        let ring = Arc::new(FrameRing::new(self.cfg.ring_capacity, self.ctx.in_flight, live));
-        let (output_tx, output_rx) = crossbeam_channel::unbounded();
-        let (events_tx, events_rx) = crossbeam_channel::unbounded();
-        let requeue = events_tx.clone();
-        let waker = self.ctx.pool.read().unwrap_or_else(PoisonError::into_inner).waker();
-        let (m, status) = (self.ctx.metrics.clone(), self.ctx.status.clone());
-        let on_decoded: DecodeObserver = Arc::new(move |_, depth| {
-            status.frame_arrived();
-            m.frames_decoded.increment(1);
-            m.ring_depth.set(depth as f64);
-        });
-        let feeder = Arc::new(RingFeeder::new(
-            ring.clone(),
-            output_tx.clone(),
-            Box::new(waker),
-            events_tx,
-            // Each recording's timeline starts near 0 and rises across reconnects.
-            live.then(Instant::now),
-            on_decoded,
-        )
-        .with_rate_limit(self.cfg.infer_fps)
-        .on_damaged_input({
-            let m = self.ctx.metrics.clone();
-            move || m.decode_errors.increment(1)
-        }));
-
-        let (source, info) = match self.connect(&ring, &feeder, &events_rx, &requeue, backoff, false) {
-            Ok(x) => x,
-            Err(Gave::Stopped) => return SessionEnd::Stopped,
-            Err(Gave::Down) => return SessionEnd::Down,
-        };
-        *self.info.lock().unwrap_or_else(PoisonError::into_inner) = Some(info);
-        tracing::info!(stream = %name, "source delivers {}x{} at {}/{} fps", info.width, info.height, info.fps_num, info.fps_den);
-        if !start.eq(&self.ctx.start_time) {
-            tracing::info!(stream = %name, "new outputs named for {}", format_start(start));
-        }
-
-        let Outputs { sinks, stats, mount } = match self.open_sinks(info, start) {
-            Ok(x) => x,
-            Err(e) => {
-                tracing::error!(stream = %name, "cannot open the stream's outputs: {e}");
-                feeder.stop();
-                ring.close();
-                source.stop();
-                if !live {
-                    return SessionEnd::Down;
-                }
-                let delay = backoff.take();
-                tracing::info!(stream = %name, "retrying in {} ms", delay.as_millis());
-                return if self.sleep_or_stop(delay) {
-                    SessionEnd::Stopped
-                } else {
-                    SessionEnd::Rebuild
-                };
-            }
-        };
-        let pipeline = {
-            let pool = self.ctx.pool.read().unwrap_or_else(PoisonError::into_inner);
-            StreamPipeline::start(
-                PipelineParts {
-                    name: name.clone(),
-                    ring: ring.clone(),
-                    output_tx,
-                    output_rx,
-                    sinks,
-                    stats,
-                    observer: Arc::new(Observer(self.ctx.metrics.clone(), self.ctx.status.clone())),
-                    finish_timeout: self.ctx.finish_timeout,
-                    on_frame: None,
-                    want_masks: false,
-                    temporal: self.cfg.temporal(),
-                },
-                &pool,
-            )
-        };
-        self.ctx.health.set_stream_up(&name, true);
-        self.ctx.status.set_state(StreamState::Up);
-
-        let finished = AtomicBool::new(false);
-        // Stops intake, drains, finalises the sinks and unmounts; the source is stopped after the drain
-        // (a file source may be blocked on back-pressure until the ring closes).
-        let teardown = |pipeline: StreamPipeline, source: Option<Source>, deadline: Instant| {
-            if finished.swap(true, Ordering::SeqCst) {
-                return;
-            }
-            feeder.stop();
-            while !self.ctx.workers_ready.load(Ordering::SeqCst) && self.stop_deadline().is_none() {
-                std::thread::sleep(POLL);
-            }
-            let summary = {
-                let pool = self.ctx.pool.read().unwrap_or_else(PoisonError::into_inner);
-                pipeline.drain_and_finish(&pool, deadline)
-            };
-            if let Some(s) = source {
-                s.stop();
-            }
-            self.unmount(mount.clone());
-            self.ctx.health.set_stream_up(&name, false);
-            match &summary.first_error {
-                None => {
-                    tracing::info!(stream = %name, frames = summary.frames, dropped = summary.skipped, "outputs finalised")
-                }
-                Some(e) => {
-                    tracing::error!(stream = %name, frames = summary.frames, "outputs finalised with an error: {e}")
-                }
-            }
-        };
-
-        let mut source = Some(source);
+    /// Runs the started stream until it stops, goes down or needs new outputs.
+    fn watch(&self, mut handle: StreamHandle, backoff: &mut Backoff) -> SessionEnd {
         let mut source_started = Instant::now();
         loop {
-            if let Some(deadline) = self.stop_deadline() {
-                teardown(pipeline, source, deadline);
-                return SessionEnd::Stopped;
-            }
             if source_started.elapsed() >= STABLE {
                 backoff.reset();
             }
             // Also sampled here: at decode time it is always at least the frame just queued.
-            self.ctx.metrics.ring_depth.set(ring.depth() as f64);
-            let failure = match events_rx.recv_timeout(POLL) {
-                Ok(SourceEvent::Eos) if self.cfg.r#loop => {
+            self.ctx.metrics.ring_depth.set(handle.ring_depth() as f64);
+            let lost = match self.stop.wait_on(handle.events(), TICK) {
+                Wake::Stop(deadline) => return self.finish(handle, deadline, SessionEnd::Stopped),
+                Wake::Item(SourceEvent::Eos) if self.cfg.r#loop => {
                     // Not a loss: the same file again, on the same timeline.
-                    tracing::debug!(stream = %name, "end of file; playing it again");
-                    if let Some(s) = source.take() {
-                        s.stop();
-                    }
-                    events_rx.try_iter().for_each(drop);
-                    match self.connect(&ring, &feeder, &events_rx, &requeue, backoff, false) {
-                        Ok((s, _)) => {
-                            source = Some(s);
+                    tracing::debug!(stream = %self.name(), "end of file; playing it again");
+                    handle.drop_source();
+                    match self.until_up(backoff, true, || Ok(handle.restart_source(&self.stop)?)) {
+                        Ok(_) => {
                             source_started = Instant::now();
                             continue;
                         }
-                        Err(gave) => {
-                            let deadline = self.stop_deadline().unwrap_or_else(|| Instant::now() + self.ctx.finish_timeout);
-                            teardown(pipeline, None, deadline);
-                            return if matches!(gave, Gave::Down) { SessionEnd::Down } else { SessionEnd::Stopped };
-                        }
+                        Err(end) => return self.finish(handle, self.deadline(), end),
                     }
                 }
-                Ok(SourceEvent::Eos) => Some((true, "end of stream".to_string())),
-                Ok(SourceEvent::Error(e)) => Some((false, e.to_string())),
-                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
-            };
-            let last = feeder.last_frame().max(source_started);
-            let failure = match failure {
-                Some(f) => f,
-                None if live && last.elapsed() > self.silence() => {
-                    (false, format!("no frame for {:.1} s", last.elapsed().as_secs_f64()))
-                }
-                None => continue,
-            };
-            if !live {
-                match failure {
-                    (true, _) => tracing::info!(stream = %name, "file finished; finalising its outputs"),
-                    (false, e) => tracing::error!(stream = %name, "source failed: {e}; finalising its outputs"),
-                }
-                teardown(pipeline, source, Instant::now() + self.ctx.finish_timeout);
-                return SessionEnd::Down;
-            }
-            self.ctx.health.set_stream_up(&name, false);
-            self.ctx.status.set_state(StreamState::Reconnecting);
-            tracing::warn!(stream = %name, "source lost: {}", failure.1);
-            self.ctx.metrics.interruptions.increment(1);
-            if let Some(s) = source.take() {
-                s.stop();
-            }
-            events_rx.try_iter().for_each(drop);
-            match self.connect(&ring, &feeder, &events_rx, &requeue, backoff, true) {
-                Ok((s, new_info)) => {
-                    source_started = Instant::now();
-                    if (new_info.width, new_info.height) != (info.width, info.height) {
-                        tracing::warn!(
-                            stream = %name,
-                            "source came back at {}x{} (was {}x{}): finalising the outputs and opening new ones",
-                            new_info.width, new_info.height, info.width, info.height
-                        );
-                        teardown(pipeline, Some(s), Instant::now() + self.ctx.finish_timeout);
-                        return SessionEnd::Rebuild;
+                Wake::Item(event) if !self.live => {
+                    match event {
+                        SourceEvent::Eos => tracing::info!(stream = %self.name(), "file finished; finalising its outputs"),
+                        SourceEvent::Error(e) => tracing::error!(stream = %self.name(), "source failed: {e}; finalising its outputs"),
                     }
-                    tracing::info!(stream = %name, "source reconnected");
-                    source = Some(s);
-                    self.ctx.health.set_stream_up(&name, true);
-                    self.ctx.status.set_state(StreamState::Up);
+                    return self.finish(handle, self.deadline(), SessionEnd::Down);
                 }
-                Err(_) => {
-                    let deadline = self
-                        .stop_deadline()
-                        .unwrap_or_else(|| Instant::now() + self.ctx.finish_timeout);
-                    teardown(pipeline, None, deadline);
-                    return SessionEnd::Stopped;
+                Wake::Item(SourceEvent::Eos) => "end of stream".to_string(),
+                Wake::Item(SourceEvent::Error(e)) => e.to_string(),
+                Wake::Idle => {
+                    let last = handle.last_frame().max(source_started);
+                    if !self.live || last.elapsed() <= spec::silence(&self.cfg) {
+                        continue;
+                    }
+                    format!("no frame for {:.1} s", last.elapsed().as_secs_f64())
                 }
+            };
+            match self.reconnect(&mut handle, backoff, &lost) {
+                Ok(()) => source_started = Instant::now(),
+                Err(SessionEnd::Rebuild) => return self.finish(handle, Instant::now() + self.ctx.finish_timeout, SessionEnd::Rebuild),
+                Err(end) => return self.finish(handle, self.deadline(), end),
             }
         }
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+    /// The source was lost (`why`): restarts it into the running outputs.
+    /// Err(Rebuild) when it came back at another frame size.
+    fn reconnect(&self, handle: &mut StreamHandle, backoff: &mut Backoff, why: &str) -> Result<(), SessionEnd> {
+        self.set_up(false, StreamState::Reconnecting);
+        tracing::warn!(stream = %self.name(), "source lost: {why}");
+        self.ctx.metrics.interruptions.increment(1);
+        handle.drop_source();
+        let info = self.until_up(backoff, false, || Ok(handle.restart_source(&self.stop)?))?;
+        let VideoInfo { width, height, .. } = handle.info();
+        if (info.width, info.height) != (width, height) {
+            tracing::warn!(
+                stream = %self.name(),
+                "source came back at {}x{} (was {width}x{height}): finalising the outputs and opening new ones",
+                info.width, info.height
+            );
+            return Err(SessionEnd::Rebuild);
+        }
+        tracing::info!(stream = %self.name(), "source reconnected");
+        self.set_up(true, StreamState::Up);
+        Ok(())
+    }
 
-    #[test]
-    fn backoff_doubles_up_to_the_maximum_and_resets() {
-        // Rule: reconnect delays double from reconnect_initial_ms, cap at reconnect_max_ms, and reset.
-        let mut b = Backoff::new(500, 3000);
-        let ms: Vec<u128> = (0..5).map(|_| b.take().as_millis()).collect();
-        assert_eq!(ms, [500, 1000, 2000, 3000, 3000]);
-        b.reset();
-        assert_eq!(b.take().as_millis(), 500);
+    /// Drains and finalises the stream by `deadline`; `end` passes through.
+    fn finish(&self, handle: StreamHandle, deadline: Instant, end: SessionEnd) -> SessionEnd {
+        let drained = handle.stop(deadline);
+        self.ctx.health.set_stream_up(self.name(), false);
+        let (summary, name) = (&drained.outputs, self.name());
+        match &summary.first_error {
+            None => tracing::info!(stream = %name, frames = summary.frames, dropped = summary.skipped, "outputs finalised"),
+            Some(e) => tracing::error!(stream = %name, frames = summary.frames, "outputs finalised with an error: {e}"),
+        }
+        end
     }
 }

@@ -105,9 +105,10 @@ pub fn software(settings: &EncoderSettings, info: &VideoInfo) -> Result<EncoderC
     choose(&EncoderSettings { force_software: true, ..settings.clone() }, info)
 }
 
-/// Keyframe interval in frames; unknown frame rates count as 30 fps.
+/// Keyframe interval in frames (at the fallback rate when the rate is unknown).
 fn gop_frames(settings: &EncoderSettings, info: &VideoInfo) -> u32 {
-    let fps = if info.fps_num > 0 && info.fps_den > 0 { info.fps_num as f64 / info.fps_den as f64 } else { 30.0 };
+    let (num, den) = info.frame_rate();
+    let fps = f64::from(num) / f64::from(den);
     (settings.keyframe_interval.as_secs_f64() * fps).round().max(1.0) as u32
 }
 
@@ -147,8 +148,8 @@ fn usable(candidate: &EncoderChoice, info: &VideoInfo) -> bool {
 
 fn probe(candidate: &EncoderChoice, info: &VideoInfo) -> bool {
     let (w, h) = (info.width.max(16).to_string(), info.height.max(16).to_string());
-    let fps =
-        if info.fps_num > 0 && info.fps_den > 0 { format!("{}/{}", info.fps_num, info.fps_den) } else { "30/1".into() };
+    let (num, den) = info.frame_rate();
+    let fps = format!("{num}/{den}");
     let desc =
         launch::fill(PROBE, &[("width", &w), ("height", &h), ("fps", &fps), ("encoder", candidate.description())]);
     let Ok(pipeline) = launch::launch(&desc) else {

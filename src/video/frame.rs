@@ -32,3 +32,20 @@ pub struct VideoInfo {
     pub fps_num: i32,
     pub fps_den: i32,
 }
+
+/// The frame rate outputs are opened at when the source does not say
+/// (variable-rate streams, some cameras): encoders and muxers need one.
+pub const FALLBACK_FPS: (i32, i32) = (25, 1);
+
+impl VideoInfo {
+    /// The frame rate as a fraction, [`FALLBACK_FPS`] when unknown.
+    pub fn frame_rate(&self) -> (i32, i32) {
+        if self.fps_num > 0 && self.fps_den > 0 { (self.fps_num, self.fps_den) } else { FALLBACK_FPS }
+    }
+
+    /// This size at [`VideoInfo::frame_rate`].
+    pub fn with_known_rate(self) -> VideoInfo {
+        let (fps_num, fps_den) = self.frame_rate();
+        VideoInfo { fps_num, fps_den, ..self }
+    }
+}

@@ -15,7 +15,9 @@ pub mod rtsp;
 pub mod snapshot;
 pub mod sink;
 pub mod source;
+pub mod stop;
 pub mod stream;
+pub mod uri;
 
 pub use launch::GstError;
 pub use rgba::FrameSizeError;

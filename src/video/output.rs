@@ -68,19 +68,26 @@ pub trait FrameSink: Send {
     fn finish(self: Box<Self>, timeout: Duration) -> Result<(), OutputError>;
 }
 
-/// Hooks for metrics; every method has a do-nothing default.
-pub trait OutputObserver: Send + Sync {
+/// What a stream reports as frames go through it (metrics, progress, the
+/// status page). Called on the source's and the output stage's threads, so
+/// every method must return quickly; each has a do-nothing default.
+pub trait StreamObserver: Send + Sync {
+    /// A frame was decoded (queued or not); `ring_depth` frames now wait.
+    fn decoded(&self, _ring_depth: usize) {}
+    /// The source went on past damaged or lost input.
+    fn damaged_input(&self) {}
     fn written(&self, _sink: &'static str) {}
     fn sink_failed(&self, _sink: &'static str, _err: &OutputError) {}
     fn skipped(&self, _reason: SkipReason) {}
-    fn frame_out(&self, _latency: Duration, _stats: &FrameStats) {}
+    /// A frame was written to every sink, in order, `latency` after it was decoded.
+    fn frame_out(&self, _frame: &FrameBuf, _latency: Duration, _stats: &FrameStats) {}
     /// Last look at a written frame before its buffer goes back to the pool;
     /// may swap `buf.data` (see `snapshot::LatestFrame::offer`).
     fn keep_latest(&self, _buf: &mut FrameBuf) {}
 }
 
 pub struct NoObserver;
-impl OutputObserver for NoObserver {}
+impl StreamObserver for NoObserver {}
 
 /// JSON-lines sidecar: one object per written frame, with the wall-clock
 /// time it was written.
@@ -172,10 +179,8 @@ pub struct OutputParts {
     pub sinks: Vec<Box<dyn FrameSink>>,
     pub stats: Option<StatsWriter>,
     pub counters: Arc<StreamCounters>,
-    pub observer: Arc<dyn OutputObserver>,
+    pub observer: Arc<dyn StreamObserver>,
     pub finish_timeout: Duration,
-    /// Called with every frame written, in order (progress bars, tests).
-    pub on_frame: Option<Box<dyn FnMut(&FrameBuf, &FrameStats) + Send>>,
 }
 
 impl OutputStage {
@@ -219,10 +224,7 @@ fn run(mut p: OutputParts) -> OutputSummary {
                 }
             }
         }
-        p.observer.frame_out(buf.decoded_at.elapsed(), &stats);
-        if let Some(cb) = p.on_frame.as_mut() {
-            cb(&buf, &stats);
-        }
+        p.observer.frame_out(&buf, buf.decoded_at.elapsed(), &stats);
         summary.frames += 1;
         summary.road_coverage_sum += stats.road_coverage as f64;
         if !buf.road_mask.is_empty() {

@@ -93,40 +93,20 @@ pub struct WorkerPool {
     handles: Vec<JoinHandle<()>>,
 }
 
-impl Default for WorkerPool {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl WorkerPool {
-    /// A pool with no workers yet: streams can be registered (and sources
-    /// started) before the model is loaded, which needs their frame size.
-    pub fn new() -> Self {
+    /// One worker thread per engine, before any stream is added: the model
+    /// (and so its input size) is settled first.
+    pub fn start(engines: Vec<AnyEngine>, annotator: Annotator, on_inference: InferenceObserver, on_busy: BusyObserver) -> Self {
         let shared = Arc::new(Shared {
             streams: RwLock::new(Vec::new()),
             generation: AtomicU64::new(0),
             work: Doorbell::default(),
             stop: AtomicBool::new(false),
         });
-        WorkerPool { shared, handles: Vec::new() }
-    }
-
-    /// One worker thread per engine.
-    pub fn spawn_workers(
-        &mut self,
-        engines: Vec<AnyEngine>,
-        annotator: Annotator,
-        on_inference: InferenceObserver,
-        on_busy: BusyObserver,
-    ) {
-        let shared = &self.shared;
-        let first = self.handles.len();
-        let spawned: Vec<JoinHandle<()>> = engines
+        let handles = engines
             .into_iter()
             .enumerate()
-            .map(|(i, engine)| {
-                let index = first + i;
+            .map(|(index, engine)| {
                 let worker = Worker {
                     index,
                     stall_after: std::env::var(STALL_HOOK_ENV).ok().and_then(|v| v.parse().ok()),
@@ -142,7 +122,7 @@ impl WorkerPool {
                     .expect("spawning a worker thread")
             })
             .collect();
-        self.handles.extend(spawned);
+        WorkerPool { shared, handles }
     }
 
     pub fn workers(&self) -> usize {

@@ -7,7 +7,8 @@
 
 mod bus;
 mod decoders;
-mod uri;
+mod plan;
+mod settings;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -23,47 +24,10 @@ use gstreamer_video::prelude::*;
 
 use super::frame::{DecodedFrame, VideoInfo};
 use super::launch::{self, Failure, GstError, GstPhrases};
-use uri::Kind;
-pub use uri::TestUriError;
+pub use settings::{DEFAULT_LATENCY_MS, RtspTransport, SourceSettings, UnknownTransport};
+pub use plan::TestUriError;
 
-/// How a source is opened. `SourceSettings::new(uri)` gives the defaults.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SourceSettings {
-    /// file:///path, a bare path, http(s)://, rtsp(s)://, v4l2:///dev/videoN,
-    /// test://PATTERN?width=W&height=H&fps=N[&num-buffers=N] (PATTERN: smpte, ball, ...).
-    pub uri: String,
-    /// The source keeps producing whether or not frames are taken (a camera), so the
-    /// handler must not block. For file and http sources `live = true` paces frames
-    /// at the clip's frame rate; test sources then run on the clock.
-    pub live: bool,
-    /// RTSP jitter-buffer size: more survives a bad network, less is fresher.
-    pub latency_ms: u32,
-    pub rtsp_transport: RtspTransport,
-    /// Let decodebin use hardware decoders (see `source/decoders.rs` for how).
-    pub prefer_hardware: bool,
-}
-
-impl SourceSettings {
-    pub fn new(uri: impl Into<String>) -> Self {
-        SourceSettings {
-            uri: uri.into(),
-            live: false,
-            latency_ms: 200,
-            rtsp_transport: RtspTransport::Auto,
-            prefer_hardware: true,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum RtspTransport {
-    /// RTP interleaved in the RTSP connection: works through NAT and firewalls.
-    Tcp,
-    Udp,
-    /// UDP first, TCP when no UDP data comes within 5 s.
-    #[default]
-    Auto,
-}
+use crate::video::uri::Scheme;
 
 /// What a handler wants after a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,7 +134,7 @@ impl Shared {
 /// `settings`, after the same URI checks, without starting anything (for
 /// checks and tests; errors show the URI with its password masked).
 pub fn describe(settings: &SourceSettings) -> Result<String, SourceError> {
-    uri::plan(settings).map(|plan| plan.description)
+    plan::plan(settings).map(|plan| plan.description)
 }
 
 /// How long `start` waits for the bus to explain a failed state change.
@@ -179,7 +143,7 @@ const START_ERROR_WAIT: Duration = Duration::from_secs(2);
 impl Source {
     pub fn start(settings: SourceSettings, handler: Arc<dyn FrameHandler>) -> Result<Source, SourceError> {
         gst::init()?;
-        let plan = uri::plan(&settings)?;
+        let plan = plan::plan(&settings)?;
         let pipeline = launch::launch(&plan.description)?;
         let shared =
             Arc::new(Shared { state: Mutex::default(), changed: Condvar::new(), stopping: AtomicBool::new(false) });
@@ -191,11 +155,11 @@ impl Source {
         let pin = pipeline.by_name("size").map(|size| SizePin::watch(&pipeline, &size, &plan.shown)).transpose()?;
         sink.set_callbacks(frame_callbacks(handler.clone(), shared.clone(), pin));
 
-        if plan.kind.dynamic() {
+        if plan::dynamic(plan.scheme) {
             let dec = pipeline.by_name("dec").ok_or_else(|| glib::bool_error!("no uridecodebin named dec"))?;
             let conv = pipeline.by_name("conv").ok_or_else(|| glib::bool_error!("no videoconvert named conv"))?;
             link_video_only(&pipeline, &dec, &conv)?;
-            if plan.kind == Kind::Rtsp {
+            if plan.scheme == Scheme::Rtsp {
                 configure_rtspsrc(&dec, &settings);
             }
             if settings.prefer_hardware {
@@ -215,7 +179,7 @@ impl Source {
                 )
                 .and_then(|m| match m.view() {
                     gst::MessageView::Error(err) => {
-                        Some(bus::classify(&plan.shown, plan.kind, &Failure::from_message(err)))
+                        Some(bus::classify(&plan.shown, plan.scheme, &Failure::from_message(err)))
                     }
                     _ => None,
                 });
@@ -227,7 +191,7 @@ impl Source {
             bus,
             pipeline: pipeline.downgrade(),
             uri: plan.shown.clone(),
-            kind: plan.kind,
+            scheme: plan.scheme,
             handler,
             shared: shared.clone(),
         };

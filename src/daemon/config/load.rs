@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use ::config::{Config, Environment, File, FileFormat};
 
-use super::uri::redact_text;
+use crate::video::uri::redact_text;
 use super::{ConfigError, DaemonConfig, ENV_PREFIX, ENV_SEPARATOR, SYSTEM_CONFIG};
 
 /// Which layers to read; [`Sources::standard`] is what the daemon uses.

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use super::validate::{self, Problem};
 use super::template::{self, format_start};
-use super::uri::redact_text;
+use crate::video::uri::redact_text;
 use super::{ConfigError, DaemonConfig, Problems, SourceUri, Sources};
 
 /// A checked configuration and a human description of it (`Display`).

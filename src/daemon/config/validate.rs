@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::UNIX_EPOCH;
 
 use super::template::{expand_lossy, unknown_placeholder};
-use super::uri::redact_text;
+use crate::video::uri::redact_text;
 use super::{ConfigError, DaemonConfig, OutputConfig, SourceUri, StreamConfig};
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use gstreamer as gst;
 use gstreamer::prelude::*;
 
-use super::uri::Kind;
 use super::{FrameHandler, Shared, SourceError};
 use crate::video::launch::{Failure, describe_warning};
+use crate::video::uri::Scheme;
 
 /// Posted by `Source::stop` so the thread wakes without polling.
 pub(super) const STOP: &str = "roadseg-source-stop";
@@ -19,7 +19,7 @@ pub(super) struct Watch {
     pub bus: gst::Bus,
     pub pipeline: gst::glib::WeakRef<gst::Pipeline>,
     pub uri: String,
-    pub kind: Kind,
+    pub scheme: Scheme,
     pub handler: Arc<dyn FrameHandler>,
     pub shared: Arc<Shared>,
 }
@@ -33,7 +33,7 @@ impl Watch {
             };
             let end = match msg.view() {
                 gst::MessageView::Eos(_) => Some(None),
-                gst::MessageView::Error(e) => Some(Some(classify(&self.uri, self.kind, &Failure::from_message(e)))),
+                gst::MessageView::Error(e) => Some(Some(classify(&self.uri, self.scheme, &Failure::from_message(e)))),
                 gst::MessageView::Application(a) => match a.structure().map(|s| s.name().as_str()) {
                     Some(STOP) => return,
                     Some(NO_VIDEO) => Some(Some(no_video(&self.uri, a.structure()))),
@@ -117,13 +117,13 @@ fn no_video(uri: &str, s: Option<&gst::StructureRef>) -> SourceError {
 }
 
 /// GStreamer's error domains mapped to what the user should check.
-pub(super) fn classify(uri: &str, kind: Kind, f: &Failure) -> SourceError {
+pub(super) fn classify(uri: &str, scheme: Scheme, f: &Failure) -> SourceError {
     use gst::{CoreError, ResourceError, StreamError};
     let (uri, detail) = (uri.to_string(), f.describe());
-    let network = matches!(kind, Kind::Rtsp) || uri.starts_with("http");
+    let network = scheme.is_network();
     if let Some(e) = f.error.kind::<ResourceError>() {
         return match e {
-            ResourceError::NotFound if kind == Kind::V4l2 => SourceError::CannotOpen { uri, detail },
+            ResourceError::NotFound if scheme == Scheme::V4l2 => SourceError::CannotOpen { uri, detail },
             ResourceError::NotFound => SourceError::NotFound { uri },
             ResourceError::NotAuthorized => SourceError::Unauthorized { uri, detail },
             ResourceError::OpenRead | ResourceError::OpenReadWrite | ResourceError::Read | ResourceError::Busy

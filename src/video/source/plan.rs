@@ -6,6 +6,7 @@ use gstreamer::glib;
 
 use super::{SourceError, SourceSettings};
 use crate::video::launch::{fill, quote};
+use crate::video::uri::{Scheme, SourceUri};
 
 const URI: &str = include_str!("../../../pipelines/source-uri.txt");
 const TEST: &str = include_str!("../../../pipelines/source-test.txt");
@@ -25,25 +26,13 @@ pub enum TestUriError {
     UnknownKey(String),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Kind {
-    /// file:// and http(s)://, through uridecodebin.
-    Uri,
-    /// rtsp(s)://, through uridecodebin and its rtspsrc.
-    Rtsp,
-    V4l2,
-    Test,
-}
-
-impl Kind {
-    /// Whether `dec` (uridecodebin) is in the pipeline and its pads are linked in code.
-    pub(super) fn dynamic(self) -> bool {
-        matches!(self, Kind::Uri | Kind::Rtsp)
-    }
+/// Whether uridecodebin is in the pipeline for `scheme` and its pads are linked in code.
+pub(super) fn dynamic(scheme: Scheme) -> bool {
+    !matches!(scheme, Scheme::V4l2 | Scheme::Test)
 }
 
 pub(super) struct Plan {
-    pub kind: Kind,
+    pub scheme: Scheme,
     pub description: String,
     /// The URI as it may appear in logs and errors: credentials masked.
     pub shown: String,
@@ -51,49 +40,40 @@ pub(super) struct Plan {
 
 pub(super) fn plan(settings: &SourceSettings) -> Result<Plan, SourceError> {
     let raw = settings.uri.trim();
-    let shown = redact(raw);
+    let shown = SourceUri::redacted(raw);
     if raw.contains('\0') {
         // glib's path and URI conversions panic on NUL.
         return Err(SourceError::BadUri { uri: shown.escape_default().to_string(), reason: "contains a NUL byte".into() });
     }
-    let Some((scheme, rest)) = raw.split_once("://") else {
+    let Some((_, rest)) = raw.split_once("://") else {
         return plan_path(raw, &shown, settings);
     };
+    let scheme = Scheme::of(raw).ok_or_else(|| SourceError::UnsupportedScheme { uri: shown.clone() })?;
     let bad = |reason: &str| SourceError::BadUri { uri: shown.clone(), reason: reason.into() };
     let sync = if settings.live { "true" } else { "false" };
-    match scheme.to_ascii_lowercase().as_str() {
-        "file" => {
+    let description = match scheme {
+        Scheme::File => {
             // glib's message quotes the URI: show it masked.
             let (path, _) = glib::filename_from_uri(raw).map_err(|e| bad(&e.message().replace(raw, &shown)))?;
             if !path.exists() {
                 return Err(SourceError::NotFound { uri: shown });
             }
-            let description = fill(URI, &[("uri", &quote(raw)), ("sync", sync)]);
-            Ok(Plan { kind: Kind::Uri, description, shown })
+            fill(URI, &[("uri", &quote(raw)), ("sync", sync)])
         }
-        "http" | "https" => {
-            let description = fill(URI, &[("uri", &quote(raw)), ("sync", sync)]);
-            Ok(Plan { kind: Kind::Uri, description, shown })
-        }
-        "rtsp" | "rtsps" | "rtspt" | "rtsph" => {
-            // Frames go out as they arrive: a network camera already paces them.
-            let description = fill(URI, &[("uri", &quote(raw)), ("sync", "false")]);
-            Ok(Plan { kind: Kind::Rtsp, description, shown })
-        }
-        "v4l2" => {
+        Scheme::Http | Scheme::Https => fill(URI, &[("uri", &quote(raw)), ("sync", sync)]),
+        // Frames go out as they arrive: a network camera already paces them.
+        Scheme::Rtsp | Scheme::Rtsps => fill(URI, &[("uri", &quote(raw)), ("sync", "false")]),
+        Scheme::V4l2 => {
             if !rest.starts_with('/') {
                 return Err(bad("expected v4l2:///dev/videoN"));
             }
-            let description = fill(V4L2, &[("device", &quote(rest))]);
-            Ok(Plan { kind: Kind::V4l2, description, shown })
+            fill(V4L2, &[("device", &quote(rest))])
         }
-        "test" => {
-            let description =
-                test_description(rest, settings.live).map_err(|source| SourceError::BadTestUri { uri: shown.clone(), source })?;
-            Ok(Plan { kind: Kind::Test, description, shown })
+        Scheme::Test => {
+            test_description(rest, settings.live).map_err(|source| SourceError::BadTestUri { uri: shown.clone(), source })?
         }
-        _ => Err(SourceError::UnsupportedScheme { uri: shown }),
-    }
+    };
+    Ok(Plan { scheme, description, shown })
 }
 
 /// A bare path is taken as a file, so `roadseg run clip.mp4` works.
@@ -154,32 +134,9 @@ fn test_description(rest: &str, live: bool) -> Result<String, TestUriError> {
     ))
 }
 
-/// `rtsp://user:secret@cam/x` -> `rtsp://user:***@cam/x`: errors and logs must not leak passwords.
-pub(crate) fn redact(uri: &str) -> String {
-    let Some((scheme, rest)) = uri.split_once("://") else {
-        return uri.to_string();
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-            format!("{scheme}://{user}:***@{host}{tail}")
-        }
-        None => uri.to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn redacts_passwords_only() {
-        assert_eq!(redact("rtsp://u:p@h:554/x"), "rtsp://u:***@h:554/x");
-        assert_eq!(redact("rtsp://h/x@y"), "rtsp://h/x@y");
-        assert_eq!(redact("file:///a/b.mp4"), "file:///a/b.mp4");
-    }
 
     #[test]
     fn test_uris_are_checked() {

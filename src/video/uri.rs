@@ -1,6 +1,10 @@
-//! Just enough URI parsing to reject a bad `streams[i].uri` at load time
-//! rather than when GStreamer first tries it (possibly hours later, on a
-//! reconnect). GStreamer still gets the URI string exactly as written.
+//! Source URIs: the one place that says what kind of source a URI names
+//! ([`Scheme::of`]), whether it is live unless told otherwise
+//! ([`SourceUri::live_by_default`]) and how it is shown without its password
+//! ([`SourceUri::redacted`]). [`SourceUri::parse`] checks just enough to
+//! reject a bad `streams[i].uri` at load time rather than when GStreamer
+//! first tries it (possibly hours later, on a reconnect). GStreamer still
+//! gets the URI string exactly as written.
 
 use std::fmt;
 
@@ -31,7 +35,34 @@ impl Scheme {
         }
     }
 
-    fn is_network(self) -> bool {
+    /// The scheme called `name`, in any case. `rtspt` and `rtsph` (RTSP
+    /// forced over TCP or tunnelled in HTTP, which GStreamer understands) are RTSP.
+    pub fn named(name: &str) -> Option<Scheme> {
+        let name = name.to_ascii_lowercase();
+        match name.as_str() {
+            "rtspt" | "rtsph" => Some(Scheme::Rtsp),
+            _ => Scheme::ALL.into_iter().find(|s| s.as_str() == name),
+        }
+    }
+
+    /// What kind of source `uri` names: its scheme, `File` for a bare path
+    /// (sources take paths too), None for a scheme no source handles.
+    pub fn of(uri: &str) -> Option<Scheme> {
+        match uri.split_once("://") {
+            Some((scheme, _)) => Scheme::named(scheme),
+            None => Some(Scheme::File),
+        }
+    }
+
+    /// Whether such a source paces itself and can drop out, so it is re-timed,
+    /// never waited for and reconnected: everything but a file, which is read
+    /// as fast as the pipeline goes and ends.
+    pub fn is_live(self) -> bool {
+        self != Scheme::File
+    }
+
+    /// Reached over the network (errors there are about hosts and ports).
+    pub fn is_network(self) -> bool {
         matches!(self, Scheme::Rtsp | Scheme::Rtsps | Scheme::Http | Scheme::Https)
     }
 }
@@ -87,10 +118,7 @@ impl SourceUri {
             return Err(UriError::Whitespace { shown: Self::redacted(uri) });
         }
         let (scheme, rest) = uri.split_once("://").ok_or_else(|| UriError::NotUri { uri: uri.to_string() })?;
-        let scheme = Scheme::ALL
-            .into_iter()
-            .find(|s| s.as_str().eq_ignore_ascii_case(scheme))
-            .ok_or_else(|| UriError::UnsupportedScheme { scheme: scheme.to_string() })?;
+        let scheme = Scheme::named(scheme).ok_or_else(|| UriError::UnsupportedScheme { scheme: scheme.to_string() })?;
         let rest = rest.split_once('#').map_or(rest, |(r, _)| r);
         let (rest, query) = match rest.split_once('?') {
             Some((r, q)) => (r, Some(q)),
@@ -147,6 +175,13 @@ impl SourceUri {
 
     pub fn query_value(&self, key: &str) -> Option<&str> {
         self.query.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    /// Whether a stream from `uri` is live when its settings do not say (see
+    /// [`Scheme::is_live`]). A scheme no source handles counts as live: it
+    /// fails to start either way, and a live stream keeps retrying.
+    pub fn live_by_default(uri: &str) -> bool {
+        Scheme::of(uri.trim()).is_none_or(Scheme::is_live)
     }
 
     /// The URI with any password replaced by `***`, for logs.
@@ -262,5 +297,23 @@ mod redaction_tests {
         assert!(!e.contains("pw-xyz") && e.contains("alice:***@cam"), "{e}");
         let e = SourceUri::parse("rtsp://alice:pw-xyz/x").unwrap_err().to_string();
         assert!(!e.contains("pw-xyz") && e.contains("port"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod classification_tests {
+    use super::*;
+
+    #[test]
+    fn every_source_but_a_file_is_live_by_default() {
+        // Rule: live-ness comes from the scheme alone: files (URIs or bare paths) are not live; cameras, network streams (http included) and test patterns are.
+        for uri in ["file:///v.mp4", "/videos/v.mp4", "clip.mp4", "FILE:///v.mp4"] {
+            assert!(!SourceUri::live_by_default(uri), "{uri}");
+        }
+        for uri in ["rtsp://h/s", "rtspt://h/s", "rtsps://h/s", "http://h/x.mp4", "https://h/x.m3u8", "v4l2:///dev/video0", "test://smpte", "gopher://h"] {
+            assert!(SourceUri::live_by_default(uri), "{uri}");
+        }
+        assert_eq!(Scheme::of("RTSPH://h/s"), Some(Scheme::Rtsp));
+        assert_eq!(Scheme::of("gopher://h"), None);
     }
 }

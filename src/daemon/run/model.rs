@@ -1,0 +1,99 @@
+//! The model, settled before any stream starts: its input size (configured,
+//! or from the first stream's frames), its engines, and the worker pool
+//! that runs them with the daemon's metric hooks.
+
+use std::sync::{Arc, PoisonError};
+use std::time::Duration;
+
+use super::StreamMetricMap;
+use crate::backend::cpu::CpuBackend;
+use crate::daemon::config::{AnnotateConfig, DaemonConfig};
+use crate::daemon::health::Health;
+use crate::daemon::metrics::{self, DeviceMetrics};
+use crate::device::Resolved;
+use crate::engine::{self, LoadError, ModelSpec};
+use crate::images::{OverlayStyle, palette};
+use crate::input_size::{self, FALLBACK_HEIGHT};
+use crate::video::annotate::{Annotator, FrameStats};
+use crate::video::pool::WorkerPool;
+use crate::video::stop::StopSignal;
+use crate::video::stream;
+
+/// How long the first stream may take to show its frame size when
+/// `model.height` is 0.
+const SIZE_WAIT: Duration = Duration::from_secs(10);
+
+/// The model's input height: `model.height`, else the first stream's aspect
+/// (its source started once for a frame, then stopped), else
+/// [`FALLBACK_HEIGHT`]. `stop` cuts the wait short.
+pub(super) fn input_height(config: &DaemonConfig, stop: &StopSignal) -> u32 {
+    let m = &config.model;
+    if m.height > 0 {
+        return m.height;
+    }
+    let Some(first) = config.streams.first() else { return FALLBACK_HEIGHT };
+    match stream::probe(&first.source_settings(), SIZE_WAIT, stop) {
+        Ok(info) => {
+            let h = input_size::height_for(m.width, info.width, info.height);
+            tracing::info!(stream = %first.name, "model height {h} from the first stream's {}x{} frames", info.width, info.height);
+            h
+        }
+        Err(e) => {
+            tracing::warn!(stream = %first.name, "no frame size from the first stream within {} s ({e}); model height {FALLBACK_HEIGHT} (set model.height to choose)", SIZE_WAIT.as_secs());
+            FALLBACK_HEIGHT
+        }
+    }
+}
+
+/// Loads the model once at `height` and starts one worker per configured
+/// worker, each with its own engine (weights shared).
+pub(super) fn start_pool(config: &DaemonConfig, height: u32, resolved: &Resolved, streams: &StreamMetricMap, health: &Arc<Health>) -> Result<WorkerPool, LoadError> {
+    let m = &config.model;
+    let spec = ModelSpec {
+        path: &m.path,
+        size: (m.width as usize, height as usize),
+        preset: m.preset,
+        road_classes: &m.road_classes,
+        confidence_threshold: m.confidence_threshold,
+        cuda_graphs: m.cuda_graphs,
+    };
+    let workers = config.workers.count.max(1);
+    let (engines, labels) = engine::load_engines(&spec, resolved, workers, CpuBackend::new())?;
+    let annotator = annotator(&config.annotate, engines[0].options().road_classes.clone(), &labels);
+    let device = DeviceMetrics::new(&resolved.device);
+    let busy: Vec<_> = (0..workers).map(|i| device.worker_busy(i)).collect();
+    let on_inference = {
+        let (streams, health) = (streams.clone(), health.clone());
+        Arc::new(move |stream: &str, ms: f64, stats: &FrameStats| {
+            device.record_inference(Duration::from_secs_f64(ms.max(0.0) / 1000.0));
+            health.inferred(stream);
+            if let Some(m) = streams.read().unwrap_or_else(PoisonError::into_inner).get(stream) {
+                m.frames_inferred.increment(1);
+                m.road_coverage.set(f64::from(stats.road_coverage));
+                m.mean_confidence.set(f64::from(stats.mean_confidence));
+                m.hood_coverage.set(f64::from(stats.hood_coverage));
+                m.last_inferred.set(metrics::unix_now());
+            }
+        })
+    };
+    let on_busy = Arc::new(move |worker: usize, share: f64| {
+        if let Some(g) = busy.get(worker) {
+            g.set(share);
+        }
+    });
+    Ok(WorkerPool::start(engines, annotator, on_inference, on_busy))
+}
+
+fn annotator(a: &AnnotateConfig, road_classes: Vec<usize>, labels: &[String]) -> Annotator {
+    Annotator {
+        style: OverlayStyle {
+            road_classes,
+            road_colour: a.road_colour,
+            road_alpha: a.road_alpha,
+            full_palette: a.full_palette.then(|| palette(labels)),
+            show_unknown: a.show_unknown,
+            ..OverlayStyle::default()
+        },
+        show_text: a.overlay_text,
+    }
+}

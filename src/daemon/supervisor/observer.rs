@@ -1,0 +1,49 @@
+//! A stream's numbers as its frames go through: metrics, and the latest
+//! frame and last arrival for the status page.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::daemon::metrics::{DropReason, Sink, StreamMetrics, unix_now};
+use crate::daemon::status::StreamStatus;
+use crate::video::annotate::FrameStats;
+use crate::video::output::{OutputError, StreamObserver};
+use crate::video::pool::SkipReason;
+use crate::video::ring::FrameBuf;
+
+pub(super) struct Observer {
+    pub metrics: StreamMetrics,
+    pub status: Arc<StreamStatus>,
+}
+
+impl StreamObserver for Observer {
+    fn decoded(&self, ring_depth: usize) {
+        self.status.frame_arrived();
+        self.metrics.frames_decoded.increment(1);
+        self.metrics.ring_depth.set(ring_depth as f64);
+    }
+    fn damaged_input(&self) {
+        self.metrics.decode_errors.increment(1);
+    }
+    fn written(&self, sink: &'static str) {
+        self.metrics.written(Sink::named(sink)).increment(1);
+    }
+    fn sink_failed(&self, sink: &'static str, _err: &OutputError) {
+        self.metrics.sink_errors(Sink::named(sink)).increment(1);
+    }
+    fn skipped(&self, reason: SkipReason) {
+        let reason = match reason {
+            SkipReason::RingFull => DropReason::RingFull,
+            SkipReason::InferenceError => DropReason::InferenceError,
+            SkipReason::RateLimited => DropReason::RateLimited,
+        };
+        self.metrics.dropped(reason).increment(1);
+    }
+    fn frame_out(&self, _frame: &FrameBuf, latency: Duration, _stats: &FrameStats) {
+        self.metrics.record_latency(latency);
+        self.metrics.last_written.set(unix_now());
+    }
+    fn keep_latest(&self, buf: &mut FrameBuf) {
+        self.status.latest.offer(buf);
+    }
+}

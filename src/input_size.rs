@@ -1,0 +1,46 @@
+//! The model's input size for a video or an image: the one rule `process`,
+//! `infer`, `eval` and the daemon share. Every frame is resized to one fixed
+//! input; its width is chosen (1024 unless configured) and its height
+//! follows the source's aspect so nothing is stretched more than rounding
+//! needs. Heights are multiples of 32, SegFormer's coarsest stride, so every
+//! stage's feature map divides evenly.
+
+/// Input width when none is given.
+pub const DEFAULT_WIDTH: u32 = 1024;
+/// Input height when the source's size is unknown: 16:9 at the default width.
+pub const FALLBACK_HEIGHT: u32 = 576;
+/// The largest side the daemon's configuration accepts.
+const MAX_SIDE: u32 = 4096;
+const STRIDE: u32 = 32;
+
+/// Input height for `width` and frames of `frame_width` x `frame_height`:
+/// the frame's aspect rounded to a multiple of 32 in 32..=4096;
+/// [`FALLBACK_HEIGHT`] when the frame size is unknown (zero).
+pub fn height_for(width: u32, frame_width: u32, frame_height: u32) -> u32 {
+    if frame_width == 0 || frame_height == 0 {
+        return FALLBACK_HEIGHT;
+    }
+    let strides = f64::from(width) * f64::from(frame_height) / f64::from(frame_width) / f64::from(STRIDE);
+    strides.round().clamp(1.0, f64::from(MAX_SIDE / STRIDE)) as u32 * STRIDE
+}
+
+/// `(width, height)` of the input for frames of the given size at the default width.
+pub fn default_for(frame_width: u32, frame_height: u32) -> (usize, usize) {
+    (DEFAULT_WIDTH as usize, height_for(DEFAULT_WIDTH, frame_width, frame_height) as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn height_follows_the_frame_aspect_in_multiples_of_32() {
+        // Rule: height = width * frame aspect, rounded to a multiple of 32 in 32..=4096; unknown sizes give 576.
+        assert_eq!(height_for(1024, 1920, 1080), 576);
+        assert_eq!(height_for(224, 320, 240), 160);
+        assert_eq!(height_for(64, 1000, 10), 32);
+        assert_eq!(height_for(1024, 100, 100_000), 4096);
+        assert_eq!(height_for(1024, 0, 0), FALLBACK_HEIGHT);
+        assert_eq!(default_for(960, 540), (1024, 576));
+    }
+}

@@ -1,0 +1,163 @@
+//! A stream's sinks: the MP4 recording (which pauses and resumes when its
+//! folder fails) and the RTSP feed.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::video::frame::VideoInfo;
+use crate::video::output::{FrameSink, OutputError};
+use crate::video::ring::FrameBuf;
+use crate::video::rtsp::RtspFeed;
+use crate::video::sink::{FileSink, FileSinkSettings, SinkError};
+
+/// How often a failed segmented recording tries to start again.
+const REOPEN_EVERY: Duration = Duration::from_secs(2);
+
+/// Writes frames into an MP4 (one file or rotating segments). A segmented
+/// recording that fails (folder deleted, disk full) is paused, not ended:
+/// every [`REOPEN_EVERY`] it starts again, numbering on from where it
+/// stopped, once the problem has cleared.
+pub(super) struct FileOutput {
+    sink: Option<FileSink>,
+    reopen: Option<Reopen>,
+}
+
+struct Reopen {
+    target: FileTarget,
+    info: VideoInfo,
+    next_index: u32,
+    retry_at: Instant,
+    /// What paused the recording (None until it first fails).
+    last_error: Option<Arc<SinkError>>,
+}
+
+impl FileOutput {
+    /// Opens `target` for frames of `info`. Segments are restarted after a
+    /// failure; one file ends at its first error (reopening would overwrite it).
+    pub(super) fn open(target: FileTarget, info: VideoInfo) -> Result<Self, SinkError> {
+        let sink = open_file_sink_at(&target, info, 0)?;
+        let reopen = target.segment_seconds.map(|_| Reopen { target, info, next_index: 0, retry_at: Instant::now(), last_error: None });
+        Ok(FileOutput { sink: Some(sink), reopen })
+    }
+
+    /// The failed sink is closed (what it finished stays) and the next start
+    /// numbered after every segment it may have begun.
+    fn pause(&mut self, err: SinkError) -> OutputError {
+        let Some(r) = self.reopen.as_mut() else { return err.into() };
+        let err = Arc::new(err);
+        if let Some(sink) = self.sink.take() {
+            let begun = sink.finish(Duration::from_secs(1)).map_or(1, |f| f.files.len() as u32 + 1);
+            r.next_index += begun;
+            tracing::warn!(file = %r.target.path.display(), "recording paused: {err}; retrying every {} s", REOPEN_EVERY.as_secs());
+        }
+        r.retry_at = Instant::now() + REOPEN_EVERY;
+        r.last_error = Some(err.clone());
+        OutputError::File(err)
+    }
+
+    fn try_reopen(&mut self) -> Result<(), OutputError> {
+        let Some(r) = self.reopen.as_mut() else { return Err(OutputError::Ended) };
+        if let Some(err) = r.last_error.as_ref().filter(|_| Instant::now() < r.retry_at) {
+            return Err(OutputError::Paused(err.clone()));
+        }
+        // Skip numbers already on disk: a resumed recording never overwrites.
+        let name = |i: u32| PathBuf::from(r.target.path.to_string_lossy().replace("%05d", &format!("{i:05}")).replace("%%", "%"));
+        while !r.target.wall_clock_names && name(r.next_index).exists() {
+            r.next_index += 1;
+        }
+        match open_file_sink_at(&r.target, r.info, r.next_index) {
+            Ok(sink) => {
+                tracing::info!(file = %r.target.path.display(), first_segment = r.next_index, "recording resumed");
+                self.sink = Some(sink);
+                Ok(())
+            }
+            Err(e) => Err(self.pause(e)),
+        }
+    }
+}
+
+impl FrameSink for FileOutput {
+    fn kind(&self) -> &'static str {
+        "file"
+    }
+    fn write(&mut self, f: &FrameBuf) -> Result<(), OutputError> {
+        if self.sink.is_none() {
+            self.try_reopen()?;
+        }
+        let sink = self.sink.as_mut().expect("opened above");
+        match sink.push(&f.data, f.width as usize * 4, f.timing) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.pause(e)),
+        }
+    }
+    fn finish(self: Box<Self>, timeout: Duration) -> Result<(), OutputError> {
+        let Some(sink) = self.sink else {
+            return Err(self.reopen.and_then(|r| r.last_error).map_or(OutputError::Failed, OutputError::File));
+        };
+        let files = sink.finish(timeout)?;
+        for f in &files.files {
+            tracing::info!(file = %f.display(), frames = files.frames, "recording finalised");
+        }
+        Ok(())
+    }
+}
+
+/// Serves frames to RTSP clients (dropped when nobody watches).
+pub(super) struct RtspOutput(pub RtspFeed);
+
+impl FrameSink for RtspOutput {
+    fn kind(&self) -> &'static str {
+        "rtsp"
+    }
+    fn write(&mut self, f: &FrameBuf) -> Result<(), OutputError> {
+        self.0.push(&f.data, f.width as usize * 4, f.timing)?;
+        Ok(())
+    }
+    fn finish(self: Box<Self>, _timeout: Duration) -> Result<(), OutputError> {
+        Ok(())
+    }
+}
+
+/// Where a stream's file output goes.
+#[derive(Clone, Debug)]
+pub struct FileTarget {
+    pub path: PathBuf,
+    pub segment_seconds: Option<u32>,
+    /// H.264 target bitrate.
+    pub bitrate_kbps: u32,
+    /// `path` is a strftime pattern: segments named for their start (UTC).
+    pub wall_clock_names: bool,
+}
+
+impl FileTarget {
+    /// One file at the default bitrate.
+    pub fn single(path: PathBuf) -> Self {
+        FileTarget { path, segment_seconds: None, bitrate_kbps: DEFAULT_BITRATE_KBPS, wall_clock_names: false }
+    }
+
+    /// A sink writing frames of `info` here (for writers that are not a
+    /// stream, such as `synth`), its folder made.
+    pub fn open(&self, info: VideoInfo) -> Result<FileSink, SinkError> {
+        open_file_sink_at(self, info, 0)
+    }
+}
+
+/// Encoder bitrate when none is configured (about 43 GB a day).
+pub const DEFAULT_BITRATE_KBPS: u32 = 4000;
+
+/// Opens the file sink for frames of `info`, making its folder, numbering
+/// segments from `start_index`.
+fn open_file_sink_at(target: &FileTarget, info: VideoInfo, start_index: u32) -> Result<FileSink, SinkError> {
+    // Wall-clock folders are made per segment, by the sink.
+    if let Some(dir) = target.path.parent().filter(|d| !d.as_os_str().is_empty() && !target.wall_clock_names) {
+        std::fs::create_dir_all(dir).map_err(|source| SinkError::CreateDir { dir: dir.into(), source })?;
+    }
+    let mut settings = FileSinkSettings::new(target.path.clone(), info.width, info.height, info.frame_rate());
+    settings.segment_seconds = target.segment_seconds;
+    settings.encoder.bitrate_kbps = target.bitrate_kbps;
+    settings.wall_clock_names = target.wall_clock_names;
+    settings.start_index = start_index;
+    FileSink::start(settings)
+}
+

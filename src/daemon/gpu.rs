@@ -2,8 +2,6 @@
 //! thread. NVML is loaded at run time: on a machine without it the daemon says
 //! so once and runs without these gauges.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -17,7 +15,8 @@ use crate::backend::cuda::GpuInfo;
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 
 pub struct GpuMonitor {
-    stop: Arc<AtomicBool>,
+    /// Dropped to stop the thread.
+    stop: crossbeam_channel::Sender<()>,
     handle: JoinHandle<()>,
 }
 
@@ -41,20 +40,16 @@ impl GpuMonitor {
             tracing::info!("no GPU gauges: NVML does not list the GPUs in use");
             return None;
         }
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
+        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
         let handle = std::thread::Builder::new()
             .name("gpu-gauges".into())
             .spawn(move || {
-                while !flag.load(Ordering::SeqCst) {
+                loop {
                     for (bus, m) in &targets {
                         sample(&nvml, bus, m);
                     }
-                    // Sleep in short steps so shutdown is not held up.
-                    let mut slept = Duration::ZERO;
-                    while slept < SAMPLE_EVERY && !flag.load(Ordering::SeqCst) {
-                        std::thread::sleep(Duration::from_millis(200));
-                        slept += Duration::from_millis(200);
+                    if !matches!(stopped.recv_timeout(SAMPLE_EVERY), Err(crossbeam_channel::RecvTimeoutError::Timeout)) {
+                        return;
                     }
                 }
             })
@@ -63,7 +58,7 @@ impl GpuMonitor {
     }
 
     pub fn stop(self) {
-        self.stop.store(true, Ordering::SeqCst);
+        drop(self.stop);
         let _ = self.handle.join();
     }
 }

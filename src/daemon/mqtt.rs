@@ -19,6 +19,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
+use crossbeam_channel::{RecvTimeoutError, Sender, TryRecvError};
 use rumqttc::{Client, Event, LastWill, MqttOptions, Packet, QoS};
 
 use super::config::MqttConfig;
@@ -150,7 +151,8 @@ impl Poller {
 }
 
 pub struct MqttPublisher {
-    stop: Arc<AtomicBool>,
+    /// Dropped to stop both threads.
+    stop: Sender<()>,
     threads: Vec<JoinHandle<()>>,
     client: Client,
 }
@@ -178,17 +180,18 @@ impl MqttPublisher {
             options.set_credentials(user.clone(), pass.clone());
         }
         let (client, mut connection) = Client::new(options, QUEUE);
-        let stop = Arc::new(AtomicBool::new(false));
+        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
         let connected = Arc::new(AtomicBool::new(false));
         let url = cfg.url.clone();
         let network = {
-            let (stop, connected) = (stop.clone(), connected.clone());
+            let (stopped, connected) = (stopped.clone(), connected.clone());
             std::thread::Builder::new()
                 .name("roadseg-mqtt-net".into())
                 .spawn(move || {
                     let mut logged_down = false;
                     for event in connection.iter() {
-                        if stop.load(Ordering::SeqCst) {
+                        // The connection yields an event at least every keep-alive or retry.
+                        if !matches!(stopped.try_recv(), Err(TryRecvError::Empty)) {
                             break;
                         }
                         match event {
@@ -212,7 +215,6 @@ impl MqttPublisher {
                 .expect("spawning the MQTT network thread")
         };
         let publisher = {
-            let stop = stop.clone();
             let mut poller = Poller {
                 prefix,
                 client: client.clone(),
@@ -225,9 +227,11 @@ impl MqttPublisher {
             std::thread::Builder::new()
                 .name("roadseg-mqtt".into())
                 .spawn(move || {
-                    while !stop.load(Ordering::SeqCst) {
+                    loop {
                         poller.poll(connected.load(Ordering::SeqCst), &health, &streams);
-                        std::thread::sleep(POLL);
+                        if !matches!(stopped.recv_timeout(POLL), Err(RecvTimeoutError::Timeout)) {
+                            break;
+                        }
                     }
                     poller.publish("status", true, "offline".into());
                 })
@@ -239,7 +243,7 @@ impl MqttPublisher {
 
     /// Says "offline" (retained) and disconnects, within about a second.
     pub fn stop(self) {
-        self.stop.store(true, Ordering::SeqCst);
+        drop(self.stop);
         let mut threads = self.threads.into_iter();
         if let Some(publisher) = threads.next() {
             let _ = publisher.join();

@@ -8,7 +8,6 @@
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
@@ -236,7 +235,8 @@ fn plan(
 /// The retention thread.
 pub struct Retention {
     targets: Arc<Mutex<Vec<Target>>>,
-    stop: Arc<AtomicBool>,
+    /// Dropped to stop the thread.
+    stop: crossbeam_channel::Sender<()>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -244,18 +244,16 @@ impl Retention {
     pub fn start(targets: Vec<Target>, min_free_bytes: u64) -> Retention {
         let every = targets.iter().filter_map(|t| t.retain).map(|r| r / 4).fold(CHECK_EVERY, Duration::min).max(Duration::from_millis(500));
         let targets = Arc::new(Mutex::new(targets));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (t, s) = (targets.clone(), stop.clone());
+        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
+        let t = targets.clone();
         let thread = std::thread::Builder::new()
             .name("roadseg-retention".into())
             .spawn(move || {
-                while !s.load(Ordering::SeqCst) {
+                loop {
                     let current = t.lock().unwrap_or_else(PoisonError::into_inner).clone();
                     sweep(&current, min_free_bytes);
-                    let mut slept = Duration::ZERO;
-                    while slept < every && !s.load(Ordering::SeqCst) {
-                        std::thread::sleep(Duration::from_millis(100));
-                        slept += Duration::from_millis(100);
+                    if !matches!(stopped.recv_timeout(every), Err(crossbeam_channel::RecvTimeoutError::Timeout)) {
+                        return;
                     }
                 }
             })
@@ -269,7 +267,7 @@ impl Retention {
     }
 
     pub fn stop(mut self) {
-        self.stop.store(true, Ordering::SeqCst);
+        drop(self.stop);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

@@ -219,8 +219,11 @@ impl Daemon {
             },
             config,
         };
-        for s in daemon.config.streams.clone() {
-            daemon.start_stream(&s, daemon.start_time);
+        // A SIGTERM while the model loaded: nothing to start only to stop it.
+        if signals.terminate.requested().is_none() {
+            for s in daemon.config.streams.clone() {
+                daemon.start_stream(&s, daemon.start_time);
+            }
         }
         note(notify::ready());
         daemon.watchdog = Watchdog::start();

@@ -1,7 +1,8 @@
 //! Every integration test, as modules of one test binary: the 2-core
 //! machine links once instead of once per file. Each module checks one area
 //! (its first lines say which); `cargo test --release MODULE::` runs one.
-//! tests/hostile.rs stays apart: it installs a watching global allocator.
+//! Two stay apart: tests/hostile.rs installs a watching global allocator,
+//! and tests/soak.rs (a 3-minute soak) runs after everything else, alone.
 
 mod common;
 

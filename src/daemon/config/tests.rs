@@ -55,6 +55,19 @@ fn parse_err(text: &str) -> String {
     }
 }
 
+/// Parses each text, expecting an error that contains every one of its texts; the errors.
+fn expect_errors(cases: &[(&str, &[&str])]) -> Vec<String> {
+    let mut errors = Vec::new();
+    for (text, expected) in cases {
+        let e = parse_err(text);
+        for want in *expected {
+            assert!(e.contains(want), "{text:?}: expected {want:?} in: {e}");
+        }
+        errors.push(e);
+    }
+    errors
+}
+
 /// A config that passes `validate()`: one test-source stream with a stats file.
 fn valid() -> DaemonConfig {
     let mut s = StreamConfig::new("cam", "test://smpte?width=640&height=360&fps=25");
@@ -145,34 +158,30 @@ fn precision_accepts_auto_and_names() {
 #[test]
 fn unknown_keys_are_errors_naming_the_key() {
     // Rule: unknown keys anywhere are errors naming the key and where it is.
-    let e = parse_err("[modle]\npath = \"x\"");
-    assert!(e.contains("modle"), "{e}");
-    let e = parse_err("[model]\ndevcie = \"cpu\"");
-    assert!(e.contains("devcie") && e.contains("model"), "{e}");
-    let e = parse_err("[[streams]]\nname = \"a\"\nuri = \"test://\"\ncolour = 1\n");
-    assert!(e.contains("colour") && e.contains("streams[0]"), "{e}");
-    let e = parse_err("[[streams]]\nname = \"a\"\nuri = \"test://\"\n[streams.output]\nfiles = \"x.mp4\"\n");
-    assert!(e.contains("files") && e.contains("streams[0].output"), "{e}");
-    assert!(e.starts_with("test.toml: "), "origin is named: {e}");
+    let cases: &[(&str, &[&str])] = &[
+        ("[modle]\npath = \"x\"", &["modle"]),
+        ("[model]\ndevcie = \"cpu\"", &["devcie", "model"]),
+        ("[[streams]]\nname = \"a\"\nuri = \"test://\"\ncolour = 1\n", &["colour", "streams[0]"]),
+        ("[[streams]]\nname = \"a\"\nuri = \"test://\"\n[streams.output]\nfiles = \"x.mp4\"\n", &["files", "streams[0].output"]),
+    ];
+    for e in expect_errors(cases) {
+        assert!(e.starts_with("test.toml: "), "origin is named: {e}");
+    }
 }
 
 #[test]
 fn bad_types_name_the_field() {
     // Rule: a value of the wrong type is an error naming its field.
-    let e = parse_err("[workers]\ncount = \"two\"");
-    assert!(e.contains("workers.count"), "{e}");
-    let e = parse_err("[annotate]\nroad_colour = [300, 0, 0]");
-    assert!(e.contains("annotate.road_colour"), "{e}");
-    let e = parse_err("[model]\npreset = \"medium\"");
-    assert!(e.contains("model.preset") && e.contains("'medium' (expected fast or accurate)"), "{e}");
-    let e = parse_err("[model]\ndevice = \"tpu\"");
-    assert!(e.contains("model.device") && e.contains("tpu"), "{e}");
-    let e = parse_err("[[streams]]\nname = \"a\"\nuri = \"test://\"\nrtsp_transport = \"quic\"");
-    assert!(e.contains("streams[0].rtsp_transport") && e.contains("expected tcp, udp or auto"), "{e}");
-    let e = parse_err("[[streams]]\nuri = \"test://\"");
-    assert!(e.contains("streams[0].name"), "a missing stream name is named: {e}");
-    let e = parse_err("[model\n");
-    assert!(e.contains("test.toml"), "syntax errors name the origin: {e}");
+    // A missing stream name is named; syntax errors name the origin.
+    expect_errors(&[
+        ("[workers]\ncount = \"two\"", &["workers.count"]),
+        ("[annotate]\nroad_colour = [300, 0, 0]", &["annotate.road_colour"]),
+        ("[model]\npreset = \"medium\"", &["model.preset", "'medium' (expected fast or accurate)"]),
+        ("[model]\ndevice = \"tpu\"", &["model.device", "tpu"]),
+        ("[[streams]]\nname = \"a\"\nuri = \"test://\"\nrtsp_transport = \"quic\"", &["streams[0].rtsp_transport", "expected tcp, udp or auto"]),
+        ("[[streams]]\nuri = \"test://\"", &["streams[0].name"]),
+        ("[model\n", &["test.toml"]),
+    ]);
 }
 
 #[test]

@@ -127,12 +127,7 @@ fn listeners(c: &mut Collector, config: &DaemonConfig) {
         c.add("rtsp.listen", format!("{} is also metrics.listen", config.rtsp.listen.trim()));
     }
     let r = &config.rtsp;
-    match (&r.username, &r.password) {
-        (Some(_), None) => c.add("rtsp.password", "missing: set both rtsp.username and rtsp.password, or neither"),
-        (None, Some(_)) => c.add("rtsp.username", "missing: set both rtsp.username and rtsp.password, or neither"),
-        (Some(u), Some(_)) => c.check(!u.is_empty() && !u.contains(':'), "rtsp.username", || "must be non-empty and hold no ':'".into()),
-        (None, None) => {}
-    }
+    credentials(c, "rtsp", &r.username, &r.password);
     // Safe default: no anonymous video for other hosts unless asked for.
     if rtsp.is_some_and(|a| !a.ip().is_loopback()) && r.username.is_none() && r.password.is_none() && !r.allow_anonymous {
         c.add(
@@ -145,12 +140,7 @@ fn listeners(c: &mut Collector, config: &DaemonConfig) {
         );
     }
     let m = &config.metrics;
-    match (&m.username, &m.password) {
-        (Some(_), None) => c.add("metrics.password", "missing: set both metrics.username and metrics.password, or neither"),
-        (None, Some(_)) => c.add("metrics.username", "missing: set both metrics.username and metrics.password, or neither"),
-        (Some(u), Some(_)) => c.check(!u.is_empty() && !u.contains(':'), "metrics.username", || "must be non-empty and hold no ':'".into()),
-        (None, None) => {}
-    }
+    credentials(c, "metrics", &m.username, &m.password);
     if metrics.is_some_and(|a| !a.ip().is_loopback()) && m.username.is_none() && r.credentials().is_none() {
         c.add(
             "metrics.listen",
@@ -159,6 +149,17 @@ fn listeners(c: &mut Collector, config: &DaemonConfig) {
                 m.listen.trim()
             ),
         );
+    }
+}
+
+/// A section's Basic auth pair: both or neither, and a username Basic auth can carry.
+fn credentials(c: &mut Collector, section: &str, username: &Option<String>, password: &Option<String>) {
+    let both = || format!("missing: set both {section}.username and {section}.password, or neither");
+    match (username, password) {
+        (Some(_), None) => c.add(format!("{section}.password"), both()),
+        (None, Some(_)) => c.add(format!("{section}.username"), both()),
+        (Some(u), Some(_)) => c.check(!u.is_empty() && !u.contains(':'), format!("{section}.username"), || "must be non-empty and hold no ':'".into()),
+        (None, None) => {}
     }
 }
 

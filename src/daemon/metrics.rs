@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use ::metrics::{Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use ::metrics::{Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Unit, counter, gauge, histogram};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder};
 
 pub use super::health::Health;
@@ -127,35 +127,58 @@ fn builder() -> Result<PrometheusBuilder, BuildError> {
         .set_buckets_for_metric(Matcher::Full(INFERENCE.into()), &INFERENCE_BUCKETS)
 }
 
+/// (name, help) of each counter, all counts, as /metrics describes them.
+const COUNTERS: &[(&str, &str)] = &[
+    (FRAMES_DECODED, "Frames decoded from the source"),
+    (FRAMES_INFERRED, "Frames segmented by a worker"),
+    (FRAMES_DROPPED, "Frames dropped, by reason (ring_full, inference_error, decode_error)"),
+    (FRAMES_WRITTEN, "Frames written, by sink (file, rtsp, stats)"),
+    (SINK_ERRORS, "Frames an output failed to write (a paused recording counts each frame it missed)"),
+    (SEGMENTS_DELETED, "Recording segments deleted by retention (reason: age or space)"),
+    (RECONNECTS, "Source reconnect attempts"),
+    (INTERRUPTIONS, "Times a running live source was lost (error, end, silence); each is followed by reconnect attempts"),
+    (DECODE_ERRORS, "Damaged or lost input the source went on without: warnings from its demuxer, parser or decoder, and gaps in the frames' timestamps (frames lost)"),
+    (DEVICE_FALLBACK, "Times inference fell back from one device to another"),
+];
+
+/// (name, help) of each histogram, all in seconds.
+const HISTOGRAMS: &[(&str, &str)] = &[
+    (LATENCY, "Source frame to annotated output"),
+    (INFERENCE, "One inference (all scales of the preset)"),
+];
+
+/// (name, unit, help) of each gauge; most are ratios or flags, without a unit.
+const GAUGES: &[(&str, Option<Unit>, &str)] = &[
+    (ROAD_COVERAGE, None, "Fraction of the last frame's scene (pixels outside the hood) classified as road"),
+    (MEAN_CONFIDENCE, None, "Mean per-pixel confidence (max class probability) of the last inferred frame"),
+    (HOOD_COVERAGE, None, "Fraction of the frame that is the ego vehicle's hood (0 when none is seen)"),
+    (STREAM_UP, None, "1 while the stream's source delivers frames"),
+    (WORKER_BUSY, None, "Fraction of recent time the worker spent inferring"),
+    (MODEL_LOADED, None, "1 once the model is loaded"),
+    (BUILD_INFO, None, "Always 1; the version label says which build runs"),
+    (GPU_UTILIZATION, None, "Fraction of the last sample period a kernel ran on the GPU (NVML)"),
+    (GPU_TEMPERATURE, None, "GPU core temperature in degrees Celsius (NVML)"),
+    (GPU_POWER, None, "GPU board power draw in watts (NVML)"),
+    (RING_DEPTH, Some(Unit::Count), "Frames waiting between the source and the workers"),
+    (RTSP_CLIENTS, Some(Unit::Count), "Clients connected to the stream's RTSP mount"),
+    (LAST_INFERRED, Some(Unit::Seconds), "Unix time of the stream's last inferred frame"),
+    (LAST_WRITTEN, Some(Unit::Seconds), "Unix time of the stream's last frame through its outputs"),
+    (STORAGE_FREE, Some(Unit::Bytes), "Free bytes on the disk holding the stream's recordings"),
+    (GPU_MEMORY_USED, Some(Unit::Bytes), "GPU memory in use, all processes (NVML)"),
+];
+
 fn describe() {
-    describe_counter!(FRAMES_DECODED, Unit::Count, "Frames decoded from the source");
-    describe_counter!(FRAMES_INFERRED, Unit::Count, "Frames segmented by a worker");
-    describe_counter!(FRAMES_DROPPED, Unit::Count, "Frames dropped, by reason (ring_full, inference_error, decode_error)");
-    describe_counter!(FRAMES_WRITTEN, Unit::Count, "Frames written, by sink (file, rtsp, stats)");
-    describe_counter!(SINK_ERRORS, Unit::Count, "Frames an output failed to write (a paused recording counts each frame it missed)");
-    describe_histogram!(LATENCY, Unit::Seconds, "Source frame to annotated output");
-    describe_gauge!(RING_DEPTH, Unit::Count, "Frames waiting between the source and the workers");
-    describe_gauge!(ROAD_COVERAGE, "Fraction of the last frame's scene (pixels outside the hood) classified as road");
-    describe_gauge!(STORAGE_FREE, Unit::Bytes, "Free bytes on the disk holding the stream's recordings");
-    describe_counter!(SEGMENTS_DELETED, Unit::Count, "Recording segments deleted by retention (reason: age or space)");
-    describe_gauge!(LAST_INFERRED, Unit::Seconds, "Unix time of the stream's last inferred frame");
-    describe_gauge!(LAST_WRITTEN, Unit::Seconds, "Unix time of the stream's last frame through its outputs");
-    describe_gauge!(MEAN_CONFIDENCE, "Mean per-pixel confidence (max class probability) of the last inferred frame");
-    describe_gauge!(HOOD_COVERAGE, "Fraction of the frame that is the ego vehicle's hood (0 when none is seen)");
-    describe_counter!(RECONNECTS, Unit::Count, "Source reconnect attempts");
-    describe_counter!(INTERRUPTIONS, Unit::Count, "Times a running live source was lost (error, end, silence); each is followed by reconnect attempts");
-    describe_counter!(DECODE_ERRORS, Unit::Count, "Damaged or lost input the source went on without: warnings from its demuxer, parser or decoder, and gaps in the frames' timestamps (frames lost)");
-    describe_gauge!(STREAM_UP, "1 while the stream's source delivers frames");
-    describe_gauge!(RTSP_CLIENTS, Unit::Count, "Clients connected to the stream's RTSP mount");
-    describe_histogram!(INFERENCE, Unit::Seconds, "One inference (all scales of the preset)");
-    describe_gauge!(WORKER_BUSY, "Fraction of recent time the worker spent inferring");
-    describe_counter!(DEVICE_FALLBACK, Unit::Count, "Times inference fell back from one device to another");
-    describe_gauge!(MODEL_LOADED, "1 once the model is loaded");
-    describe_gauge!(BUILD_INFO, "Always 1; the version label says which build runs");
-    describe_gauge!(GPU_UTILIZATION, "Fraction of the last sample period a kernel ran on the GPU (NVML)");
-    describe_gauge!(GPU_MEMORY_USED, Unit::Bytes, "GPU memory in use, all processes (NVML)");
-    describe_gauge!(GPU_TEMPERATURE, "GPU core temperature in degrees Celsius (NVML)");
-    describe_gauge!(GPU_POWER, "GPU board power draw in watts (NVML)");
+    ::metrics::with_recorder(|recorder| {
+        for &(name, help) in COUNTERS {
+            recorder.describe_counter(name.into(), Some(Unit::Count), help.into());
+        }
+        for &(name, help) in HISTOGRAMS {
+            recorder.describe_histogram(name.into(), Some(Unit::Seconds), help.into());
+        }
+        for &(name, unit, help) in GAUGES {
+            recorder.describe_gauge(name.into(), unit, help.into());
+        }
+    });
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

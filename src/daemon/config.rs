@@ -36,7 +36,7 @@ use crate::device::DeviceRequest;
 use crate::engine::Preset;
 
 pub use load::Sources;
-pub use reload::{ReloadPlan, plan_reload};
+pub use reload::{ReloadPlan, changed_sections, plan_reload};
 pub use summary::{Summary, check, check_sources};
 pub use template::format_start;
 pub use crate::video::source::{RtspTransport, UnknownTransport};

@@ -28,16 +28,26 @@ impl ReloadPlan {
     }
 }
 
-pub fn plan_reload(old: &DaemonConfig, new: &DaemonConfig) -> ReloadPlan {
-    let global_sections: Vec<&'static str> = [
+/// The sections besides `[[streams]]` that `old` and `new` differ in, by name,
+/// in file order: the ones only a restart applies.
+pub fn changed_sections(old: &DaemonConfig, new: &DaemonConfig) -> Vec<&'static str> {
+    [
         ("model", old.model != new.model),
         ("workers", old.workers != new.workers),
         ("rtsp", old.rtsp != new.rtsp),
         ("metrics", old.metrics != new.metrics),
+        ("mqtt", old.mqtt != new.mqtt),
+        ("annotate", old.annotate != new.annotate),
     ]
     .into_iter()
     .filter_map(|(name, differs)| differs.then_some(name))
-    .collect();
+    .collect()
+}
+
+pub fn plan_reload(old: &DaemonConfig, new: &DaemonConfig) -> ReloadPlan {
+    // [mqtt] is restart-only too but not flagged here; [annotate] changes every stream.
+    let global_sections: Vec<&'static str> =
+        changed_sections(old, new).into_iter().filter(|name| ["model", "workers", "rtsp", "metrics"].contains(name)).collect();
     let overlay_changed = old.annotate != new.annotate;
     let find = |streams: &[StreamConfig], name: &str| streams.iter().any(|s| s.name == name);
 

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use super::{Daemon, load_config, note};
-use crate::daemon::config::{DaemonConfig, plan_reload};
+use crate::daemon::config::{DaemonConfig, changed_sections, plan_reload};
 use crate::daemon::notify;
 use crate::daemon::retention::Target;
 
@@ -55,17 +55,7 @@ impl Daemon {
     /// Sections only a restart applies: a change is logged and the running value kept.
     fn keep_restart_only_sections(&self, new: &mut DaemonConfig) {
         let old = &self.config;
-        let changed: Vec<&str> = [
-            ("model", new.model != old.model),
-            ("workers", new.workers != old.workers),
-            ("rtsp", new.rtsp != old.rtsp),
-            ("metrics", new.metrics != old.metrics),
-            ("mqtt", new.mqtt != old.mqtt),
-            ("annotate", new.annotate != old.annotate),
-        ]
-        .into_iter()
-        .filter_map(|(section, changed)| changed.then_some(section))
-        .collect();
+        let changed = changed_sections(old, new);
         if !changed.is_empty() {
             tracing::warn!("reload: [{}] changed; restart required to apply (keeping the running values)", changed.join("], ["));
         }

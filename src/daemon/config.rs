@@ -16,6 +16,7 @@
 //! directory, `/var/lib/roadseg` under the shipped systemd unit.
 
 mod load;
+mod mqtt_url;
 mod reload;
 mod serde_names;
 mod summary;
@@ -36,6 +37,7 @@ use crate::device::DeviceRequest;
 use crate::engine::Preset;
 
 pub use load::Sources;
+pub use mqtt_url::{MqttError, parse_mqtt_url};
 pub use reload::{ReloadPlan, changed_sections, plan_reload};
 pub use summary::{Summary, check, check_sources};
 pub use template::format_start;

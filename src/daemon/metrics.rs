@@ -14,7 +14,6 @@ use std::time::Duration;
 use ::metrics::{Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Unit, counter, gauge, histogram};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder};
 
-pub use super::health::Health;
 pub use metrics_exporter_prometheus::PrometheusHandle;
 
 pub const FRAMES_DECODED: &str = "roadseg_frames_decoded_total";
@@ -231,7 +230,7 @@ impl Sink {
 }
 
 /// One stream's handles. `roadseg_stream_up` is not here: it is driven by
-/// [`Health::set_stream_up`], so /readyz and the gauge cannot disagree.
+/// `Health::set_stream_up` (health.rs), so /readyz and the gauge cannot disagree.
 ///
 /// The handles that the status API reports also count into
 /// [`StreamReadings`] (one more atomic per update), because the exporter's
@@ -480,12 +479,12 @@ pub fn device_fallback(from: &str, to: &str) {
     counter!(DEVICE_FALLBACK, "from" => from.to_string(), "to" => to.to_string()).increment(1);
 }
 
-/// Drives `roadseg_model_loaded`; see [`Health::set_model_loaded`].
+/// Drives `roadseg_model_loaded`; see `Health::set_model_loaded` (health.rs).
 pub(super) fn set_model_loaded(loaded: bool) {
     gauge!(MODEL_LOADED).set(if loaded { 1.0 } else { 0.0 });
 }
 
-/// Drives `roadseg_stream_up`; see [`Health::set_stream_up`].
+/// Drives `roadseg_stream_up`; see `Health::set_stream_up` (health.rs).
 pub(super) fn set_stream_up(stream: &str, up: bool) {
     gauge!(STREAM_UP, "stream" => stream.to_string()).set(if up { 1.0 } else { 0.0 });
 }

@@ -22,7 +22,8 @@ use std::time::{Duration, Instant, SystemTime};
 use crossbeam_channel::{RecvTimeoutError, Sender, TryRecvError};
 use rumqttc::{Client, Event, LastWill, MqttOptions, Packet, QoS};
 
-use super::config::MqttConfig;
+use super::config::{MqttConfig, parse_mqtt_url};
+pub use super::config::MqttError;
 use super::health::Health;
 use super::metrics::{StreamMetrics, StreamReading};
 
@@ -31,26 +32,6 @@ const POLL: Duration = Duration::from_secs(1);
 /// not worth keeping beyond this.
 const QUEUE: usize = 256;
 
-#[derive(Debug, thiserror::Error)]
-pub enum MqttError {
-    #[error("mqtt.url {0}: expected mqtt://HOST[:PORT] (TLS is not supported; use a local broker or a TLS-terminating bridge)")]
-    Url(String),
-}
-
-/// The broker address of `mqtt://host[:port]` (default port 1883).
-pub fn parse_url(url: &str) -> Result<(String, u16), MqttError> {
-    let bad = || MqttError::Url(url.to_string());
-    let rest = url.strip_prefix("mqtt://").ok_or_else(bad)?;
-    let rest = rest.trim_end_matches('/');
-    if rest.is_empty() || rest.contains('/') || rest.contains('@') {
-        return Err(bad());
-    }
-    match rest.rsplit_once(':') {
-        Some((host, port)) if !host.is_empty() => Ok((host.trim_matches(['[', ']']).to_string(), port.parse().map_err(|_| bad())?)),
-        Some(_) => Err(bad()),
-        None => Ok((rest.to_string(), 1883)),
-    }
-}
 
 /// The events between two polls of a stream (none on first sight).
 fn changes(before: Option<&Seen>, now: &Seen) -> Vec<&'static str> {
@@ -171,7 +152,7 @@ impl MqttPublisher {
         health: Arc<Health>,
         streams: Arc<RwLock<HashMap<String, StreamMetrics>>>,
     ) -> Result<MqttPublisher, MqttError> {
-        let (host, port) = parse_url(&cfg.url)?;
+        let (host, port) = parse_mqtt_url(&cfg.url)?;
         let prefix = cfg.topic_prefix.trim_end_matches('/').to_string();
         let mut options = MqttOptions::new(cfg.client_id.clone(), host, port);
         options.set_keep_alive(Duration::from_secs(15));
@@ -274,11 +255,11 @@ mod tests {
 
     #[test]
     fn broker_urls() {
-        assert_eq!(parse_url("mqtt://127.0.0.1:1884").unwrap(), ("127.0.0.1".into(), 1884));
-        assert_eq!(parse_url("mqtt://broker.local").unwrap(), ("broker.local".into(), 1883));
-        assert_eq!(parse_url("mqtt://[::1]:1883").unwrap(), ("::1".into(), 1883));
+        assert_eq!(parse_mqtt_url("mqtt://127.0.0.1:1884").unwrap(), ("127.0.0.1".into(), 1884));
+        assert_eq!(parse_mqtt_url("mqtt://broker.local").unwrap(), ("broker.local".into(), 1883));
+        assert_eq!(parse_mqtt_url("mqtt://[::1]:1883").unwrap(), ("::1".into(), 1883));
         for bad in ["", "mqtts://h", "tcp://h:1", "mqtt://", "mqtt://h:x", "mqtt://u:p@h", "mqtt://h/x"] {
-            assert!(parse_url(bad).is_err(), "{bad}");
+            assert!(parse_mqtt_url(bad).is_err(), "{bad}");
         }
     }
 }

@@ -78,7 +78,7 @@ pub(super) fn problems(config: &DaemonConfig) -> Vec<Problem> {
     c.check((1..=600).contains(&timeout), "daemon.shutdown_timeout_s", || format!("{timeout} is outside 1..=600"));
     let m = &config.mqtt;
     if !m.url.is_empty() {
-        if let Err(e) = crate::daemon::mqtt::parse_url(&m.url) {
+        if let Err(e) = super::parse_mqtt_url(&m.url) {
             c.add("mqtt.url", e.to_string());
         }
         let prefix_ok = !m.topic_prefix.is_empty() && !m.topic_prefix.contains(['+', '#']);

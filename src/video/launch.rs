@@ -41,10 +41,13 @@ impl GstError {
     }
 }
 
-/// `From` each of GStreamer's error types for an error enum with a
-/// `Gst(GstError)` variant, so `?` works on GStreamer calls directly.
-macro_rules! from_gst_errors {
-    ($t:ty) => {
+/// For an error enum with a `Gst(GstError)` variant worded with `GST_PHRASES`:
+/// that constant, from the three phrases (see [`GstPhrases`]), and `From` each
+/// of GStreamer's error types, so `?` works on GStreamer calls directly.
+macro_rules! gst_errors {
+    ($t:ty, launch: $launch:literal, call: $call:literal, state_change: $state_change:literal) => {
+        const GST_PHRASES: $crate::video::launch::GstPhrases =
+            $crate::video::launch::GstPhrases { launch: $launch, call: $call, state_change: $state_change };
         impl From<gstreamer::glib::Error> for $t {
             fn from(e: gstreamer::glib::Error) -> Self {
                 Self::Gst(e.into())
@@ -62,7 +65,7 @@ macro_rules! from_gst_errors {
         }
     };
 }
-pub(crate) use from_gst_errors;
+pub(crate) use gst_errors;
 
 /// Fills `{name}` placeholders of a `pipelines/*.txt` description. Lines starting
 /// with `#` are notes for the reader; gst-launch syntax has no comments, so they go.

@@ -20,7 +20,7 @@ use gstreamer_rtsp_server::prelude::*;
 
 use super::encoder::{self, EncoderError, EncoderSettings};
 use super::frame::VideoInfo;
-use super::launch::{self, GstError, GstPhrases};
+use super::launch::{self, GstError};
 use super::rgba::FrameSizeError;
 
 /// How often expired RTSP sessions are freed (as gst-rtsp-server's examples do).
@@ -53,13 +53,7 @@ pub enum RtspError {
     Gst(#[from] GstError),
 }
 
-const GST_PHRASES: GstPhrases = GstPhrases {
-    launch: "cannot initialise GStreamer",
-    call: "GStreamer call failed in the RTSP server",
-    state_change: "the RTSP server refused to start",
-};
-
-launch::from_gst_errors!(RtspError);
+launch::gst_errors!(RtspError, launch: "cannot initialise GStreamer", call: "GStreamer call failed in the RTSP server", state_change: "the RTSP server refused to start");
 
 /// A running RTSP server. Dropping it shuts it down, like [`RtspServer::shutdown`].
 pub struct RtspServer {

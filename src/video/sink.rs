@@ -17,7 +17,7 @@ use gstreamer_app as gst_app;
 
 use super::encoder::{self, EncoderChoice, EncoderError, EncoderSettings};
 use super::frame::{FrameTiming, Nanos, VideoInfo};
-use super::launch::{self, Failure, GstError, GstPhrases, fill, quote};
+use super::launch::{self, Failure, GstError, fill, quote};
 use super::rgba::{FrameSizeError, Packed};
 
 const FILE: &str = include_str!("../../pipelines/sink-file.txt");
@@ -104,13 +104,7 @@ pub enum SinkError {
     Gst(#[from] GstError),
 }
 
-const GST_PHRASES: GstPhrases = GstPhrases {
-    launch: "cannot build the file sink pipeline",
-    call: "GStreamer call failed in the file sink",
-    state_change: "the file sink pipeline refused to start",
-};
-
-launch::from_gst_errors!(SinkError);
+launch::gst_errors!(SinkError, launch: "cannot build the file sink pipeline", call: "GStreamer call failed in the file sink", state_change: "the file sink pipeline refused to start");
 
 /// A running MP4 writer fed with RGBA frames. Dropping it finishes the file
 /// (waiting up to 5 s); call [`FileSink::finish`] to know how that went.

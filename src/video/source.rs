@@ -23,7 +23,7 @@ use gstreamer_video as gst_video;
 use gstreamer_video::prelude::*;
 
 use super::frame::{DecodedFrame, VideoInfo};
-use super::launch::{self, Failure, GstError, GstPhrases};
+use super::launch::{self, Failure, GstError};
 pub use settings::{DEFAULT_LATENCY_MS, RtspTransport, SourceSettings, UnknownTransport};
 pub use plan::TestUriError;
 
@@ -61,31 +61,49 @@ pub enum SourceError {
     BadTestUri { uri: String, source: TestUriError },
     #[error("cannot open {uri}: no such file or stream (check the path in the source uri)")]
     NotFound { uri: String },
-    #[error("cannot open {uri}: {detail} (check that it exists and is readable)")]
-    CannotOpen { uri: String, detail: String },
-    #[error("cannot connect to {uri}: {detail} (check the address and port, and that the camera or server is up)")]
-    Unreachable { uri: String, detail: String },
-    #[error("{uri} refused the credentials: {detail} (check user:password in the uri)")]
-    Unauthorized { uri: String, detail: String },
-    #[error("cannot decode {uri}: not a media file, or a damaged one ({detail})")]
-    NotMedia { uri: String, detail: String },
     #[error("no video stream in {uri} (it has only: {streams})")]
     NoVideo { uri: String, streams: String },
-    #[error("cannot decode {uri}: {detail} (install the GStreamer plugin for it, e.g. gstreamer1.0-libav)")]
-    MissingPlugin { uri: String, detail: String },
-    #[error("error while decoding {uri}: {detail}")]
-    Stream { uri: String, detail: String },
+    /// GStreamer's error (`detail`) while opening or reading `uri`, worded for its kind.
+    #[error("{}", .problem.worded(.uri, .detail))]
+    Failed { problem: SourceProblem, uri: String, detail: String },
     #[error("{}", .0.worded(&GST_PHRASES))]
     Gst(#[from] GstError),
 }
 
-const GST_PHRASES: GstPhrases = GstPhrases {
-    launch: "cannot build the source pipeline",
-    call: "GStreamer call failed while setting up the source",
-    state_change: "the source pipeline refused to start",
-};
+launch::gst_errors!(SourceError, launch: "cannot build the source pipeline", call: "GStreamer call failed while setting up the source", state_change: "the source pipeline refused to start");
 
-launch::from_gst_errors!(SourceError);
+/// What went wrong with a source, as [`SourceError::Failed`] words it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourceProblem {
+    CannotOpen,
+    Unreachable,
+    Unauthorized,
+    NotMedia,
+    MissingPlugin,
+    Stream,
+}
+
+impl SourceProblem {
+    /// This problem with `uri`, GStreamer saying `detail`.
+    pub(crate) fn at(self, uri: String, detail: String) -> SourceError {
+        SourceError::Failed { problem: self, uri, detail }
+    }
+
+    fn worded(self, uri: &str, detail: &str) -> String {
+        match self {
+            SourceProblem::CannotOpen => format!("cannot open {uri}: {detail} (check that it exists and is readable)"),
+            SourceProblem::Unreachable => {
+                format!("cannot connect to {uri}: {detail} (check the address and port, and that the camera or server is up)")
+            }
+            SourceProblem::Unauthorized => format!("{uri} refused the credentials: {detail} (check user:password in the uri)"),
+            SourceProblem::NotMedia => format!("cannot decode {uri}: not a media file, or a damaged one ({detail})"),
+            SourceProblem::MissingPlugin => {
+                format!("cannot decode {uri}: {detail} (install the GStreamer plugin for it, e.g. gstreamer1.0-libav)")
+            }
+            SourceProblem::Stream => format!("error while decoding {uri}: {detail}"),
+        }
+    }
+}
 
 /// A running source. Dropping it stops it, like [`Source::stop`].
 pub struct Source {

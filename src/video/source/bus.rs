@@ -6,7 +6,7 @@ use std::sync::Arc;
 use gstreamer as gst;
 use gstreamer::prelude::*;
 
-use super::{FrameHandler, Shared, SourceError};
+use super::{FrameHandler, Shared, SourceError, SourceProblem};
 use crate::video::launch::{Failure, describe_warning};
 use crate::video::uri::Scheme;
 
@@ -110,7 +110,7 @@ fn no_video(uri: &str, s: Option<&gst::StructureRef>) -> SourceError {
     let get = |f: &str| s.and_then(|s| s.get::<String>(f).ok()).unwrap_or_default();
     let undecodable = get("undecodable");
     if !undecodable.is_empty() {
-        return SourceError::MissingPlugin { uri: uri.into(), detail: format!("no decoder for {undecodable}") };
+        return SourceProblem::MissingPlugin.at(uri.into(), format!("no decoder for {undecodable}"));
     }
     let streams = get("streams");
     SourceError::NoVideo { uri: uri.into(), streams: if streams.is_empty() { "nothing".into() } else { streams } }
@@ -123,31 +123,31 @@ pub(super) fn classify(uri: &str, scheme: Scheme, f: &Failure) -> SourceError {
     let network = scheme.is_network();
     if let Some(e) = f.error.kind::<ResourceError>() {
         return match e {
-            ResourceError::NotFound if scheme == Scheme::V4l2 => SourceError::CannotOpen { uri, detail },
+            ResourceError::NotFound if scheme == Scheme::V4l2 => SourceProblem::CannotOpen.at(uri, detail),
             ResourceError::NotFound => SourceError::NotFound { uri },
-            ResourceError::NotAuthorized => SourceError::Unauthorized { uri, detail },
+            ResourceError::NotAuthorized => SourceProblem::Unauthorized.at(uri, detail),
             ResourceError::OpenRead | ResourceError::OpenReadWrite | ResourceError::Read | ResourceError::Busy
                 if network =>
             {
-                SourceError::Unreachable { uri, detail }
+                SourceProblem::Unreachable.at(uri, detail)
             }
-            _ => SourceError::CannotOpen { uri, detail },
+            _ => SourceProblem::CannotOpen.at(uri, detail),
         };
     }
     // souphttpsrc (1.22) reports a refused or dropped connection only as its
     // streaming task failing, with no resource error of its own.
     if network && f.element == "source" && f.error.kind::<StreamError>() == Some(StreamError::Failed) {
-        return SourceError::Unreachable { uri, detail: format!("no data from the server ({detail})") };
+        return SourceProblem::Unreachable.at(uri, format!("no data from the server ({detail})"));
     }
     if let Some(e) = f.error.kind::<StreamError>() {
         return match e {
-            StreamError::TypeNotFound | StreamError::WrongType => SourceError::NotMedia { uri, detail },
-            StreamError::CodecNotFound => SourceError::MissingPlugin { uri, detail },
-            _ => SourceError::Stream { uri, detail },
+            StreamError::TypeNotFound | StreamError::WrongType => SourceProblem::NotMedia.at(uri, detail),
+            StreamError::CodecNotFound => SourceProblem::MissingPlugin.at(uri, detail),
+            _ => SourceProblem::Stream.at(uri, detail),
         };
     }
     if let Some(CoreError::MissingPlugin) = f.error.kind::<CoreError>() {
-        return SourceError::MissingPlugin { uri, detail };
+        return SourceProblem::MissingPlugin.at(uri, detail);
     }
-    SourceError::Stream { uri, detail }
+    SourceProblem::Stream.at(uri, detail)
 }

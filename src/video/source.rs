@@ -288,12 +288,12 @@ impl Drop for Source {
 struct SizePin {
     size: glib::WeakRef<gst::Element>,
     /// The pinned (width, height), once the first frame has set it.
-    pinned: Arc<Mutex<Option<(u32, u32)>>>,
+    pinned: Arc<std::sync::OnceLock<(u32, u32)>>,
 }
 
 impl SizePin {
     fn watch(pipeline: &gst::Pipeline, size: &gst::Element, shown: &str) -> Result<SizePin, SourceError> {
-        let pinned = Arc::new(Mutex::new(None::<(u32, u32)>));
+        let pinned = Arc::new(std::sync::OnceLock::<(u32, u32)>::new());
         let scale = pipeline.by_name("scale").ok_or_else(|| glib::bool_error!("no videoscale named scale"))?;
         let pad = scale.static_pad("sink").ok_or_else(|| glib::bool_error!("videoscale has no sink pad"))?;
         let (seen, shown) = (pinned.clone(), shown.to_string());
@@ -301,7 +301,7 @@ impl SizePin {
             if let Some(gst::PadProbeData::Event(ev)) = &info.data
                 && let gst::EventView::Caps(c) = ev.view()
                 && let Ok(v) = gst_video::VideoInfo::from_caps(c.caps())
-                && let Some((w, h)) = *seen.lock().unwrap_or_else(|e| e.into_inner())
+                && let Some(&(w, h)) = seen.get()
                 && (v.width(), v.height()) != (w, h)
             {
                 tracing::warn!(
@@ -318,12 +318,9 @@ impl SizePin {
 
     /// Pins the output to `v`'s size (first call only).
     fn pin(&self, v: &gst_video::VideoInfo) {
-        let mut pinned = self.pinned.lock().unwrap_or_else(|e| e.into_inner());
-        if pinned.is_some() {
+        if self.pinned.set((v.width(), v.height())).is_err() {
             return;
         }
-        *pinned = Some((v.width(), v.height()));
-        drop(pinned);
         if let Some(size) = self.size.upgrade() {
             let caps = gst_video::VideoCapsBuilder::new()
                 .format(gst_video::VideoFormat::Rgba)

@@ -135,9 +135,7 @@ fn a_lost_camera_is_reconnected_while_other_streams_keep_running() {
         || inferred("remote") > before + 5.0,
     );
     camera.signal("-TERM");
-    d.signal("-TERM");
-    let status = d.wait(Duration::from_secs(15)).expect("exit after SIGTERM");
-    assert!(status.success(), "exit {status}; log:\n{}", d.log());
+    d.stop_cleanly();
 }
 
 #[test]
@@ -172,9 +170,7 @@ fn a_stalled_camera_is_detected_by_silence_and_reconnected() {
     });
     assert!(metric(mport, "roadseg_reconnects_total", "remote") >= 1.0);
     camera.signal("-TERM");
-    d.signal("-TERM");
-    let status = d.wait(Duration::from_secs(15)).expect("exit after SIGTERM");
-    assert!(status.success(), "exit {status}; log:\n{}", d.log());
+    d.stop_cleanly();
 }
 
 #[test]
@@ -302,9 +298,7 @@ fn mqtt_status_stats_and_events_survive_the_broker_going_away() {
         let t = text();
         t.contains("roadseg/streams/cam/status online") && t.contains("roadseg/streams/cam/stats {")
     });
-    d.signal("-TERM");
-    let status = d.wait(Duration::from_secs(15)).expect("exit after SIGTERM");
-    assert!(status.success(), "exit {status}; log:\n{}", d.log());
+    d.stop_cleanly();
     std::thread::sleep(Duration::from_millis(300));
     assert!(text().contains("roadseg/status offline"), "offline said on the way out: {}", text());
 }
@@ -628,9 +622,7 @@ fn a_file_stream_is_finalised_at_its_end_and_a_missing_one_stays_down() {
     });
     assert_eq!(metric(mport, "roadseg_stream_up", "clip"), 0.0);
     assert_eq!(metric(mport, "roadseg_stream_up", "missing"), 0.0);
-    d.signal("-TERM");
-    let status = d.wait(Duration::from_secs(15)).expect("exit after SIGTERM");
-    assert!(status.success(), "exit {status}; log:\n{}", d.log());
+    d.stop_cleanly();
 }
 
 #[test]
@@ -694,9 +686,7 @@ fn sighup_adds_a_stream_and_leaves_the_running_one_alone() {
         .filter(|l| l.contains("starting stream") && l.contains("stream=two"))
         .count();
     assert_eq!(starts, 2, "changed stream two was not restarted:\n{log}");
-    d.signal("-TERM");
-    let status = d.wait(Duration::from_secs(15)).expect("exit after SIGTERM");
-    assert!(status.success(), "exit {status}; log:\n{}", d.log());
+    d.stop_cleanly();
 }
 
 #[test]
@@ -721,9 +711,7 @@ fn a_looped_file_plays_again_on_one_timeline_without_counting_a_loss() {
     d.wait_for("three passes", Duration::from_secs(40), || metric(mport, "roadseg_frames_decoded_total", "clip") >= 60.0);
     assert_eq!(metric(mport, "roadseg_stream_interruptions_total", "clip"), 0.0, "{}", d.log());
     assert_eq!(metric(mport, "roadseg_reconnects_total", "clip"), 0.0, "{}", d.log());
-    d.signal("-TERM");
-    let status = d.wait(Duration::from_secs(15)).expect("exit after SIGTERM");
-    assert!(status.success(), "exit {status}; log:\n{}", d.log());
+    d.stop_cleanly();
     let files = mp4s(&rec);
     assert_eq!(files.len(), 1, "one recording across the loops: {files:?}");
     let (frames, err) = probe_frames(files[0].to_str().unwrap(), &[]);

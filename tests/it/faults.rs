@@ -70,9 +70,7 @@ fn recording_survives(name: &str, pattern: &str, extra: &str, fault: impl FnOnce
     d.wait_for("recording resumed with new segments", Duration::from_secs(30), || {
         mp4s(&rec).iter().filter(|f| !before.contains(f)).count() >= 2
     });
-    d.signal("-TERM");
-    let status = d.wait(Duration::from_secs(15)).expect("exit after SIGTERM");
-    assert!(status.success(), "exit {status}; log:\n{}", d.log());
+    d.stop_cleanly();
     assert!(d.log().contains("recording resumed"), "{}", d.log());
     let resumed: Vec<PathBuf> = mp4s(&rec).into_iter().filter(|f| !before.contains(f)).collect();
     assert_playable(&resumed);
@@ -282,9 +280,7 @@ fn a_viewer_that_stops_reading_holds_up_nothing() {
     assert!(growth_mib < 16.0, "memory grew {growth_mib:.1} MiB in 16 s of a stalled viewer ({rss_then} -> {rss_now} KiB)");
     eprintln!("stalled viewer: another saw {seen}/{healthy} frames; RSS {rss_then} -> {rss_now} KiB");
     drop(stalled);
-    d.signal("-TERM");
-    let status = d.wait(Duration::from_secs(15)).expect("exit after SIGTERM");
-    assert!(status.success(), "exit {status}; log:\n{}", d.log());
+    d.stop_cleanly();
     assert_playable(&mp4s(&rec));
 }
 
@@ -347,9 +343,7 @@ fn hundreds_of_viewers_coming_and_going_leave_nothing_behind() {
     eprintln!("400 viewers: fds {fds0} -> {fds1}, RSS {rss0} -> {rss_half_way} (200) -> {rss1} KiB (400)");
     assert!(growth_mib < 6.0, "memory grew {growth_mib:.1} MiB over the second 200 viewers ({rss0} -> {rss_half_way} -> {rss1} KiB)");
     assert!(frames_seen_by_another_viewer(&url) >= 40, "the stream is no longer served well");
-    d.signal("-TERM");
-    let status = d.wait(Duration::from_secs(15)).expect("exit after SIGTERM");
-    assert!(status.success(), "exit {status}; log:\n{}", d.log());
+    d.stop_cleanly();
     assert_playable(&mp4s(&rec));
 }
 
@@ -460,9 +454,7 @@ fn a_camera_sending_damaged_h264_is_counted_and_the_stream_goes_on() {
     let now = inferred();
     d.wait_for("frames still inferred", Duration::from_secs(20), || inferred() >= now + 50.0);
     let damage = metric(mport, "roadseg_decode_errors_total", "cam");
-    d.signal("-TERM");
-    let status = d.wait(Duration::from_secs(15)).expect("exit after SIGTERM");
-    assert!(status.success(), "exit {status}; log:\n{}", d.log());
+    d.stop_cleanly();
     let warnings = d.log().lines().filter(|l| l.contains("WARN") && l.contains("cam.ts")).count();
     assert!((warnings as f64) < damage, "{warnings} warning lines for {damage} counted errors: logging is not rate-limited");
     let rec = mp4s(&dir.path().join("rec"));
@@ -491,9 +483,7 @@ fn a_camera_changing_resolution_mid_stream_keeps_its_outputs() {
     let inferred = || metric(mport, "roadseg_frames_inferred_total", "cam");
     d.wait_for("frames after the switch", Duration::from_secs(60), || inferred() >= (switch_s + 6.0) * 10.0);
     assert!(d.log().contains("changed resolution mid-stream to 480x270"), "{}", d.log());
-    d.signal("-TERM");
-    let status = d.wait(Duration::from_secs(15)).expect("exit after SIGTERM");
-    assert!(status.success(), "exit {status}; log:\n{}", d.log());
+    d.stop_cleanly();
     assert_eq!(losses_in_log(&d), 0, "the change was treated as a failure:\n{}", d.log());
     let rec = mp4s(&dir.path().join("rec"));
     assert!(rec.len() >= 3, "{rec:?}");

@@ -112,6 +112,13 @@ impl Daemon {
         }
     }
 
+    /// SIGTERM, then asserts the daemon exits 0 within 15 s.
+    pub fn stop_cleanly(&mut self) {
+        self.signal("-TERM");
+        let status = self.wait(Duration::from_secs(15)).expect("exit after SIGTERM");
+        assert!(status.success(), "exit {status}; log:\n{}", self.log());
+    }
+
     /// Panics with the log unless `cond` holds within `timeout`.
     pub fn wait_for(&mut self, what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
         let deadline = Instant::now() + timeout;

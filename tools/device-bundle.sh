@@ -97,7 +97,10 @@ else
 fi
 [ -x "$bin" ] || { echo "error: $bin is not an executable" >&2; exit 1; }
 # The bundle must have the video feature: the engine-only build links no GStreamer.
-ldd "$bin" | grep -q 'libgstreamer-1.0' || {
+# ldd's output is captured first: `ldd | grep -q` under pipefail fails at random
+# when grep exits before ldd has finished writing (SIGPIPE), as it did in CI.
+linked=$(ldd "$bin")
+grep -q 'libgstreamer-1.0' <<<"$linked" || {
   echo "error: $bin is not linked against GStreamer (built without the video feature?)" >&2
   exit 1
 }
@@ -307,7 +310,7 @@ bytes() { du -sb "$@" | awk '{ s += $1 } END { print s + 0 }'; }
   printf '%-46s %12s\n' "limit" "$max_bytes"
   echo
   echo "largest libraries:"
-  find "$out/lib" -maxdepth 2 -name '*.so*' ! -path '*/gstreamer-1.0/*' -printf '%s %P\n' | sort -rn | head -12 |
+  find "$out/lib" -maxdepth 2 -name '*.so*' ! -path '*/gstreamer-1.0/*' -printf '%s %P\n' | sort -rn | sed -n 1,12p |
     while read -r n f; do printf '  %-44s %12s\n' "$f" "$n"; done
   echo
   echo "plugins:"

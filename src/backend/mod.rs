@@ -134,6 +134,31 @@ pub struct ResizeDims {
     pub channels: usize,
 }
 
+/// Layer norm of `rows` rows of `dim` channels each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NormDims {
+    pub rows: usize,
+    pub dim: usize,
+}
+
+/// Depthwise 3x3 convolution (padding 1) of an `[h, w, channels]` map with
+/// weights laid out `[3, 3, channels]`, producing `[h, w, channels]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DwConvDims {
+    pub h: usize,
+    pub w: usize,
+    pub channels: usize,
+}
+
+/// A weight and the bias added after it: a dense layer's or convolution's,
+/// or a layer norm's scale (gamma) and shift (beta). Checkpoints name the pair
+/// `<prefix>.weight` and `<prefix>.bias` in every case.
+#[derive(Clone, Debug)]
+pub struct Affine<P> {
+    pub weight: P,
+    pub bias: P,
+}
+
 pub type OpResult = Result<(), BackendError>;
 
 /// What a backend provides. `Param`s are read-only weights shared by every
@@ -159,70 +184,25 @@ pub trait Backend: Send + Sync + 'static {
     fn attention_workspace(&self, dims: AttnDims) -> usize;
 
     /// `y = x . w (+ bias)`, or `y += ...` when `accumulate`.
-    fn linear(
-        &self,
-        x: &Self::Tensor,
-        w: &Self::Param,
-        bias: Option<&Self::Param>,
-        y: &mut Self::Tensor,
-        dims: GemmDims,
-        accumulate: bool,
-    ) -> OpResult;
+    fn linear(&self, x: &Self::Tensor, w: &Self::Param, bias: Option<&Self::Param>, y: &mut Self::Tensor, d: GemmDims, accumulate: bool) -> OpResult;
 
-    fn conv2d(
-        &self,
-        x: &Self::Tensor,
-        w: &Self::Param,
-        bias: &Self::Param,
-        y: &mut Self::Tensor,
-        workspace: &mut Self::Tensor,
-        dims: ConvDims,
-    ) -> OpResult;
+    /// Convolution with bias; `workspace` holds `conv2d_workspace(d)` elements.
+    fn conv2d(&self, x: &Self::Tensor, p: &Affine<Self::Param>, y: &mut Self::Tensor, workspace: &mut Self::Tensor, d: ConvDims) -> OpResult;
 
-    /// Per-row layer norm over `dim` channels (eps 1e-5, as HF uses).
-    fn layer_norm(
-        &self,
-        x: &Self::Tensor,
-        gamma: &Self::Param,
-        beta: &Self::Param,
-        y: &mut Self::Tensor,
-        rows: usize,
-        dim: usize,
-    ) -> OpResult;
+    /// Per-row layer norm (eps 1e-5, as HF uses), scaled and shifted by `p`.
+    fn layer_norm(&self, x: &Self::Tensor, p: &Affine<Self::Param>, y: &mut Self::Tensor, d: NormDims) -> OpResult;
 
     /// `y += x` over `len` elements (residual connections).
     fn add_assign(&self, y: &mut Self::Tensor, x: &Self::Tensor, len: usize) -> OpResult;
 
     /// Softmax attention, scaled by `1/sqrt(head_dim)`, written to `y` `[queries, heads*head_dim]`.
-    fn attention(
-        &self,
-        q: &Self::Tensor,
-        kv: &Self::Tensor,
-        y: &mut Self::Tensor,
-        workspace: &mut Self::Tensor,
-        dims: AttnDims,
-    ) -> OpResult;
+    fn attention(&self, q: &Self::Tensor, kv: &Self::Tensor, y: &mut Self::Tensor, workspace: &mut Self::Tensor, d: AttnDims) -> OpResult;
 
-    /// Depthwise 3x3 convolution (padding 1) + bias + exact GELU over `[h, w, c]`.
-    fn dwconv3x3_gelu(
-        &self,
-        x: &Self::Tensor,
-        w: &Self::Param,
-        bias: &Self::Param,
-        y: &mut Self::Tensor,
-        h: usize,
-        w_: usize,
-        c: usize,
-    ) -> OpResult;
+    /// Depthwise 3x3 convolution (padding 1) + bias + exact GELU.
+    fn dwconv3x3_gelu(&self, x: &Self::Tensor, p: &Affine<Self::Param>, y: &mut Self::Tensor, d: DwConvDims) -> OpResult;
 
     /// `y (+)= resize(x)`.
-    fn resize_bilinear(
-        &self,
-        x: &Self::Tensor,
-        y: &mut Self::Tensor,
-        dims: ResizeDims,
-        accumulate: bool,
-    ) -> OpResult;
+    fn resize_bilinear(&self, x: &Self::Tensor, y: &mut Self::Tensor, d: ResizeDims, accumulate: bool) -> OpResult;
 
     /// `y = max(y, 0)` over `len` elements.
     fn relu(&self, y: &mut Self::Tensor, len: usize) -> OpResult;

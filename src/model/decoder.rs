@@ -10,7 +10,7 @@
 
 use super::host::{matmul, transpose};
 use super::params::{ModelError, Weights};
-use crate::backend::{Backend, GemmDims, ResizeDims};
+use crate::backend::{Affine, Backend, GemmDims, ResizeDims};
 use crate::checkpoint::SegformerConfig;
 
 /// BatchNorm eps (HF uses nn.BatchNorm2d's default).
@@ -21,9 +21,8 @@ pub struct Decoder<B: Backend> {
     projections: Vec<B::Param>,
     /// Every bias and the BatchNorm shift, summed: `[D]`.
     bias: B::Param,
-    /// `[D, labels]`
-    classifier: B::Param,
-    classifier_bias: B::Param,
+    /// Weight `[D, labels]`, bias `[labels]`.
+    classifier: Affine<B::Param>,
     pub channels: Vec<usize>,
     pub hidden: usize,
     pub labels: usize,
@@ -60,13 +59,11 @@ impl<B: Backend> Decoder<B> {
             }
             projections.push(w.upload(&m)?);
         }
-        let cls = w.ckpt.take("decode_head.classifier.weight", &[labels, d, 1, 1])?;
-        let cls_b = w.ckpt.take("decode_head.classifier.bias", &[labels])?;
+        let classifier = w.affine("decode_head.classifier", &[labels, d, 1, 1], |m| transpose(&m, labels, d))?;
         Ok(Decoder {
             projections,
             bias: w.upload(&bias)?,
-            classifier: w.upload(&transpose(&cls, labels, d))?,
-            classifier_bias: w.upload(&cls_b)?,
+            classifier,
             channels: cfg.hidden_sizes.clone(),
             hidden: d,
             labels,
@@ -103,6 +100,6 @@ impl<B: Backend> Decoder<B> {
         }
         b.relu(acc, h0 * w0 * d)?;
         let dims = GemmDims { rows: h0 * w0, k: d, n: self.labels };
-        Ok(b.linear(acc, &self.classifier, Some(&self.classifier_bias), logits, dims, false)?)
+        Ok(b.linear(acc, &self.classifier.weight, Some(&self.classifier.bias), logits, dims, false)?)
     }
 }

@@ -4,53 +4,49 @@
 
 use super::host::{concat_columns, conv_to_hwio, transpose};
 use super::params::{ModelError, Weights};
-use crate::backend::{AttnDims, Backend, ConvDims, GemmDims};
+use crate::backend::{Affine, AttnDims, Backend, ConvDims, DwConvDims, GemmDims, NormDims};
 use crate::checkpoint::SegformerConfig;
 
 pub struct LayerNorm<B: Backend> {
-    gamma: B::Param,
-    beta: B::Param,
+    /// gamma and beta, `[dim]` each.
+    params: Affine<B::Param>,
     pub dim: usize,
 }
 
 impl<B: Backend> LayerNorm<B> {
     pub fn new(w: &mut Weights<'_, B>, prefix: &str, dim: usize) -> Result<Self, ModelError> {
-        let gamma = w.param(&format!("{prefix}.weight"), &[dim])?;
-        let beta = w.param(&format!("{prefix}.bias"), &[dim])?;
-        Ok(LayerNorm { gamma, beta, dim })
+        Ok(LayerNorm { params: w.affine(prefix, &[dim], |gamma| gamma)?, dim })
     }
 
     /// x: [rows, dim] -> y: [rows, dim]
     pub fn forward(&self, b: &B, x: &B::Tensor, y: &mut B::Tensor, rows: usize) -> Result<(), ModelError> {
-        Ok(b.layer_norm(x, &self.gamma, &self.beta, y, rows, self.dim)?)
+        Ok(b.layer_norm(x, &self.params, y, NormDims { rows, dim: self.dim })?)
     }
 }
 
 pub struct Linear<B: Backend> {
-    weight: B::Param,
-    bias: B::Param,
+    /// Weight `[inp, out]`, bias `[out]`.
+    params: Affine<B::Param>,
     pub inp: usize,
     pub out: usize,
 }
 
 impl<B: Backend> Linear<B> {
     pub fn new(w: &mut Weights<'_, B>, prefix: &str, inp: usize, out: usize) -> Result<Self, ModelError> {
-        let weight = w.ckpt.take(&format!("{prefix}.weight"), &[out, inp])?;
-        let bias = w.ckpt.take(&format!("{prefix}.bias"), &[out])?;
-        Ok(Linear { weight: w.upload(&transpose(&weight, out, inp))?, bias: w.upload(&bias)?, inp, out })
+        Ok(Linear { params: w.affine(prefix, &[out, inp], |m| transpose(&m, out, inp))?, inp, out })
     }
 
     /// x: [rows, inp] -> y: [rows, out], or y += ... when `accumulate`.
     pub fn forward(&self, b: &B, x: &B::Tensor, y: &mut B::Tensor, rows: usize, accumulate: bool) -> Result<(), ModelError> {
         let dims = GemmDims { rows, k: self.inp, n: self.out };
-        Ok(b.linear(x, &self.weight, Some(&self.bias), y, dims, accumulate)?)
+        Ok(b.linear(x, &self.params.weight, Some(&self.params.bias), y, dims, accumulate)?)
     }
 }
 
 /// A strided convolution (patch embedding, sequence reduction) with bias.
 pub struct Conv2d<B: Backend> {
-    weight: B::Param,
-    bias: B::Param,
+    /// Weight `[kernel, kernel, c_in, c_out]`, bias `[c_out]`.
+    params: Affine<B::Param>,
     pub c_in: usize,
     pub c_out: usize,
     pub kernel: usize,
@@ -65,17 +61,8 @@ impl<B: Backend> Conv2d<B> {
         (c_in, c_out): (usize, usize),
         (kernel, stride, pad): (usize, usize, usize),
     ) -> Result<Self, ModelError> {
-        let weight = w.ckpt.take(&format!("{prefix}.weight"), &[c_out, c_in, kernel, kernel])?;
-        let bias = w.ckpt.take(&format!("{prefix}.bias"), &[c_out])?;
-        Ok(Conv2d {
-            weight: w.upload(&conv_to_hwio(&weight, c_out, c_in, kernel))?,
-            bias: w.upload(&bias)?,
-            c_in,
-            c_out,
-            kernel,
-            stride,
-            pad,
-        })
+        let params = w.affine(prefix, &[c_out, c_in, kernel, kernel], |m| conv_to_hwio(&m, c_out, c_in, kernel))?;
+        Ok(Conv2d { params, c_in, c_out, kernel, stride, pad })
     }
 
     pub fn dims(&self, h: usize, w: usize) -> ConvDims {
@@ -84,7 +71,7 @@ impl<B: Backend> Conv2d<B> {
 
     /// x: [h, w, c_in] -> y: [out_h, out_w, c_out]
     pub fn forward(&self, b: &B, x: &B::Tensor, y: &mut B::Tensor, ws: &mut B::Tensor, dims: ConvDims) -> Result<(), ModelError> {
-        Ok(b.conv2d(x, &self.weight, &self.bias, y, ws, dims)?)
+        Ok(b.conv2d(x, &self.params, y, ws, dims)?)
     }
 }
 
@@ -110,9 +97,8 @@ impl<B: Backend> PatchEmbed<B> {
 /// per side (SegFormer's "efficient" attention).
 pub struct EfficientAttention<B: Backend> {
     query: Linear<B>,
-    /// keys and values in one GEMM: weight `[C, 2C]`.
-    kv_weight: B::Param,
-    kv_bias: B::Param,
+    /// keys and values in one GEMM: weight `[C, 2C]`, bias `[2C]`.
+    kv: Affine<B::Param>,
     pub reduction: Option<(Conv2d<B>, LayerNorm<B>)>,
     output: Linear<B>,
     pub heads: usize,
@@ -140,8 +126,7 @@ impl<B: Backend> EfficientAttention<B> {
         let output = Linear::new(w, &format!("{prefix}.attention.output.dense"), c, c)?;
         Ok(EfficientAttention {
             query,
-            kv_weight: w.upload(&kv)?,
-            kv_bias: w.upload(&kv_bias)?,
+            kv: Affine { weight: w.upload(&kv)?, bias: w.upload(&kv_bias)? },
             reduction,
             output,
             heads: cfg.num_attention_heads[stage],
@@ -164,7 +149,7 @@ impl<B: Backend> EfficientAttention<B> {
         };
         // kv: [keys, 2C]
         let dims = GemmDims { rows: d.keys, k: c, n: 2 * c };
-        b.linear(kv_src, &self.kv_weight, Some(&self.kv_bias), &mut s.kv, dims, false)?;
+        b.linear(kv_src, &self.kv.weight, Some(&self.kv.bias), &mut s.kv, dims, false)?;
         let attn = AttnDims { queries: d.tokens(), keys: d.keys, heads: self.heads, head_dim: c / self.heads };
         b.attention(&s.q, &s.kv, &mut s.context, &mut s.attn_ws, attn)?;
         self.output.forward(b, &s.context, x, d.tokens(), true)
@@ -174,8 +159,8 @@ impl<B: Backend> EfficientAttention<B> {
 /// Mix-FFN: dense -> depthwise 3x3 conv -> GELU -> dense.
 pub struct MixFfn<B: Backend> {
     dense1: Linear<B>,
-    dw_weight: B::Param,
-    dw_bias: B::Param,
+    /// Depthwise weight `[3, 3, hidden]`, bias `[hidden]`.
+    dw: Affine<B::Param>,
     dense2: Linear<B>,
     pub hidden: usize,
 }
@@ -185,23 +170,16 @@ impl<B: Backend> MixFfn<B> {
         let c = cfg.hidden_sizes[stage];
         let hidden = c * cfg.mlp_ratios[stage];
         let dense1 = Linear::new(w, &format!("{prefix}.mlp.dense1"), c, hidden)?;
-        let dw = w.ckpt.take(&format!("{prefix}.mlp.dwconv.dwconv.weight"), &[hidden, 1, 3, 3])?;
-        let dw_bias = w.ckpt.take(&format!("{prefix}.mlp.dwconv.dwconv.bias"), &[hidden])?;
+        let dw = w.affine(&format!("{prefix}.mlp.dwconv.dwconv"), &[hidden, 1, 3, 3], |m| conv_to_hwio(&m, hidden, 1, 3))?;
         let dense2 = Linear::new(w, &format!("{prefix}.mlp.dense2"), hidden, c)?;
-        Ok(MixFfn {
-            dense1,
-            dw_weight: w.upload(&conv_to_hwio(&dw, hidden, 1, 3))?,
-            dw_bias: w.upload(&dw_bias)?,
-            dense2,
-            hidden,
-        })
+        Ok(MixFfn { dense1, dw, dense2, hidden })
     }
 
     /// h: normed tokens [n, C]; adds the FFN output to the residual x [n, C].
     pub fn forward(&self, b: &B, h: &B::Tensor, x: &mut B::Tensor, s: &mut StageScratch<B>, d: &StageDims) -> Result<(), ModelError> {
         // [n, C] -> [n, 4C] == [h, w, 4C] for the depthwise conv
         self.dense1.forward(b, h, &mut s.ffn_in, d.tokens(), false)?;
-        b.dwconv3x3_gelu(&s.ffn_in, &self.dw_weight, &self.dw_bias, &mut s.ffn_act, d.h, d.w, self.hidden)?;
+        b.dwconv3x3_gelu(&s.ffn_in, &self.dw, &mut s.ffn_act, DwConvDims { h: d.h, w: d.w, channels: self.hidden })?;
         self.dense2.forward(b, &s.ffn_act, x, d.tokens(), true)
     }
 }

@@ -1,7 +1,7 @@
 //! What every layer is built from and can fail with: [`Weights`] reads a
 //! checkpoint tensor onto the backend, [`ModelError`] says what went wrong.
 
-use crate::backend::{Backend, BackendError};
+use crate::backend::{Affine, Backend, BackendError};
 use crate::checkpoint::{Checkpoint, CheckpointError};
 
 #[derive(Debug, thiserror::Error)]
@@ -21,9 +21,12 @@ pub struct Weights<'a, B: Backend> {
 }
 
 impl<B: Backend> Weights<'_, B> {
-    pub fn param(&mut self, name: &str, shape: &[usize]) -> Result<B::Param, ModelError> {
-        let values = self.ckpt.take(name, shape)?;
-        self.upload(&values)
+    /// `{prefix}.weight` of `shape`, put in the backend's layout by `layout`,
+    /// and `{prefix}.bias`, one per output (`shape[0]`, PyTorch's order).
+    pub fn affine(&mut self, prefix: &str, shape: &[usize], layout: impl FnOnce(Vec<f32>) -> Vec<f32>) -> Result<Affine<B::Param>, ModelError> {
+        let weight = self.ckpt.take(&format!("{prefix}.weight"), shape)?;
+        let bias = self.ckpt.take(&format!("{prefix}.bias"), &shape[..1])?;
+        Ok(Affine { weight: self.upload(&layout(weight))?, bias: self.upload(&bias)? })
     }
 
     pub fn upload(&mut self, values: &[f32]) -> Result<B::Param, ModelError> {

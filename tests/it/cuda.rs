@@ -14,7 +14,7 @@ use crate::common::*;
 use cudarc::cublaslt::{CudaBlasLT, Matmul};
 use half::{bf16, f16};
 use roadseg::backend::cuda::{CudaBackend, CudaDevice, CudaOptions, GemmElem, first_device};
-use roadseg::backend::{AttnDims, Backend, ConvDims, GemmDims, ResizeDims};
+use roadseg::backend::{Affine, AttnDims, Backend, ConvDims, DwConvDims, GemmDims, NormDims, ResizeDims};
 use roadseg::engine::chw_to_hwc;
 use roadseg::npy;
 
@@ -174,9 +174,9 @@ fn op_matches_cpu(name: &str, out_len: usize, op: &dyn Fn(&dyn OpRunner) -> Vec<
 trait OpRunner {
     fn linear(&self, x: &[f32], w: &[f32], b: &[f32], y0: &[f32], d: GemmDims, acc: bool) -> Vec<f32>;
     fn conv(&self, x: &[f32], w: &[f32], b: &[f32], d: ConvDims) -> Vec<f32>;
-    fn layer_norm(&self, x: &[f32], g: &[f32], b: &[f32], rows: usize, dim: usize) -> Vec<f32>;
+    fn layer_norm(&self, x: &[f32], g: &[f32], b: &[f32], d: NormDims) -> Vec<f32>;
     fn attention(&self, q: &[f32], kv: &[f32], d: AttnDims) -> Vec<f32>;
-    fn dwconv(&self, x: &[f32], w: &[f32], b: &[f32], h: usize, w_: usize, c: usize) -> Vec<f32>;
+    fn dwconv(&self, x: &[f32], w: &[f32], b: &[f32], d: DwConvDims) -> Vec<f32>;
     fn resize(&self, x: &[f32], y0: &[f32], d: ResizeDims, acc: bool) -> Vec<f32>;
 }
 
@@ -187,6 +187,9 @@ impl<B: Backend> Generic<'_, B> {
         let mut t = self.0.tensor(v.len()).unwrap();
         self.0.write(&mut t, v).unwrap();
         t
+    }
+    fn affine(&self, weight: &[f32], bias: &[f32]) -> Affine<B::Param> {
+        Affine { weight: self.0.param(weight).unwrap(), bias: self.0.param(bias).unwrap() }
     }
     fn out(&self, t: &B::Tensor, n: usize) -> Vec<f32> {
         let mut v = vec![0.0; n];
@@ -207,15 +210,13 @@ impl<B: Backend> OpRunner for Generic<'_, B> {
         let x = self.t(x);
         let n = d.out_h() * d.out_w() * d.c_out;
         let (mut y, mut ws) = (self.0.tensor(n).unwrap(), self.0.tensor(self.0.conv2d_workspace(d)).unwrap());
-        let (w, b) = (self.0.param(w).unwrap(), self.0.param(b).unwrap());
-        self.0.conv2d(&x, &w, &b, &mut y, &mut ws, d).unwrap();
+        self.0.conv2d(&x, &self.affine(w, b), &mut y, &mut ws, d).unwrap();
         self.out(&y, n)
     }
-    fn layer_norm(&self, x: &[f32], g: &[f32], b: &[f32], rows: usize, dim: usize) -> Vec<f32> {
-        let (x, mut y) = (self.t(x), self.0.tensor(rows * dim).unwrap());
-        let (g, b) = (self.0.param(g).unwrap(), self.0.param(b).unwrap());
-        self.0.layer_norm(&x, &g, &b, &mut y, rows, dim).unwrap();
-        self.out(&y, rows * dim)
+    fn layer_norm(&self, x: &[f32], g: &[f32], b: &[f32], d: NormDims) -> Vec<f32> {
+        let (x, mut y) = (self.t(x), self.0.tensor(d.rows * d.dim).unwrap());
+        self.0.layer_norm(&x, &self.affine(g, b), &mut y, d).unwrap();
+        self.out(&y, d.rows * d.dim)
     }
     fn attention(&self, q: &[f32], kv: &[f32], d: AttnDims) -> Vec<f32> {
         let (q, kv) = (self.t(q), self.t(kv));
@@ -224,11 +225,11 @@ impl<B: Backend> OpRunner for Generic<'_, B> {
         self.0.attention(&q, &kv, &mut y, &mut ws, d).unwrap();
         self.out(&y, n)
     }
-    fn dwconv(&self, x: &[f32], w: &[f32], b: &[f32], h: usize, w_: usize, c: usize) -> Vec<f32> {
-        let (x, mut y) = (self.t(x), self.0.tensor(h * w_ * c).unwrap());
-        let (w, b) = (self.0.param(w).unwrap(), self.0.param(b).unwrap());
-        self.0.dwconv3x3_gelu(&x, &w, &b, &mut y, h, w_, c).unwrap();
-        self.out(&y, h * w_ * c)
+    fn dwconv(&self, x: &[f32], w: &[f32], b: &[f32], d: DwConvDims) -> Vec<f32> {
+        let n = d.h * d.w * d.channels;
+        let (x, mut y) = (self.t(x), self.0.tensor(n).unwrap());
+        self.0.dwconv3x3_gelu(&x, &self.affine(w, b), &mut y, d).unwrap();
+        self.out(&y, n)
     }
     fn resize(&self, x: &[f32], y0: &[f32], d: ResizeDims, acc: bool) -> Vec<f32> {
         let (x, mut y) = (self.t(x), self.t(y0));
@@ -254,9 +255,9 @@ fn each_op_matches_the_cpu_backend() {
         let (x, w, b) = (values(cd.h * cd.w * cd.c_in, 5), values(cd.kernel * cd.kernel * cd.c_in * cd.c_out, 6), values(cd.c_out, 7));
         op_matches_cpu("conv2d", cd.out_h() * cd.out_w() * cd.c_out, &|r| r.conv(&x, &w, &b, cd), &d);
     }
-    let (rows, dim) = (173, 160);
-    let (x, gm, bt) = (values(rows * dim, 8), values(dim, 9), values(dim, 10));
-    op_matches_cpu("layer_norm", rows * dim, &|r| r.layer_norm(&x, &gm, &bt, rows, dim), &d);
+    let nd = NormDims { rows: 173, dim: 160 };
+    let (x, gm, bt) = (values(nd.rows * nd.dim, 8), values(nd.dim, 9), values(nd.dim, 10));
+    op_matches_cpu("layer_norm", nd.rows * nd.dim, &|r| r.layer_norm(&x, &gm, &bt, nd), &d);
     for ad in [
         AttnDims { queries: 1000, keys: 130, heads: 1, head_dim: 32 },
         AttnDims { queries: 333, keys: 77, heads: 2, head_dim: 64 },
@@ -267,9 +268,10 @@ fn each_op_matches_the_cpu_backend() {
         let (q, kv) = (values(ad.queries * c, 11), values(ad.keys * 2 * c, 12));
         op_matches_cpu("attention", ad.queries * c, &|r| r.attention(&q, &kv, ad), &d);
     }
-    let (h, w_, c) = (13, 29, 96);
-    let (x, w, b) = (values(h * w_ * c, 13), values(9 * c, 14), values(c, 15));
-    op_matches_cpu("dwconv3x3_gelu", h * w_ * c, &|r| r.dwconv(&x, &w, &b, h, w_, c), &d);
+    let dd = DwConvDims { h: 13, w: 29, channels: 96 };
+    let n = dd.h * dd.w * dd.channels;
+    let (x, w, b) = (values(n, 13), values(9 * dd.channels, 14), values(dd.channels, 15));
+    op_matches_cpu("dwconv3x3_gelu", n, &|r| r.dwconv(&x, &w, &b, dd), &d);
     let rd = ResizeDims { src_h: 9, src_w: 17, dst_h: 36, dst_w: 68, channels: 24 };
     let (x, y0) = (values(rd.src_h * rd.src_w * rd.channels, 16), values(rd.dst_h * rd.dst_w * rd.channels, 17));
     for acc in [false, true] {
@@ -291,7 +293,8 @@ fn tiled_dwconv_matches_the_cpu_at_every_shape_it_serves() {
     for (seed, (h, w_, c)) in shapes.into_iter().enumerate() {
         let seed = 100 + 3 * seed as u64;
         let (x, w, b) = (values(h * w_ * c, seed), values(9 * c, seed + 1), values(c, seed + 2));
-        op_matches_cpu(&format!("dwconv3x3_gelu {h}x{w_}x{c}"), h * w_ * c, &|r| r.dwconv(&x, &w, &b, h, w_, c), &d);
+        let dd = DwConvDims { h, w: w_, channels: c };
+        op_matches_cpu(&format!("dwconv3x3_gelu {h}x{w_}x{c}"), h * w_ * c, &|r| r.dwconv(&x, &w, &b, dd), &d);
     }
 }
 

@@ -3,7 +3,7 @@
 use rayon::prelude::*;
 
 use super::simd::{self, multiversion};
-use crate::backend::{ConvDims, ResizeDims};
+use crate::backend::{ConvDims, DwConvDims, NormDims, ResizeDims};
 
 /// Rows per rayon task: big enough that scheduling costs vanish, small enough
 /// that both cores stay busy on the smallest maps.
@@ -22,7 +22,8 @@ multiversion! {
     }
 }
 
-pub fn layer_norm(x: &[f32], gamma: &[f32], beta: &[f32], y: &mut [f32], rows: usize, dim: usize) {
+pub fn layer_norm(x: &[f32], gamma: &[f32], beta: &[f32], y: &mut [f32], d: NormDims) {
+    let NormDims { rows, dim } = d;
     let x = &x[..rows * dim];
     y[..rows * dim]
         .par_chunks_mut(ROWS_PER_TASK * dim)
@@ -48,7 +49,8 @@ pub fn relu(y: &mut [f32], len: usize) {
 
 multiversion! {
     /// One output row of a depthwise 3x3 conv (padding 1) + bias + GELU.
-    fn dwconv_row(x: &[f32], w: &[f32], bias: &[f32], out: &mut [f32], row: usize, h: usize, width: usize, c: usize) {
+    fn dwconv_row(x: &[f32], w: &[f32], bias: &[f32], out: &mut [f32], row: usize, d: DwConvDims) {
+        let DwConvDims { h, w: width, channels: c } = d;
         for col in 0..width {
             let o = &mut out[col * c..(col + 1) * c];
             o.copy_from_slice(bias);
@@ -77,12 +79,10 @@ multiversion! {
     }
 }
 
-pub fn dwconv3x3_gelu(x: &[f32], w: &[f32], bias: &[f32], y: &mut [f32], h: usize, width: usize, c: usize) {
-    let x = &x[..h * width * c];
-    y[..h * width * c]
-        .par_chunks_mut(width * c)
-        .enumerate()
-        .for_each(|(row, out)| dwconv_row(x, w, bias, out, row, h, width, c));
+pub fn dwconv3x3_gelu(x: &[f32], w: &[f32], bias: &[f32], y: &mut [f32], d: DwConvDims) {
+    let len = d.h * d.w * d.channels;
+    let x = &x[..len];
+    y[..len].par_chunks_mut(d.w * d.channels).enumerate().for_each(|(row, out)| dwconv_row(x, w, bias, out, row, d));
 }
 
 /// Source index pair and weight of the far neighbour for one output

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use self::gemm::{MatRef, matmul};
-use super::{AttnDims, Backend, BackendError, ConvDims, GemmDims, OpResult, Precision, ResizeDims};
+use super::{Affine, AttnDims, Backend, BackendError, ConvDims, DwConvDims, GemmDims, NormDims, OpResult, Precision, ResizeDims};
 
 pub use kernels::bilinear_source;
 
@@ -114,15 +114,7 @@ impl Backend for CpuBackend {
         attention::workspace_len(d)
     }
 
-    fn linear(
-        &self,
-        x: &Self::Tensor,
-        w: &Self::Param,
-        bias: Option<&Self::Param>,
-        y: &mut Self::Tensor,
-        d: GemmDims,
-        accumulate: bool,
-    ) -> OpResult {
+    fn linear(&self, x: &Self::Tensor, w: &Self::Param, bias: Option<&Self::Param>, y: &mut Self::Tensor, d: GemmDims, accumulate: bool) -> OpResult {
         check("linear x", d.rows * d.k, x.len())?;
         check("linear w", d.k * d.n, w.len())?;
         check("linear y", d.rows * d.n, y.len())?;
@@ -145,15 +137,7 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn conv2d(
-        &self,
-        x: &Self::Tensor,
-        w: &Self::Param,
-        bias: &Self::Param,
-        y: &mut Self::Tensor,
-        workspace: &mut Self::Tensor,
-        d: ConvDims,
-    ) -> OpResult {
+    fn conv2d(&self, x: &Self::Tensor, p: &Affine<Self::Param>, y: &mut Self::Tensor, workspace: &mut Self::Tensor, d: ConvDims) -> OpResult {
         check("conv2d x", d.h * d.w * d.c_in, x.len())?;
         check("conv2d workspace", self.conv2d_workspace(d), workspace.len())?;
         let patch = d.kernel * d.kernel * d.c_in;
@@ -165,26 +149,18 @@ impl Backend for CpuBackend {
             workspace
         };
         check("conv2d y", rows * d.c_out, y.len())?;
-        check("conv2d w", patch * d.c_out, w.len())?;
-        fill_rows(y, &bias[..d.c_out], rows);
+        check("conv2d w", patch * d.c_out, p.weight.len())?;
+        fill_rows(y, &p.bias[..d.c_out], rows);
         let a = MatRef { data: unfolded, rows, cols: patch, row_stride: patch, col_stride: 1 };
-        let b = MatRef { data: w, rows: patch, cols: d.c_out, row_stride: d.c_out, col_stride: 1 };
+        let b = MatRef { data: &p.weight, rows: patch, cols: d.c_out, row_stride: d.c_out, col_stride: 1 };
         self.timed("conv2d", || matmul(a, b, y, d.c_out, true, true));
         Ok(())
     }
 
-    fn layer_norm(
-        &self,
-        x: &Self::Tensor,
-        gamma: &Self::Param,
-        beta: &Self::Param,
-        y: &mut Self::Tensor,
-        rows: usize,
-        dim: usize,
-    ) -> OpResult {
-        check("layer_norm x", rows * dim, x.len())?;
-        check("layer_norm y", rows * dim, y.len())?;
-        self.timed("layer_norm", || kernels::layer_norm(x, gamma, beta, y, rows, dim));
+    fn layer_norm(&self, x: &Self::Tensor, p: &Affine<Self::Param>, y: &mut Self::Tensor, d: NormDims) -> OpResult {
+        check("layer_norm x", d.rows * d.dim, x.len())?;
+        check("layer_norm y", d.rows * d.dim, y.len())?;
+        self.timed("layer_norm", || kernels::layer_norm(x, &p.weight, &p.bias, y, d));
         Ok(())
     }
 
@@ -194,14 +170,7 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn attention(
-        &self,
-        q: &Self::Tensor,
-        kv: &Self::Tensor,
-        y: &mut Self::Tensor,
-        workspace: &mut Self::Tensor,
-        d: AttnDims,
-    ) -> OpResult {
+    fn attention(&self, q: &Self::Tensor, kv: &Self::Tensor, y: &mut Self::Tensor, workspace: &mut Self::Tensor, d: AttnDims) -> OpResult {
         let channels = d.heads * d.head_dim;
         check("attention q", d.queries * channels, q.len())?;
         check("attention kv", d.keys * 2 * channels, kv.len())?;
@@ -211,20 +180,11 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn dwconv3x3_gelu(
-        &self,
-        x: &Self::Tensor,
-        w: &Self::Param,
-        bias: &Self::Param,
-        y: &mut Self::Tensor,
-        h: usize,
-        w_: usize,
-        c: usize,
-    ) -> OpResult {
-        check("dwconv x", h * w_ * c, x.len())?;
-        check("dwconv y", h * w_ * c, y.len())?;
-        check("dwconv w", 9 * c, w.len())?;
-        self.timed("dwconv_gelu", || kernels::dwconv3x3_gelu(x, w, bias, y, h, w_, c));
+    fn dwconv3x3_gelu(&self, x: &Self::Tensor, p: &Affine<Self::Param>, y: &mut Self::Tensor, d: DwConvDims) -> OpResult {
+        check("dwconv x", d.h * d.w * d.channels, x.len())?;
+        check("dwconv y", d.h * d.w * d.channels, y.len())?;
+        check("dwconv w", 9 * d.channels, p.weight.len())?;
+        self.timed("dwconv_gelu", || kernels::dwconv3x3_gelu(x, &p.weight, &p.bias, y, d));
         Ok(())
     }
 

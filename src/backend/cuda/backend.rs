@@ -12,7 +12,7 @@ use super::device::CudaDevice;
 use super::elem::GemmElem;
 use super::error::CudaError;
 use super::kernels::Ops;
-use crate::backend::{AttnDims, Backend, BackendError, ConvDims, GemmDims, OpResult, Precision, ResizeDims};
+use crate::backend::{Affine, AttnDims, Backend, BackendError, ConvDims, DwConvDims, GemmDims, NormDims, OpResult, Precision, ResizeDims};
 
 /// Switches that change how work is issued, not what is computed.
 #[derive(Clone, Copy, Debug)]
@@ -223,11 +223,11 @@ where
         0
     }
 
-    fn linear(&self, x: &Self::Tensor, w: &Self::Param, bias: Option<&Self::Param>, y: &mut Self::Tensor, dims: GemmDims, accumulate: bool) -> OpResult {
-        self.gemm(x, w, bias.map(|b| &**b), y, dims, accumulate)
+    fn linear(&self, x: &Self::Tensor, w: &Self::Param, bias: Option<&Self::Param>, y: &mut Self::Tensor, d: GemmDims, accumulate: bool) -> OpResult {
+        self.gemm(x, w, bias.map(|b| &**b), y, d, accumulate)
     }
 
-    fn conv2d(&self, x: &Self::Tensor, w: &Self::Param, bias: &Self::Param, y: &mut Self::Tensor, ws: &mut Self::Tensor, d: ConvDims) -> OpResult {
+    fn conv2d(&self, x: &Self::Tensor, p: &Affine<Self::Param>, y: &mut Self::Tensor, ws: &mut Self::Tensor, d: ConvDims) -> OpResult {
         let (oh, ow) = (d.out_h(), d.out_w());
         let cols = self.conv2d_workspace(d);
         check_len("conv2d x", d.h * d.w * d.c_in, x.len())?;
@@ -236,16 +236,16 @@ where
         let (oh_i, ow_i, ld) = (oh as i32, ow as i32, im2col_ld(d) as i32);
         launch!(self, &self.ops.im2col, grid_for(cols), x, &mut *ws, &h, &wd, &c_in, &k, &stride, &pad, &oh_i, &ow_i, &ld)?;
         let gemm = GemmDims { rows: oh * ow, k: d.kernel * d.kernel * d.c_in, n: d.c_out };
-        self.gemm_ld(ws, w, Some(bias), y, gemm, false, im2col_ld(d))
+        self.gemm_ld(ws, &p.weight, Some(&p.bias), y, gemm, false, im2col_ld(d))
     }
 
-    fn layer_norm(&self, x: &Self::Tensor, gamma: &Self::Param, beta: &Self::Param, y: &mut Self::Tensor, rows: usize, dim: usize) -> OpResult {
-        check_len("layer_norm x", rows * dim, x.len())?;
-        check_len("layer_norm y", rows * dim, y.len())?;
+    fn layer_norm(&self, x: &Self::Tensor, p: &Affine<Self::Param>, y: &mut Self::Tensor, d: NormDims) -> OpResult {
+        check_len("layer_norm x", d.rows * d.dim, x.len())?;
+        check_len("layer_norm y", d.rows * d.dim, y.len())?;
         const WARPS: usize = 8;
-        let cfg = LaunchConfig { grid_dim: (rows.div_ceil(WARPS).max(1) as u32, 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: 0 };
-        let (rows_i, dim_i) = (rows as i32, dim as i32);
-        launch!(self, &self.ops.layer_norm, cfg, x, &**gamma, &**beta, y, &rows_i, &dim_i)
+        let cfg = LaunchConfig { grid_dim: (d.rows.div_ceil(WARPS).max(1) as u32, 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: 0 };
+        let (rows, dim) = (d.rows as i32, d.dim as i32);
+        launch!(self, &self.ops.layer_norm, cfg, x, &*p.weight, &*p.bias, y, &rows, &dim)
     }
 
     fn add_assign(&self, y: &mut Self::Tensor, x: &Self::Tensor, len: usize) -> OpResult {
@@ -279,23 +279,24 @@ where
         launch!(self, &self.ops.attention_simple, cfg, q, kv, y, &nq, &nk, &heads, &hd, &scale)
     }
 
-    fn dwconv3x3_gelu(&self, x: &Self::Tensor, w: &Self::Param, bias: &Self::Param, y: &mut Self::Tensor, h: usize, w_: usize, c: usize) -> OpResult {
-        let n = h * w_ * c;
+    fn dwconv3x3_gelu(&self, x: &Self::Tensor, p: &Affine<Self::Param>, y: &mut Self::Tensor, d: DwConvDims) -> OpResult {
+        let (n, c) = (d.h * d.w * d.channels, d.channels);
         check_len("dwconv x", n, x.len())?;
         check_len("dwconv y", n, y.len())?;
-        check_len("dwconv w", 9 * c, w.len())?;
-        let (h_i, w_i, c_i) = (h as i32, w_ as i32, c as i32);
+        check_len("dwconv w", 9 * c, p.weight.len())?;
+        let (h_i, w_i, c_i) = (d.h as i32, d.w as i32, c as i32);
+        let (w, bias) = (&*p.weight, &*p.bias);
         // Every SegFormer's Mix-FFN width is a multiple of 4, and each buffer is
         // its own allocation (256-byte aligned), as the vector loads need.
         if c % 4 == 0 && !naive_dwconv() {
             let cfg = LaunchConfig {
-                grid_dim: ((c / 4 * w_).div_ceil(DW_BLOCK) as u32, h.div_ceil(DW_ROWS) as u32, 1),
+                grid_dim: ((c / 4 * d.w).div_ceil(DW_BLOCK) as u32, d.h.div_ceil(DW_ROWS) as u32, 1),
                 block_dim: (DW_BLOCK as u32, 1, 1),
                 shared_mem_bytes: 0,
             };
-            return launch!(self, &self.ops.dwconv3x3_gelu_tiled, cfg, x, &**w, &**bias, y, &h_i, &w_i, &c_i);
+            return launch!(self, &self.ops.dwconv3x3_gelu_tiled, cfg, x, w, bias, y, &h_i, &w_i, &c_i);
         }
-        launch!(self, &self.ops.dwconv3x3_gelu, grid_for(n), x, &**w, &**bias, y, &h_i, &w_i, &c_i)
+        launch!(self, &self.ops.dwconv3x3_gelu, grid_for(n), x, w, bias, y, &h_i, &w_i, &c_i)
     }
 
     fn resize_bilinear(&self, x: &Self::Tensor, y: &mut Self::Tensor, d: ResizeDims, accumulate: bool) -> OpResult {

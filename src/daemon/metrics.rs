@@ -22,6 +22,7 @@ pub const FRAMES_DROPPED: &str = "roadseg_frames_dropped_total";
 pub const FRAMES_WRITTEN: &str = "roadseg_frames_written_total";
 pub const SINK_ERRORS: &str = "roadseg_sink_errors_total";
 pub const LATENCY: &str = "roadseg_latency_seconds";
+pub const STAGE: &str = "roadseg_stage_seconds";
 pub const RING_DEPTH: &str = "roadseg_ring_depth";
 pub const ROAD_COVERAGE: &str = "roadseg_road_coverage_ratio";
 pub const HOOD_COVERAGE: &str = "roadseg_hood_coverage_ratio";
@@ -44,10 +45,13 @@ pub const GPU_UTILIZATION: &str = "roadseg_gpu_utilization_ratio";
 pub const GPU_MEMORY_USED: &str = "roadseg_gpu_memory_used_bytes";
 pub const GPU_TEMPERATURE: &str = "roadseg_gpu_temperature_celsius";
 pub const GPU_POWER: &str = "roadseg_gpu_power_watts";
+pub const GPU_BUSY: &str = "roadseg_gpu_busy_ratio";
 
 /// Every name above, for checks that dashboards and docs use only real ones.
-pub const ALL_NAMES: [&str; 28] = [
+pub const ALL_NAMES: [&str; 30] = [
     GPU_UTILIZATION,
+    GPU_BUSY,
+    STAGE,
     GPU_MEMORY_USED,
     GPU_TEMPERATURE,
     GPU_POWER,
@@ -79,6 +83,8 @@ pub const ALL_NAMES: [&str; 28] = [
 
 /// Source frame to annotated output, 5 ms to 10 s.
 pub const LATENCY_BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+/// One stage of one frame, 0.1 ms to 10 s.
+pub const STAGE_BUCKETS: [f64; 16] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 /// One forward pass, 1 ms to 5 s.
 pub const INFERENCE_BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
 
@@ -123,7 +129,8 @@ pub fn install() -> Result<PrometheusHandle, MetricsError> {
 fn builder() -> Result<PrometheusBuilder, BuildError> {
     PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Full(LATENCY.into()), &LATENCY_BUCKETS)?
-        .set_buckets_for_metric(Matcher::Full(INFERENCE.into()), &INFERENCE_BUCKETS)
+        .set_buckets_for_metric(Matcher::Full(INFERENCE.into()), &INFERENCE_BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(STAGE.into()), &STAGE_BUCKETS)
 }
 
 /// (name, help) of each counter, all counts, as /metrics describes them.
@@ -144,6 +151,10 @@ const COUNTERS: &[(&str, &str)] = &[
 const HISTOGRAMS: &[(&str, &str)] = &[
     (LATENCY, "Source frame to annotated output"),
     (INFERENCE, "One inference (all scales of the preset)"),
+    (
+        STAGE,
+        "Where a frame's latency went, by stage: decode_to_ring (offered by the source to queued, files wait for a slot), ring_wait, inference, annotate, reorder (waiting for earlier frames), encode (push to encoded output, recordings)",
+    ),
 ];
 
 /// (name, unit, help) of each gauge; most are ratios or flags, without a unit.
@@ -156,6 +167,7 @@ const GAUGES: &[(&str, Option<Unit>, &str)] = &[
     (MODEL_LOADED, None, "1 once the model is loaded"),
     (BUILD_INFO, None, "Always 1; the version label says which build runs"),
     (GPU_UTILIZATION, None, "Fraction of the last sample period a kernel ran on the GPU (NVML)"),
+    (GPU_BUSY, None, "Fraction of the last second the GPU spent running roadseg's frames (CUDA events around each frame's graph, summed over workers, at most 1)"),
     (GPU_TEMPERATURE, None, "GPU core temperature in degrees Celsius (NVML)"),
     (GPU_POWER, None, "GPU board power draw in watts (NVML)"),
     (RING_DEPTH, Some(Unit::Count), "Frames waiting between the source and the workers"),
@@ -229,6 +241,32 @@ impl Sink {
     }
 }
 
+/// A part of a frame's way from the source to its outputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    DecodeToRing,
+    RingWait,
+    Inference,
+    Annotate,
+    Reorder,
+    Encode,
+}
+
+impl Stage {
+    pub const ALL: [Stage; 6] = [Stage::DecodeToRing, Stage::RingWait, Stage::Inference, Stage::Annotate, Stage::Reorder, Stage::Encode];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Stage::DecodeToRing => "decode_to_ring",
+            Stage::RingWait => "ring_wait",
+            Stage::Inference => "inference",
+            Stage::Annotate => "annotate",
+            Stage::Reorder => "reorder",
+            Stage::Encode => "encode",
+        }
+    }
+}
+
 /// One stream's handles. `roadseg_stream_up` is not here: it is driven by
 /// `Health::set_stream_up` (health.rs), so /readyz and the gauge cannot disagree.
 ///
@@ -243,6 +281,7 @@ pub struct StreamMetrics {
     written: [Counter; 3],
     sink_errors: [Counter; 3],
     pub latency: Histogram,
+    stages: [Histogram; Stage::ALL.len()],
     pub ring_depth: Gauge,
     pub road_coverage: Gauge,
     pub mean_confidence: Gauge,
@@ -271,6 +310,7 @@ impl StreamMetrics {
             written: Sink::ALL.map(|k| counter!(FRAMES_WRITTEN, "stream" => s.clone(), "sink" => k.label())),
             sink_errors: Sink::ALL.map(|k| counter!(SINK_ERRORS, "stream" => s.clone(), "sink" => k.label())),
             latency: Histogram::from_arc(Arc::new(TeeLatency { inner: histogram!(LATENCY, "stream" => s.clone()), readings: r.clone() })),
+            stages: Stage::ALL.map(|stage| histogram!(STAGE, "stream" => s.clone(), "stage" => stage.label())),
             ring_depth: gauge!(RING_DEPTH, "stream" => s.clone()),
             road_coverage: Gauge::from_arc(Arc::new(TeeGauge { inner: gauge!(ROAD_COVERAGE, "stream" => s.clone()), readings: r.clone(), into: |r| &r.road_coverage })),
             mean_confidence: Gauge::from_arc(Arc::new(TeeGauge { inner: gauge!(MEAN_CONFIDENCE, "stream" => s.clone()), readings: r.clone(), into: |r| &r.mean_confidence })),
@@ -299,6 +339,10 @@ impl StreamMetrics {
 
     pub fn record_latency(&self, latency: Duration) {
         self.latency.record(latency.as_secs_f64());
+    }
+
+    pub fn record_stage(&self, stage: Stage, took: Duration) {
+        self.stages[stage as usize].record(took.as_secs_f64());
     }
 
     /// What this handle set has counted since it was built (the stream's
@@ -543,15 +587,19 @@ mod tests {
 
     #[test]
     fn histograms_have_the_configured_buckets() {
-        // Rule: latency and inference are Prometheus histograms with explicit buckets.
+        // Rule: latency, stage and inference are Prometheus histograms with explicit buckets.
         let handle = install().unwrap();
-        StreamMetrics::new("buckets-test").record_latency(Duration::from_millis(30));
+        let stream = StreamMetrics::new("buckets-test");
+        stream.record_latency(Duration::from_millis(30));
+        stream.record_stage(Stage::Encode, Duration::from_micros(300));
         let d = DeviceMetrics::new("test-device");
         d.record_inference(Duration::from_millis(3));
         d.worker_busy(1).set(0.5);
         let text = handle.render();
         assert_eq!(sample(&text, "roadseg_latency_seconds_bucket{stream=\"buckets-test\",le=\"0.05\"}"), Some(1.0), "{text}");
         assert_eq!(sample(&text, "roadseg_latency_seconds_bucket{stream=\"buckets-test\",le=\"0.025\"}"), Some(0.0));
+        assert_eq!(sample(&text, "roadseg_stage_seconds_bucket{stream=\"buckets-test\",stage=\"encode\",le=\"0.0005\"}"), Some(1.0), "{text}");
+        assert_eq!(sample(&text, "roadseg_stage_seconds_bucket{stream=\"buckets-test\",stage=\"encode\",le=\"0.00025\"}"), Some(0.0));
         assert_eq!(sample(&text, "roadseg_inference_seconds_bucket{device=\"test-device\",le=\"0.005\"}"), Some(1.0));
         assert_eq!(sample(&text, "roadseg_worker_busy_ratio{device=\"test-device\",worker=\"1\"}"), Some(0.5));
     }

@@ -1,5 +1,7 @@
 //! A decoded video frame as it travels from the source to the sinks.
 
+use std::time::Instant;
+
 /// Nanoseconds on the stream's own timeline (GStreamer running/PTS time).
 pub type Nanos = u64;
 
@@ -21,6 +23,31 @@ pub struct DecodedFrame<'a> {
 pub struct FrameTiming {
     pub pts: Option<Nanos>,
     pub duration: Option<Nanos>,
+}
+
+/// When a frame passed each stage on its way to the outputs, for the
+/// per-stage latency histograms: stamped by the ring, the worker and the
+/// output stage in turn (a stage not yet reached holds the previous stamp).
+#[derive(Clone, Copy, Debug)]
+pub struct StageTimes {
+    /// The source offered the decoded frame to the ring.
+    pub decoded: Instant,
+    /// Queued in the ring, ready for a worker (files may wait for a slot).
+    pub queued: Instant,
+    /// Taken from the ring by a worker.
+    pub taken: Instant,
+    /// Inference done.
+    pub inferred: Instant,
+    /// Annotated and handed to the output stage.
+    pub annotated: Instant,
+    /// Its turn came in stream order (earlier frames written or skipped).
+    pub in_order: Instant,
+}
+
+impl StageTimes {
+    pub fn starting(at: Instant) -> StageTimes {
+        StageTimes { decoded: at, queued: at, taken: at, inferred: at, annotated: at, in_order: at }
+    }
 }
 
 /// Video caps negotiated by a source, known once the first frame arrives.

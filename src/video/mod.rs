@@ -2,6 +2,7 @@
 //! source -> ring -> worker pool -> reorder -> annotate -> sinks.
 
 pub mod annotate;
+mod encode_clock;
 pub mod encoder;
 mod font;
 pub mod frame;

@@ -64,6 +64,9 @@ pub trait FrameSink: Send {
     /// "file" or "rtsp": the metric label.
     fn kind(&self) -> &'static str;
     fn write(&mut self, frame: &FrameBuf) -> Result<(), OutputError>;
+    /// How long its encoder held each frame that came out since the last
+    /// call, where that is measured (the recording's encoder).
+    fn encode_times(&self, _each: &mut dyn FnMut(Duration)) {}
     /// Flushes and finalises (e.g. EOS so an MP4 gets its index).
     fn finish(self: Box<Self>, timeout: Duration) -> Result<(), OutputError>;
 }
@@ -79,7 +82,10 @@ pub trait StreamObserver: Send + Sync {
     fn written(&self, _sink: &'static str) {}
     fn sink_failed(&self, _sink: &'static str, _err: &OutputError) {}
     fn skipped(&self, _reason: SkipReason) {}
-    /// A frame was written to every sink, in order, `latency` after it was decoded.
+    /// An encoder took `took` from a frame's push to its encoded output.
+    fn encoded(&self, _took: Duration) {}
+    /// A frame was written to every sink, in order, `latency` after it was
+    /// decoded; `frame.stages` says where that time went.
     fn frame_out(&self, _frame: &FrameBuf, _latency: Duration, _stats: &FrameStats) {}
     /// Last look at a written frame before its buffer goes back to the pool;
     /// may swap `buf.data` (see `snapshot::LatestFrame::offer`).
@@ -202,6 +208,7 @@ fn run(mut p: OutputParts) -> OutputSummary {
     let mut fps_window = (Instant::now(), 0u64);
     let mut previous_mask: Vec<u8> = Vec::new();
     let mut emit = |(mut buf, stats): (FrameBuf, FrameStats), p: &mut OutputParts, summary: &mut OutputSummary| {
+        buf.stages.in_order = Instant::now();
         for sink in p.sinks.iter_mut() {
             match sink.write(&buf) {
                 Ok(()) => p.observer.written(sink.kind()),
@@ -224,7 +231,10 @@ fn run(mut p: OutputParts) -> OutputSummary {
                 }
             }
         }
-        p.observer.frame_out(&buf, buf.decoded_at.elapsed(), &stats);
+        for sink in p.sinks.iter() {
+            sink.encode_times(&mut |took| p.observer.encoded(took));
+        }
+        p.observer.frame_out(&buf, buf.stages.decoded.elapsed(), &stats);
         summary.frames += 1;
         summary.road_coverage_sum += stats.road_coverage as f64;
         if !buf.road_mask.is_empty() {

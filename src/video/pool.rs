@@ -240,6 +240,7 @@ impl Worker {
             let _ = stream.output.send(OutputItem::Skipped { seq, reason: SkipReason::InferenceError });
             return;
         }
+        buf.stages.inferred = Instant::now();
         let seg = self.engine.segmentation();
         let t = self.engine.timings();
         let inference_ms = t.preprocess_ms + t.inference_ms + t.postprocess_ms;
@@ -260,6 +261,7 @@ impl Worker {
             hood.for_each_pixel(|i| buf.road_mask[i] = 0);
         }
         self.annotator.draw(&mut buf.data, seg, hood, &stats);
+        buf.stages.annotated = Instant::now();
         stream.counters.inferred.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = stream.output.send(OutputItem::Frame { buf, stats }) {
             // The output stage is gone (stream stopping): give the buffer back.

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
 
-use super::frame::{DecodedFrame, FrameTiming};
+use super::frame::{DecodedFrame, FrameTiming, StageTimes};
 
 /// One RGBA frame travelling through the pipeline.
 #[derive(Debug)]
@@ -34,16 +34,16 @@ pub struct FrameBuf {
     /// Road mask (1 = road) at frame size, filled only for streams that ask
     /// for masks (`process --masks-out`); the allocation is reused.
     pub road_mask: Vec<u8>,
-    pub decoded_at: Instant,
+    pub stages: StageTimes,
 }
 
 impl FrameBuf {
     pub(crate) fn empty() -> Self {
-        FrameBuf { seq: 0, timing: FrameTiming::default(), width: 0, height: 0, data: Vec::new(), dropped_before: 0, road_mask: Vec::new(), decoded_at: Instant::now() }
+        FrameBuf { seq: 0, timing: FrameTiming::default(), width: 0, height: 0, data: Vec::new(), dropped_before: 0, road_mask: Vec::new(), stages: StageTimes::starting(Instant::now()) }
     }
 
     /// Copies `src` in, reusing the allocation when the size is unchanged.
-    fn fill_from(&mut self, src: &DecodedFrame<'_>) {
+    fn fill_from(&mut self, src: &DecodedFrame<'_>, offered: Instant) {
         let (w, h) = (src.width as usize, src.height as usize);
         self.width = src.width;
         self.height = src.height;
@@ -53,7 +53,7 @@ impl FrameBuf {
             row.copy_from_slice(&src.data[start..start + w * 4]);
         }
         self.timing = FrameTiming { pts: src.pts, duration: src.duration };
-        self.decoded_at = Instant::now();
+        self.stages = StageTimes::starting(offered);
     }
 }
 
@@ -156,6 +156,7 @@ impl FrameRing {
     /// Copies `frame` into a pooled buffer and queues it. Files block while
     /// every buffer is in use; live sources drop instead.
     pub fn push(&self, frame: &DecodedFrame<'_>) -> Pushed {
+        let offered = Instant::now();
         let mut dropped_seq = None;
         let mut buf = loop {
             if self.is_closed() {
@@ -180,12 +181,13 @@ impl FrameRing {
             }
             self.space.wait(Duration::from_millis(50));
         };
-        buf.fill_from(frame);
+        buf.fill_from(frame, offered);
         buf.seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         buf.dropped_before = self.dropped_pending.swap(0, Ordering::Relaxed);
         let seq = buf.seq;
         let mut pending = buf;
         loop {
+            pending.stages.queued = Instant::now();
             match self.queue.push(pending) {
                 Ok(()) => break,
                 Err(back) => pending = back,
@@ -215,7 +217,10 @@ impl FrameRing {
 
     /// The oldest queued frame, if any.
     pub fn pop(&self) -> Option<FrameBuf> {
-        let buf = self.queue.pop();
+        let mut buf = self.queue.pop();
+        if let Some(buf) = buf.as_mut() {
+            buf.stages.taken = Instant::now();
+        }
         if buf.is_some() && !self.live {
             self.space.ring();
         }

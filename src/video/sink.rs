@@ -15,6 +15,7 @@ use gstreamer::glib;
 use gstreamer::prelude::*;
 use gstreamer_app as gst_app;
 
+use super::encode_clock::EncodeClock;
 use super::encoder::{self, EncoderChoice, EncoderError, EncoderSettings};
 use super::frame::{FrameTiming, Nanos, VideoInfo};
 use super::launch::{self, Failure, GstError, fill, quote};
@@ -122,6 +123,7 @@ pub struct FileSink {
     path: PathBuf,
     segments: bool,
     encoder: EncoderChoice,
+    encode_clock: Arc<EncodeClock>,
     closed: bool,
 }
 
@@ -223,6 +225,10 @@ impl FileSink {
             .by_name("src")
             .and_then(|e| e.downcast::<gst_app::AppSrc>().ok())
             .ok_or_else(|| glib::bool_error!("sink description has no appsrc named src"))?;
+        let encode_clock = EncodeClock::new();
+        if !pipeline.by_name("parse").is_some_and(|parse| encode_clock.watch(&parse)) {
+            tracing::debug!(path = %settings.path.display(), "no h264parse named parse: encode times are not measured");
+        }
         let bus = pipeline.bus().ok_or_else(|| glib::bool_error!("pipeline has no bus"))?;
         let shared = Arc::new(Shared::default());
         let watch = (bus, pipeline.downgrade(), shared.clone());
@@ -245,6 +251,7 @@ impl FileSink {
             path: settings.path.clone(),
             segments: settings.segment_seconds.is_some(),
             encoder,
+            encode_clock,
             closed: false,
         };
         if let Err(e) = sink.pipeline.set_state(gst::State::Playing) {
@@ -277,6 +284,7 @@ impl FileSink {
         let buffer = self.packed.buffer(&self.pool, rgba, stride, Some(pts), duration)?;
         order.last_pts = Some(pts);
         order.next_pts = pts + duration.unwrap_or(1).max(1);
+        self.encode_clock.pushed(pts);
         match self.appsrc.push_buffer(buffer) {
             Ok(_) => {
                 self.frames.fetch_add(1, Ordering::Relaxed);
@@ -290,6 +298,12 @@ impl FileSink {
                 }))
             }
         }
+    }
+
+    /// How long the encoder held each frame that came out of it since the
+    /// last call (see [`EncodeClock`]).
+    pub fn encode_times(&self, each: &mut dyn FnMut(Duration)) {
+        self.encode_clock.drain(each);
     }
 
     /// Ends the stream and waits (up to `timeout`) until every file is finalised.
@@ -514,5 +528,27 @@ mod tests {
         assert_eq!(count_conversions("%d-%d.mp4"), Some(2));
         assert_eq!(count_conversions("cam%"), None);
         assert_eq!(count_conversions("cam%123d"), None);
+    }
+
+    #[test]
+    fn the_encoder_is_timed_for_every_frame_it_encodes() {
+        // Rule: each frame pushed into a recording is timed from push to its encoded output.
+        let dir = tempfile::tempdir().unwrap();
+        let sink = FileSink::start(FileSinkSettings::new(dir.path().join("t.mp4"), 64, 48, (25, 1))).unwrap();
+        let rgba = vec![128u8; 64 * 48 * 4];
+        for i in 0..10u64 {
+            sink.push(&rgba, 64 * 4, FrameTiming { pts: Some(i * 40_000_000), duration: Some(40_000_000) }).unwrap();
+        }
+        let mut timed = 0;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while timed < 10 && Instant::now() < deadline {
+            sink.encode_times(&mut |took| {
+                assert!(took < Duration::from_secs(5), "{took:?}");
+                timed += 1;
+            });
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(timed, 10);
+        sink.finish(Duration::from_secs(5)).unwrap();
     }
 }

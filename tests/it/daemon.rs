@@ -16,7 +16,7 @@ use crate::common::daemon::*;
 
 #[test]
 fn live_stream_is_inferred_served_recorded_and_stops_cleanly() {
-    // Rule: a live stream is inferred (metrics rise), served over RTSP and recorded in segments; SIGTERM exits 0 and every segment plays to its end.
+    // Rule: a live stream is inferred (metrics rise, every stage of a frame's latency is timed), served over RTSP and recorded in segments; SIGTERM exits 0 and every segment plays to its end.
     let dir = tempfile::tempdir().unwrap();
     let (mport, rport) = (free_port(), free_port());
     let rec = dir.path().join("rec");
@@ -42,6 +42,12 @@ fn live_stream_is_inferred_served_recorded_and_stops_cleanly() {
     // A test pattern has no bonnet: the hood gauge is exported and stays 0.
     assert_eq!(metric(mport, "roadseg_hood_coverage_ratio", "cam"), 0.0, "hood gauge\n{}", scrape(mport));
     assert!((0.0..=1.0).contains(&metric(mport, "roadseg_road_coverage_ratio", "cam")));
+    // Where the latency goes: every stage, the recording's encoder included.
+    for stage in ["decode_to_ring", "ring_wait", "inference", "annotate", "reorder", "encode"] {
+        let stage_label = format!("stage=\"{stage}\"");
+        let count = labelled_metric(mport, "roadseg_stage_seconds_count", &["stream=\"cam\"", &stage_label]);
+        assert!(count.is_some_and(|n| n > 0.0), "stage {stage} not timed: {count:?}\n{}", scrape(mport));
+    }
     let url = format!("rtsp://127.0.0.1:{rport}/cam");
     let (frames, err) = probe_frames(&url, &["-rtsp_transport", "tcp", "-read_intervals", "%+3"]);
     assert!(

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::daemon::metrics::{DropReason, Sink, StreamMetrics, unix_now};
+use crate::daemon::metrics::{DropReason, Sink, Stage, StreamMetrics, unix_now};
 use crate::daemon::status::StreamStatus;
 use crate::video::annotate::FrameStats;
 use crate::video::output::{OutputError, StreamObserver};
@@ -39,8 +39,21 @@ impl StreamObserver for Observer {
         };
         self.metrics.dropped(reason).increment(1);
     }
-    fn frame_out(&self, _frame: &FrameBuf, latency: Duration, _stats: &FrameStats) {
+    fn encoded(&self, took: Duration) {
+        self.metrics.record_stage(Stage::Encode, took);
+    }
+    fn frame_out(&self, frame: &FrameBuf, latency: Duration, _stats: &FrameStats) {
         self.metrics.record_latency(latency);
+        let t = &frame.stages;
+        for (stage, from, to) in [
+            (Stage::DecodeToRing, t.decoded, t.queued),
+            (Stage::RingWait, t.queued, t.taken),
+            (Stage::Inference, t.taken, t.inferred),
+            (Stage::Annotate, t.inferred, t.annotated),
+            (Stage::Reorder, t.annotated, t.in_order),
+        ] {
+            self.metrics.record_stage(stage, to.saturating_duration_since(from));
+        }
         self.metrics.last_written.set(unix_now());
     }
     fn keep_latest(&self, buf: &mut FrameBuf) {

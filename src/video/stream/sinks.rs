@@ -91,6 +91,11 @@ impl FrameSink for FileOutput {
             Err(e) => Err(self.pause(e)),
         }
     }
+    fn encode_times(&self, each: &mut dyn FnMut(Duration)) {
+        if let Some(sink) = &self.sink {
+            sink.encode_times(each);
+        }
+    }
     fn finish(self: Box<Self>, timeout: Duration) -> Result<(), OutputError> {
         let Some(sink) = self.sink else {
             return Err(self.reopen.and_then(|r| r.last_error).map_or(OutputError::Failed, OutputError::File));

@@ -2,7 +2,8 @@
 //! fp16 tolerance (relative L2 of logits <= 1e-2, argmax agreement >= 99.5%
 //! on the HF fixtures), its graph replay is bit-identical to the eager run of
 //! the same kernels, and replaying does not grow memory. Skips with a message
-//! on machines without a usable NVIDIA GPU.
+//! on machines without a usable NVIDIA GPU; fails where one is found but does
+//! not open.
 
 #![cfg(feature = "cuda")]
 
@@ -13,23 +14,24 @@ use std::sync::Arc;
 use crate::common::*;
 use cudarc::cublaslt::{CudaBlasLT, Matmul};
 use half::{bf16, f16};
-use roadseg::backend::cuda::{CudaBackend, CudaDevice, CudaOptions, GemmElem, first_device};
+use roadseg::backend::cuda::{CudaBackend, CudaDevice, CudaOptions, GemmElem, first_gpu};
 use roadseg::backend::{Affine, AttnDims, Backend, ConvDims, DwConvDims, GemmDims, NormDims, ResizeDims};
 use roadseg::engine::chw_to_hwc;
 use roadseg::npy;
 
 
 fn gpu_or_skip() -> Option<Arc<CudaDevice>> {
-    match first_device() {
-        Ok(d) => {
-            eprintln!("GPU: {} (sm_{}{})", d.gpu.name, d.gpu.compute_capability.0, d.gpu.compute_capability.1);
-            Some(d)
+    let (gpu, info) = match first_gpu() {
+        Ok(found) => found,
+        Err(why) => {
+            eprintln!("SKIP: no usable CUDA GPU here ({why})");
+            return None;
         }
-        Err(e) => {
-            eprintln!("SKIP: no usable CUDA GPU here ({e})");
-            None
-        }
-    }
+    };
+    // A usable GPU that does not open (context, kernels) fails the test.
+    let d = CudaDevice::open(&gpu, &info).unwrap_or_else(|e| panic!("GPU {} is usable but did not open: {e}", gpu.name));
+    eprintln!("GPU: {} (sm_{}{})", d.gpu.name, d.gpu.compute_capability.0, d.gpu.compute_capability.1);
+    Some(d)
 }
 
 fn backend<T: GemmElem>(d: &Arc<CudaDevice>, options: CudaOptions) -> Arc<CudaBackend<T>>

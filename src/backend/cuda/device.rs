@@ -6,7 +6,7 @@ use cudarc::driver::CudaContext;
 
 use super::error::CudaError;
 use super::kernels::{self, KernelModule};
-use super::probe::{self, CudaInfo, GpuInfo};
+use super::probe::{self, CudaInfo, CudaUnavailable, GpuInfo};
 
 /// One GPU: its context and compiled kernels, shared by its workers.
 pub struct CudaDevice {
@@ -34,9 +34,11 @@ impl CudaDevice {
     }
 }
 
-/// Opens the first usable GPU, or says why there is none (tests, `bench`).
-pub fn first_device() -> Result<Arc<CudaDevice>, CudaError> {
+/// The first usable GPU and the driver it runs under, or why this machine has
+/// none (tests skip then). Open it with [`CudaDevice::open`]: once a GPU is
+/// found, failing to open it is an error, not a reason to skip.
+pub fn first_gpu() -> Result<(GpuInfo, CudaInfo), CudaUnavailable> {
     let info = probe::probe()?;
     let gpus = probe::select(&info, &[])?;
-    CudaDevice::open(&gpus[0], &info)
+    Ok((gpus[0].clone(), info))
 }

@@ -2,12 +2,8 @@
 
 use cudarc::driver::DriverError;
 
-use super::probe::CudaUnavailable;
-
 #[derive(Debug, thiserror::Error)]
 pub enum CudaError {
-    #[error(transparent)]
-    Unavailable(#[from] CudaUnavailable),
     #[error("CUDA driver: {0}")]
     Driver(#[from] DriverError),
     #[error("cuBLASLt: {0:?}")]

@@ -18,7 +18,7 @@ pub mod kernels;
 pub mod probe;
 
 pub use self::backend::{CudaBackend, CudaOptions};
-pub use self::device::{CudaDevice, first_device};
+pub use self::device::{CudaDevice, first_gpu};
 pub use self::elem::{CudaElem, GemmElem};
 pub use self::error::CudaError;
 pub use self::frame::FrameArena;

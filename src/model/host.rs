@@ -62,6 +62,8 @@ mod tests {
     use super::*;
 
     #[test]
+    // The indices spell out each layout's formula, zero terms included.
+    #[allow(clippy::erasing_op, clippy::identity_op)]
     fn conv_relayout_round_trips_one_element() {
         let (co, ci, k) = (2, 3, 3);
         let w: Vec<f32> = (0..co * ci * k * k).map(|v| v as f32).collect();

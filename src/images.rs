@@ -128,30 +128,35 @@ impl Default for OverlayStyle {
 /// Blends `seg` into packed RGB (or RGBA with `channels` 4) pixels in place;
 /// pixels of the ego vehicle's `hood` get the hood colour whatever their class.
 pub fn draw_overlay(pixels: &mut [u8], channels: usize, seg: &Segmentation, style: &OverlayStyle, hood: Option<&HoodMask>) {
+    let tint = overlay_tint(seg, style, hood);
+    for (i, px) in pixels.chunks_exact_mut(channels).take(seg.width * seg.height).enumerate() {
+        let Some((colour, alpha)) = tint(i) else { continue };
+        for c in 0..3 {
+            px[c] = (px[c] as f32 * (1.0 - alpha) + colour[c] as f32 * alpha).round() as u8;
+        }
+    }
+}
+
+/// The tint (colour, opacity) of pixel `i` (row-major at the segmentation's
+/// size), or None where the frame shows through untouched: what every
+/// overlay draws, whatever its pixel format.
+pub fn overlay_tint<'a>(seg: &'a Segmentation, style: &'a OverlayStyle, hood: Option<&'a HoodMask>) -> impl Fn(usize) -> Option<([u8; 3], f32)> + 'a {
     let mut is_road = [false; 256];
     for &c in &style.road_classes {
         is_road[c.min(255)] = true;
     }
     let hood = hood.filter(|h| !h.is_empty() && h.width == seg.width && h.height == seg.height);
-    for (i, px) in pixels.chunks_exact_mut(channels).take(seg.width * seg.height).enumerate() {
+    move |i| {
         let class = seg.classes[i];
-        let (colour, alpha) = if hood.is_some_and(|h| h.contains(i % seg.width, i / seg.width)) {
-            (style.hood_colour, HOOD_ALPHA)
+        if hood.is_some_and(|h| h.contains(i % seg.width, i / seg.width)) {
+            Some((style.hood_colour, HOOD_ALPHA))
         } else if class == UNKNOWN {
-            if !style.show_unknown {
-                continue;
-            }
             let (x, y) = (i % seg.width, i / seg.width);
-            if (x / 4 + y / 4) % 2 == 0 { (style.unknown_colour, 0.35) } else { continue }
+            (style.show_unknown && (x / 4 + y / 4) % 2 == 0).then_some((style.unknown_colour, 0.35))
         } else if is_road[class as usize] {
-            (style.road_colour, style.road_alpha)
-        } else if let Some(p) = &style.full_palette {
-            (p[class as usize % p.len()], style.road_alpha * 0.5)
+            Some((style.road_colour, style.road_alpha))
         } else {
-            continue;
-        };
-        for c in 0..3 {
-            px[c] = (px[c] as f32 * (1.0 - alpha) + colour[c] as f32 * alpha).round() as u8;
+            style.full_palette.as_ref().map(|p| (p[class as usize % p.len()], style.road_alpha * 0.5))
         }
     }
 }

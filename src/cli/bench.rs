@@ -83,7 +83,6 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let mut model = Vec::with_capacity(frames);
     let mut temporal_ms = Vec::with_capacity(frames);
     let temporal = args.temporal.then(|| StreamTemporal::new(TemporalSettings { smoothing: Some(DEFAULT_WEIGHT), hood: true }));
-    let rgba: Vec<u8> = if args.temporal { pixels.chunks(3).flat_map(|p| [p[0], p[1], p[2], 255]).collect() } else { Vec::new() };
     let (mut rss_at_10, mut rss_peak) = (None, 0.0f64);
     let started = std::time::Instant::now();
     for i in 0..frames {
@@ -92,7 +91,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             Some(temporal) => {
                 let seq = i as u64;
                 let observed = std::time::Instant::now();
-                temporal.observe(seq, Some(seq * 40_000_000), &rgba, fw, fh);
+                temporal.observe(seq, Some(seq * 40_000_000), &frame);
                 let mut spent = observed.elapsed();
                 loaded.engine.run_frame_filtered(
                     &frame,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 use roadseg::synth::{SynthDrive, SynthSpec};
-use roadseg::video::frame::{FrameTiming, VideoInfo};
+use roadseg::video::frame::{FrameTiming, PixelFormat, VideoInfo};
 use roadseg::video::stream::FileTarget;
 
 use super::common::parse_size;
@@ -43,7 +43,7 @@ pub fn run(args: SynthArgs) -> Result<()> {
         hood: !args.no_hood,
     };
     let drive = SynthDrive::new(spec.clone())?;
-    let info = VideoInfo { width: spec.width, height: spec.height, fps_num: spec.fps as i32, fps_den: 1 };
+    let info = VideoInfo { width: spec.width, height: spec.height, fps_num: spec.fps as i32, fps_den: 1, format: PixelFormat::Rgba };
     let sink = FileTarget::single(args.output.clone()).open(info)?;
     if let Some(dir) = &args.masks_out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

@@ -10,6 +10,8 @@
 
 use std::sync::Arc;
 
+use crate::frame::{FrameRef, PixelFormat};
+
 /// Grid cells are at most this many per row / column: enough to place the
 /// hood edge within a pixel or two at 720p while keeping the per-frame work
 /// to one pass over the luma.
@@ -274,6 +276,28 @@ impl HoodEstimator {
 pub fn rgba_luma(rgba: &[u8], out: &mut Vec<u8>) {
     out.clear();
     out.extend(rgba.chunks_exact(4).map(|p| ((p[0] as u32 * 77 + p[1] as u32 * 150 + p[2] as u32 * 29) >> 8) as u8));
+}
+
+/// Full-range luma of any frame into `out` (`width * height`): NV12's Y
+/// plane stretched from video range (16..=235), so the estimator's
+/// thresholds mean the same whatever the decoder hands over.
+pub fn frame_luma(frame: &FrameRef<'_>, out: &mut Vec<u8>) {
+    out.clear();
+    let rows = (0..frame.height).map(|y| &frame.data[y * frame.stride..]);
+    match frame.format {
+        PixelFormat::Nv12 => {
+            let full: [u8; 256] = std::array::from_fn(|y| ((y as i32 - 16) * 255 / 219).clamp(0, 255) as u8);
+            for row in rows {
+                out.extend(row[..frame.width].iter().map(|&y| full[y as usize]));
+            }
+        }
+        PixelFormat::Rgba | PixelFormat::Rgb => {
+            let n = if frame.format == PixelFormat::Rgba { 4 } else { 3 };
+            for row in rows {
+                out.extend(row[..frame.width * n].chunks_exact(n).map(|p| ((p[0] as u32 * 77 + p[1] as u32 * 150 + p[2] as u32 * 29) >> 8) as u8));
+            }
+        }
+    }
 }
 
 #[cfg(test)]

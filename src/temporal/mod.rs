@@ -11,10 +11,10 @@ mod smooth;
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-pub use hood::{HoodEstimator, HoodMask, rgba_luma};
+pub use hood::{HoodEstimator, HoodMask, frame_luma, rgba_luma};
 pub use smooth::{DEFAULT_WEIGHT, LogitSmoother};
 
-use crate::frame::{Segmentation, UNKNOWN};
+use crate::frame::{FrameRef, Segmentation, UNKNOWN};
 
 /// Mean per-pixel luma change between consecutive frames above which the
 /// second is a new scene (an edit, a camera switched, a lens covered): a
@@ -81,9 +81,10 @@ impl StreamTemporal {
         st.hood.as_ref().filter(|_| self.settings.hood).map(HoodEstimator::estimate)
     }
 
-    /// Feeds frame `seq` (packed RGBA) to the hood estimator and the cut
-    /// detector. Frames older than one already seen change nothing.
-    pub fn observe(&self, seq: u64, pts_ns: Option<u64>, rgba: &[u8], width: usize, height: usize) -> Observation {
+    /// Feeds frame `seq` to the hood estimator and the cut detector. Frames
+    /// older than one already seen change nothing.
+    pub fn observe(&self, seq: u64, pts_ns: Option<u64>, frame: &FrameRef<'_>) -> Observation {
+        let (width, height) = (frame.width, frame.height);
         if self.settings == TemporalSettings::OFF {
             return Observation { hood: Arc::new(HoodMask::none(width, height)) };
         }
@@ -103,7 +104,7 @@ impl StreamTemporal {
             if gap {
                 estimator.restart();
             }
-            rgba_luma(rgba, &mut st.luma);
+            frame_luma(frame, &mut st.luma);
             let motion = estimator.observe(&st.luma);
             if resized || gap || motion.is_some_and(|m| m > CUT_MOTION) {
                 st.restart_at = seq;
@@ -156,7 +157,8 @@ mod tests {
     /// Observes an 8x8 frame of one grey `value` at `pts_ns`, then smooths
     /// its one-value logits; returns the smoothed value.
     fn step(t: &StreamTemporal, seq: u64, pts_ns: u64, value: u8, logit: f32) -> f32 {
-        t.observe(seq, Some(pts_ns), &vec![value; 8 * 8 * 4], 8, 8);
+        let pixels = vec![value; 8 * 8 * 4];
+        t.observe(seq, Some(pts_ns), &FrameRef::packed(&pixels, 8, 8, crate::frame::PixelFormat::Rgba));
         let mut logits = [logit];
         t.smooth(seq, &mut logits);
         logits[0]

@@ -1,7 +1,8 @@
 //! Draws a frame's segmentation and a status line onto the frame itself.
 
 use crate::engine::Segmentation;
-use crate::images::{OverlayStyle, draw_overlay};
+use crate::frame::PixelFormat;
+use crate::images::{OverlayStyle, draw_overlay, overlay_tint};
 use crate::temporal::HoodMask;
 
 use super::font::{draw_text, shade_box, text_width};
@@ -25,13 +26,25 @@ pub struct Annotator {
 }
 
 impl Annotator {
-    /// Tints `rgba` (width*height*4) with the segmentation and the hood, then the status line.
-    pub fn draw(&self, rgba: &mut [u8], seg: &Segmentation, hood: &HoodMask, stats: &FrameStats) {
-        draw_overlay(rgba, 4, seg, &self.style, Some(hood));
+    /// Tints a packed frame (RGBA, or NV12 as the ring carries it) at the
+    /// segmentation's size with the segmentation and the hood, then draws the
+    /// status line.
+    pub fn draw(&self, pixels: &mut [u8], format: PixelFormat, seg: &Segmentation, hood: &HoodMask, stats: &FrameStats) {
+        let (w, h) = (seg.width, seg.height);
+        let channels = match format {
+            PixelFormat::Nv12 => {
+                tint_nv12(pixels, w, h, overlay_tint(seg, &self.style, Some(hood)));
+                1
+            }
+            PixelFormat::Rgb => 3,
+            PixelFormat::Rgba => 4,
+        };
+        if channels > 1 {
+            draw_overlay(pixels, channels, seg, &self.style, Some(hood));
+        }
         if !self.show_text {
             return;
         }
-        let (w, h) = (seg.width, seg.height);
         let hood_text = if hood.is_empty() { String::new() } else { format!("  HOOD {:.1}%", stats.hood_coverage * 100.0) };
         let text = format!(
             "ROAD {:.1}%{hood_text}  CONF {:.2}  INFER {:.0} MS  {:.1} FPS",
@@ -45,8 +58,48 @@ impl Annotator {
         let pad = 4 * scale;
         let box_w = (text_width(&text, scale) + 2 * pad).min(w);
         let box_h = 7 * scale + 2 * pad;
-        shade_box(rgba, w, h, 4, 0, 0, box_w, box_h);
-        draw_text(rgba, w, h, 4, pad, pad, scale, &text, [255, 255, 255]);
+        shade_box(pixels, w, h, channels, 0, 0, box_w, box_h);
+        if format == PixelFormat::Nv12 {
+            // Grey box, white text: the box's chroma goes to neutral.
+            let uv = &mut pixels[w * h..];
+            for row in uv.chunks_exact_mut(w).take(box_h.div_ceil(2)) {
+                for c in &mut row[..box_w.min(w)] {
+                    *c = 128;
+                }
+            }
+        }
+        let white = if format == PixelFormat::Nv12 { [235; 3] } else { [255; 3] };
+        draw_text(pixels, w, h, channels, pad, pad, scale, &text, white);
+    }
+}
+
+/// BT.601 video-range YUV of an RGB colour (what H.264 decoders produce).
+fn yuv(rgb: [u8; 3]) -> [f32; 3] {
+    let [r, g, b] = rgb.map(f32::from);
+    [16.0 + 0.256_788 * r + 0.504_129 * g + 0.097_906 * b, 128.0 - 0.148_223 * r - 0.290_993 * g + 0.439_216 * b, 128.0 + 0.439_216 * r - 0.367_788 * g - 0.071_427 * b]
+}
+
+fn blend(under: u8, over: f32, alpha: f32) -> u8 {
+    (under as f32 * (1.0 - alpha) + over * alpha).round() as u8
+}
+
+/// Tints NV12 in place, as `draw_overlay` tints RGB: luma per pixel, and each
+/// 2x2 block's shared chroma by the tint of its top-left pixel.
+fn tint_nv12(pixels: &mut [u8], w: usize, h: usize, tint: impl Fn(usize) -> Option<([u8; 3], f32)>) {
+    let (luma, chroma) = pixels.split_at_mut(w * h);
+    for (i, y) in luma.iter_mut().enumerate() {
+        if let Some((colour, alpha)) = tint(i) {
+            *y = blend(*y, yuv(colour)[0], alpha);
+        }
+    }
+    for (by, row) in chroma.chunks_exact_mut(w).take(h / 2).enumerate() {
+        for (bx, uv) in row.chunks_exact_mut(2).enumerate() {
+            if let Some((colour, alpha)) = tint(2 * by * w + 2 * bx) {
+                let [_, u, v] = yuv(colour);
+                uv[0] = blend(uv[0], u, alpha);
+                uv[1] = blend(uv[1], v, alpha);
+            }
+        }
     }
 }
 
@@ -55,25 +108,54 @@ mod tests {
     use super::*;
     use crate::engine::UNKNOWN;
 
-    #[test]
-    fn road_is_tinted_and_text_is_drawn() {
+    /// A 64x64 segmentation of class `class_of(pixel)`, the road class (0)
+    /// tinted, and a status line to draw.
+    fn scene(class_of: impl Fn(usize) -> u8) -> (Segmentation, Annotator, FrameStats) {
         let (w, h) = (64, 64);
         let seg = Segmentation {
             width: w,
             height: h,
-            classes: (0..w * h).map(|i| if i / w > h / 2 { 0 } else if i % 7 == 0 { UNKNOWN } else { 1 }).collect(),
+            classes: (0..w * h).map(class_of).collect(),
             confidence: vec![0.9; w * h],
             road_coverage: 0.5,
             mean_confidence: 0.9,
         };
-        let mut rgba = vec![100u8; w * h * 4];
         let a = Annotator { style: OverlayStyle { road_classes: vec![0], ..OverlayStyle::default() }, show_text: true };
         let stats = FrameStats { road_coverage: 0.5, hood_coverage: 0.0, mean_confidence: 0.9, inference_ms: 12.0, fps: 25.0 };
-        a.draw(&mut rgba, &seg, &HoodMask::none(w, h), &stats);
+        (seg, a, stats)
+    }
+
+    #[test]
+    fn road_is_tinted_and_text_is_drawn() {
+        let (w, h) = (64, 64);
+        let (seg, a, stats) = scene(|i| if i / w > h / 2 { 0 } else if i % 7 == 0 { UNKNOWN } else { 1 });
+        let mut rgba = vec![100u8; w * h * 4];
+        a.draw(&mut rgba, PixelFormat::Rgba, &seg, &HoodMask::none(w, h), &stats);
         let px = |x: usize, y: usize| &rgba[(y * w + x) * 4..(y * w + x) * 4 + 3];
         assert_ne!(px(10, h - 1), &[100, 100, 100], "road pixel tinted");
         assert_eq!(px(1, h / 2 - 2), &[100, 100, 100], "non-road pixel untouched");
         assert!(rgba.chunks(4).take(w * 15).any(|p| p[..3] == [255, 255, 255]), "status text drawn");
+    }
+
+    #[test]
+    fn nv12_is_tinted_like_rgba_and_text_is_drawn() {
+        // Rule: on NV12 the road tint and the status line land as they do on RGBA (same colours after conversion, within rounding).
+        let (w, h) = (64, 64);
+        let (seg, a, stats) = scene(|i| if i / w >= h / 2 { 0 } else { 1 });
+        // Mid grey in both formats.
+        let mut nv12 = [vec![126u8; w * h], vec![128u8; w * h / 2]].concat();
+        let mut rgba = vec![128u8; w * h * 4];
+        a.draw(&mut nv12, PixelFormat::Nv12, &seg, &HoodMask::none(w, h), &stats);
+        a.draw(&mut rgba, PixelFormat::Rgba, &seg, &HoodMask::none(w, h), &stats);
+        let frame = crate::frame::FrameRef::packed(&nv12, w, h, PixelFormat::Nv12);
+        for (x, y) in [(10, h - 2), (40, h / 2 + 3), (1, h / 2 - 2)] {
+            let from_nv12 = frame.rgb(x, y);
+            let i = (y * w + x) * 4;
+            for c in 0..3 {
+                assert!((from_nv12[c] - rgba[i + c] as f32).abs() <= 3.0, "({x}, {y}): {from_nv12:?} vs {:?}", &rgba[i..i + 3]);
+            }
+        }
+        assert!(nv12[..w * 15].iter().any(|&y| y == 235), "status text drawn on the luma");
     }
 
     #[test]
@@ -84,7 +166,7 @@ mod tests {
         let a = Annotator { style: style.clone(), show_text: false };
         let hood = HoodMask::from_tops(w, h, vec![56; w]);
         let mut rgba = vec![100u8; w * h * 4];
-        a.draw(&mut rgba, &seg, &hood, &FrameStats::default());
+        a.draw(&mut rgba, PixelFormat::Rgba, &seg, &hood, &FrameStats::default());
         let px = |x: usize, y: usize| rgba[(y * w + x) * 4..(y * w + x) * 4 + 3].to_vec();
         assert_ne!(px(5, 60), px(5, 40), "hood and road look different");
         assert!(px(5, 60)[2] > px(5, 60)[0], "hood tinted towards {:?}", style.hood_colour);

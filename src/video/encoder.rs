@@ -176,7 +176,7 @@ mod tests {
 
     #[test]
     fn candidates_are_ordered_and_filled() {
-        let info = VideoInfo { width: 320, height: 240, fps_num: 25, fps_den: 1 };
+        let info = VideoInfo { width: 320, height: 240, fps_num: 25, fps_den: 1, format: crate::frame::PixelFormat::Rgba };
         let c = candidates(&EncoderSettings::default(), &info);
         let names: Vec<_> = c.iter().map(|c| c.name()).collect();
         assert_eq!(names, ["nvh264enc", "vah264enc", "vaapih264enc", "x264enc", "openh264enc"]);

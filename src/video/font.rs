@@ -55,7 +55,8 @@ pub fn text_width(text: &str, scale: usize) -> usize {
     text.chars().count() * 6 * scale
 }
 
-/// Draws `text` into packed pixels (`channels` 3 or 4) with its top-left at
+/// Draws `text` into packed pixels (`channels` 3 or 4, or 1 for a luma plane, which
+/// takes the colour's first value) with its top-left at
 /// (x, y), clipped to the frame.
 pub fn draw_text(pixels: &mut [u8], width: usize, height: usize, channels: usize, x: usize, y: usize, scale: usize, text: &str, colour: [u8; 3]) {
     for (i, c) in text.chars().enumerate() {
@@ -71,7 +72,8 @@ pub fn draw_text(pixels: &mut [u8], width: usize, height: usize, channels: usize
                         let (px, py) = (gx + rx * scale + dx, y + ry * scale + dy);
                         if px < width && py < height {
                             let o = (py * width + px) * channels;
-                            pixels[o..o + 3].copy_from_slice(&colour);
+                            let n = channels.min(3);
+                            pixels[o..o + n].copy_from_slice(&colour[..n]);
                         }
                     }
                 }
@@ -85,7 +87,7 @@ pub fn shade_box(pixels: &mut [u8], width: usize, height: usize, channels: usize
     for py in y..(y + h).min(height) {
         for px in x..(x + w).min(width) {
             let o = (py * width + px) * channels;
-            for c in &mut pixels[o..o + 3] {
+            for c in &mut pixels[o..o + channels.min(3)] {
                 *c /= 3;
             }
         }

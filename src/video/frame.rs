@@ -2,17 +2,23 @@
 
 use std::time::Instant;
 
+pub use crate::frame::PixelFormat;
+
 /// Nanoseconds on the stream's own timeline (GStreamer running/PTS time).
 pub type Nanos = u64;
 
-/// A frame borrowed from the decoder (e.g. a mapped appsink buffer): tightly
-/// or loosely packed RGBA, `stride` bytes per row.
+/// A frame borrowed from the decoder (e.g. a mapped appsink buffer): RGBA,
+/// or NV12's Y plane here and its interleaved UV plane in `chroma`, each
+/// `stride` bytes per row.
 #[derive(Clone, Copy, Debug)]
 pub struct DecodedFrame<'a> {
     pub data: &'a [u8],
     pub width: u32,
     pub height: u32,
     pub stride: usize,
+    pub format: PixelFormat,
+    /// NV12's UV plane and its stride.
+    pub chroma: Option<(&'a [u8], usize)>,
     pub pts: Option<Nanos>,
     pub duration: Option<Nanos>,
 }
@@ -58,6 +64,8 @@ pub struct VideoInfo {
     /// Frame rate as a fraction (0/1 when variable or unknown).
     pub fps_num: i32,
     pub fps_den: i32,
+    /// How the frames' pixels are laid out (what outputs are opened for).
+    pub format: PixelFormat,
 }
 
 /// The frame rate outputs are opened at when the source does not say

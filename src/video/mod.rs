@@ -10,7 +10,7 @@ mod launch;
 pub mod output;
 pub mod pool;
 pub mod reorder;
-mod rgba;
+mod packed;
 pub mod ring;
 pub mod rtsp;
 pub mod snapshot;
@@ -21,4 +21,4 @@ pub mod stream;
 pub mod uri;
 
 pub use launch::GstError;
-pub use rgba::FrameSizeError;
+pub use packed::FrameSizeError;

@@ -12,7 +12,7 @@ use crossbeam_channel::Sender;
 
 use super::annotate::{Annotator, FrameStats};
 use super::ring::{Doorbell, FrameBuf, FrameRing};
-use crate::engine::{AnyEngine, FrameRef, PixelFormat, UNKNOWN};
+use crate::engine::{AnyEngine, UNKNOWN};
 use crate::temporal::{StreamTemporal, scene_coverage};
 
 /// Why a frame never reached the output.
@@ -223,10 +223,9 @@ impl Worker {
     }
 
     fn process(&mut self, stream: &StreamInput, mut buf: FrameBuf) {
-        let (width, height) = (buf.width as usize, buf.height as usize);
-        let frame = FrameRef::packed(&buf.data, width, height, PixelFormat::Rgba);
+        let frame = buf.frame();
         let temporal = &stream.temporal;
-        let observed = temporal.observe(buf.seq, buf.timing.pts, &buf.data, width, height);
+        let observed = temporal.observe(buf.seq, buf.timing.pts, &frame);
         let seq = buf.seq;
         let result = if temporal.smooths() {
             self.engine.run_frame_filtered(&frame, Some(&mut |logits: &mut [f32]| temporal.smooth(seq, logits)))
@@ -260,7 +259,7 @@ impl Worker {
             buf.road_mask.extend(seg.classes.iter().map(|&c| u8::from(c != UNKNOWN && road.contains(&(c as usize)))));
             hood.for_each_pixel(|i| buf.road_mask[i] = 0);
         }
-        self.annotator.draw(&mut buf.data, seg, hood, &stats);
+        self.annotator.draw(&mut buf.data, buf.format, seg, hood, &stats);
         buf.stages.annotated = Instant::now();
         stream.counters.inferred.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = stream.output.send(OutputItem::Frame { buf, stats }) {

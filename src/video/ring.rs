@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
 
-use super::frame::{DecodedFrame, FrameTiming, StageTimes};
+use super::frame::{DecodedFrame, FrameTiming, PixelFormat, StageTimes};
+use crate::frame::FrameRef;
 
-/// One RGBA frame travelling through the pipeline.
+/// One frame travelling through the pipeline.
 #[derive(Debug)]
 pub struct FrameBuf {
     /// Position in the stream (0-based, every decoded frame numbered,
@@ -27,7 +28,10 @@ pub struct FrameBuf {
     pub timing: FrameTiming,
     pub width: u32,
     pub height: u32,
-    /// Tightly packed RGBA, `width * height * 4` bytes.
+    pub format: PixelFormat,
+    /// Tightly packed: RGBA `width * height * 4` bytes, or NV12's Y plane
+    /// (`width * height`) then its UV plane (half as many bytes), both
+    /// `width` bytes per row.
     pub data: Vec<u8>,
     /// Frames of this stream dropped since the previous frame that made it.
     pub dropped_before: u64,
@@ -39,21 +43,46 @@ pub struct FrameBuf {
 
 impl FrameBuf {
     pub(crate) fn empty() -> Self {
-        FrameBuf { seq: 0, timing: FrameTiming::default(), width: 0, height: 0, data: Vec::new(), dropped_before: 0, road_mask: Vec::new(), stages: StageTimes::starting(Instant::now()) }
+        FrameBuf { seq: 0, timing: FrameTiming::default(), width: 0, height: 0, format: PixelFormat::Rgba, data: Vec::new(), dropped_before: 0, road_mask: Vec::new(), stages: StageTimes::starting(Instant::now()) }
+    }
+
+    /// Bytes per row (of the Y plane, for NV12).
+    pub fn stride(&self) -> usize {
+        self.width as usize * match self.format {
+            PixelFormat::Nv12 => 1,
+            PixelFormat::Rgb => 3,
+            PixelFormat::Rgba => 4,
+        }
+    }
+
+    /// The pixels as the engine reads them.
+    pub fn frame(&self) -> FrameRef<'_> {
+        FrameRef { data: &self.data, width: self.width as usize, height: self.height as usize, stride: self.stride(), format: self.format }
     }
 
     /// Copies `src` in, reusing the allocation when the size is unchanged.
     fn fill_from(&mut self, src: &DecodedFrame<'_>, offered: Instant) {
-        let (w, h) = (src.width as usize, src.height as usize);
+        let h = src.height as usize;
         self.width = src.width;
         self.height = src.height;
-        self.data.resize(w * h * 4, 0);
-        for (y, row) in self.data.chunks_exact_mut(w * 4).enumerate() {
-            let start = y * src.stride;
-            row.copy_from_slice(&src.data[start..start + w * 4]);
+        self.format = src.format;
+        let row = self.stride();
+        let chroma_rows = src.chroma.map_or(0, |_| h / 2);
+        self.data.resize(row * (h + chroma_rows), 0);
+        let (luma, uv) = self.data.split_at_mut(row * h);
+        copy_rows(luma, src.data, src.stride, row);
+        if let Some((plane, stride)) = src.chroma {
+            copy_rows(uv, plane, stride, row);
         }
         self.timing = FrameTiming { pts: src.pts, duration: src.duration };
         self.stages = StageTimes::starting(offered);
+    }
+}
+
+/// Fills `out` row by row (`row` bytes each) from `src` rows `stride` apart.
+fn copy_rows(out: &mut [u8], src: &[u8], stride: usize, row: usize) {
+    for (y, out_row) in out.chunks_exact_mut(row).enumerate() {
+        out_row.copy_from_slice(&src[y * stride..y * stride + row]);
     }
 }
 
@@ -243,7 +272,23 @@ mod tests {
     }
 
     fn decoded(data: &[u8]) -> DecodedFrame<'_> {
-        DecodedFrame { data, width: 4, height: 4, stride: 16, pts: Some(data[0] as u64), duration: None }
+        DecodedFrame { data, width: 4, height: 4, stride: 16, format: PixelFormat::Rgba, chroma: None, pts: Some(data[0] as u64), duration: None }
+    }
+
+    #[test]
+    fn nv12_planes_are_packed_from_strided_input() {
+        // Rule: an NV12 frame with padded rows is packed Y rows then UV rows, `width` bytes each.
+        let ring = FrameRing::new(2, 1, false);
+        let luma: Vec<u8> = (0..4 * 8).map(|i| i as u8).collect(); // 4 rows at stride 8
+        let chroma: Vec<u8> = (100..100 + 2 * 8).map(|i| i as u8).collect(); // 2 rows at stride 8
+        let frame = DecodedFrame { data: &luma, width: 6, height: 4, stride: 8, format: PixelFormat::Nv12, chroma: Some((&chroma, 8)), pts: Some(0), duration: None };
+        assert_eq!(ring.push(&frame), Pushed::Queued { seq: 0 });
+        let buf = ring.pop().unwrap();
+        assert_eq!(buf.stride(), 6);
+        assert_eq!(&buf.data[..6], &[0, 1, 2, 3, 4, 5]);
+        assert_eq!(&buf.data[18..24], &[24, 25, 26, 27, 28, 29]);
+        assert_eq!(&buf.data[24..], &[100, 101, 102, 103, 104, 105, 108, 109, 110, 111, 112, 113]);
+        buf.frame().validate().unwrap();
     }
 
     #[test]

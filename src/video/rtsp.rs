@@ -21,7 +21,7 @@ use gstreamer_rtsp_server::prelude::*;
 use super::encoder::{self, EncoderError, EncoderSettings};
 use super::frame::VideoInfo;
 use super::launch::{self, GstError};
-use super::rgba::FrameSizeError;
+use super::packed::FrameSizeError;
 
 /// How often expired RTSP sessions are freed (as gst-rtsp-server's examples do).
 const SESSION_CLEANUP_EVERY: Duration = Duration::from_secs(2);

@@ -17,9 +17,9 @@ use gstreamer_app as gst_app;
 
 use super::encode_clock::EncodeClock;
 use super::encoder::{self, EncoderChoice, EncoderError, EncoderSettings};
-use super::frame::{FrameTiming, Nanos, VideoInfo};
+use super::frame::{FrameTiming, Nanos, PixelFormat, VideoInfo};
 use super::launch::{self, Failure, GstError, fill, quote};
-use super::rgba::{FrameSizeError, Packed};
+use super::packed::{FrameSizeError, Packed};
 
 const FILE: &str = include_str!("../../pipelines/sink-file.txt");
 const SEGMENTS: &str = include_str!("../../pipelines/sink-segments.txt");
@@ -41,6 +41,8 @@ pub struct FileSinkSettings {
     pub segment_seconds: Option<u32>,
     pub width: u32,
     pub height: u32,
+    /// Of the frames pushed (RGBA unless set).
+    pub format: PixelFormat,
     /// Frame rate as (numerator, denominator).
     pub fps: (i32, i32),
     /// About the most a crash can lose: the fragment length (in segment mode,
@@ -64,6 +66,7 @@ impl FileSinkSettings {
             segment_seconds: None,
             width,
             height,
+            format: PixelFormat::Rgba,
             fps,
             fragment_ms: 1000,
             encoder: EncoderSettings::default(),
@@ -156,6 +159,7 @@ impl FileSink {
             height: settings.height,
             fps_num: settings.fps.0,
             fps_den: settings.fps.1,
+            format: settings.format,
         };
         let mut enc = settings.encoder.clone();
         if let Some(s) = settings.segment_seconds {
@@ -181,7 +185,7 @@ impl FileSink {
     fn launch(settings: &FileSinkSettings, encoder: EncoderChoice) -> Result<FileSink, SinkError> {
         let bad = |reason: &str| SinkError::Settings { path: settings.path.clone(), reason: reason.into() };
         let path_str = settings.path.to_str().ok_or_else(|| bad("the path is not valid UTF-8"))?;
-        let packed = Packed { width: settings.width, height: settings.height };
+        let packed = Packed::new(settings.width, settings.height, settings.format)?;
         let max_bytes = (packed.size() * QUEUED_FRAMES).to_string();
         let caps = packed.caps_desc(settings.fps.0, settings.fps.1);
         let fragment_ms = match settings.segment_seconds {
@@ -267,11 +271,12 @@ impl FileSink {
         &self.encoder
     }
 
-    /// Copies one RGBA frame (`stride` bytes per row) into the file. Blocks while
+    /// Copies one frame (`stride` bytes per row; NV12's UV rows follow its Y
+    /// rows) into the file. Blocks while
     /// the encoder is a few frames behind. A missing PTS continues from the last
     /// frame; a missing duration is one frame at the configured rate.
-    pub fn push(&self, rgba: &[u8], stride: usize, timing: FrameTiming) -> Result<(), SinkError> {
-        self.packed.check(rgba.len(), stride)?;
+    pub fn push(&self, pixels: &[u8], stride: usize, timing: FrameTiming) -> Result<(), SinkError> {
+        self.packed.check(pixels.len(), stride)?;
         if let Some(f) = self.failure() {
             return Err(self.error_from(f));
         }
@@ -281,7 +286,7 @@ impl FileSink {
             return Err(SinkError::OutOfOrder { pts, last });
         }
         let duration = timing.duration.or(self.frame_ns);
-        let buffer = self.packed.buffer(&self.pool, rgba, stride, Some(pts), duration)?;
+        let buffer = self.packed.buffer(&self.pool, pixels, stride, Some(pts), duration)?;
         order.last_pts = Some(pts);
         order.next_pts = pts + duration.unwrap_or(1).max(1);
         self.encode_clock.pushed(pts);

@@ -10,6 +10,7 @@ use std::sync::{Mutex, PoisonError, TryLockError};
 use std::time::SystemTime;
 
 use super::ring::FrameBuf;
+use crate::frame::{FrameRef, PixelFormat};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
@@ -23,7 +24,8 @@ struct Slot {
     height: u32,
     seq: u64,
     at: Option<SystemTime>,
-    rgba: Vec<u8>,
+    format: Option<PixelFormat>,
+    pixels: Vec<u8>,
 }
 
 #[derive(Default)]
@@ -52,7 +54,8 @@ impl LatestFrame {
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => return,
         };
-        std::mem::swap(&mut slot.rgba, &mut buf.data);
+        std::mem::swap(&mut slot.pixels, &mut buf.data);
+        slot.format = Some(buf.format);
         slot.width = buf.width;
         slot.height = buf.height;
         slot.seq = buf.seq;
@@ -61,16 +64,15 @@ impl LatestFrame {
 
     /// The latest frame as RGB, or None before the first one.
     pub fn snapshot(&self) -> Option<Snapshot> {
-        let (width, height, seq, at, rgba) = {
+        let (width, height, seq, at, format, pixels) = {
             let slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
-            let at = slot.at?;
-            if slot.rgba.len() != slot.width as usize * slot.height as usize * 4 || slot.rgba.is_empty() {
-                return None;
-            }
             // One memcpy under the lock; the RGB conversion happens outside it.
-            (slot.width, slot.height, slot.seq, at, slot.rgba.clone())
+            (slot.width, slot.height, slot.seq, slot.at?, slot.format?, slot.pixels.clone())
         };
-        let rgb = rgba.chunks_exact(4).flat_map(|p| [p[0], p[1], p[2]]).collect();
+        let (w, h) = (width as usize, height as usize);
+        let frame = FrameRef::packed(&pixels, w, h, format);
+        frame.validate().ok()?;
+        let rgb = (0..w * h).flat_map(|i| frame.rgb(i % w, i / w).map(|c| c as u8)).collect();
         Some(Snapshot { width, height, seq, at, rgb })
     }
 }
@@ -119,5 +121,18 @@ mod tests {
         let jpeg = snap.to_jpeg(80).unwrap();
         let decoded = image::load_from_memory_with_format(&jpeg, image::ImageFormat::Jpeg).unwrap();
         assert_eq!((decoded.width(), decoded.height()), (16, 8));
+    }
+
+    #[test]
+    fn an_nv12_frame_is_snapshotted_as_rgb() {
+        // Rule: a snapshot of an NV12 frame is its RGB conversion (video-range grey 126 -> RGB 128).
+        let latest = LatestFrame::new();
+        let mut f = frame(16, 8, 0, 3);
+        f.format = PixelFormat::Nv12;
+        f.data = [vec![126u8; 16 * 8], vec![128u8; 16 * 4]].concat();
+        latest.offer(&mut f);
+        let snap = latest.snapshot().unwrap();
+        assert_eq!(snap.rgb.len(), 16 * 8 * 3);
+        assert!(snap.rgb.iter().all(|&v| v == 128), "{:?}", &snap.rgb[..6]);
     }
 }

@@ -22,7 +22,7 @@ use gstreamer_app as gst_app;
 use gstreamer_video as gst_video;
 use gstreamer_video::prelude::*;
 
-use super::frame::{DecodedFrame, VideoInfo};
+use super::frame::{DecodedFrame, PixelFormat, VideoInfo};
 use super::launch::{self, Failure, GstError};
 pub use settings::{DEFAULT_LATENCY_MS, RtspTransport, SourceSettings, UnknownTransport};
 pub use plan::TestUriError;
@@ -323,7 +323,7 @@ impl SizePin {
         }
         if let Some(size) = self.size.upgrade() {
             let caps = gst_video::VideoCapsBuilder::new()
-                .format(gst_video::VideoFormat::Rgba)
+                .format(v.format())
                 .width(v.width() as i32)
                 .height(v.height() as i32)
                 .pixel_aspect_ratio(v.par())
@@ -375,22 +375,37 @@ fn frame_callbacks(handler: Arc<dyn FrameHandler>, shared: Arc<Shared>, pin: Opt
             if gaps.gap_before(buffer.pts().map(|t| t.nseconds()), buffer.duration().map(|t| t.nseconds()).or(interval)) {
                 handler.on_damaged_input();
             }
-            shared.set_info(VideoInfo {
-                width: vinfo.width(),
-                height: vinfo.height(),
-                fps_num: fps.numer(),
-                fps_den: fps.denom(),
-            });
+            let format = match vinfo.format() {
+                gst_video::VideoFormat::Nv12 => PixelFormat::Nv12,
+                gst_video::VideoFormat::Rgba => PixelFormat::Rgba,
+                other => {
+                    gst::element_error!(sink, gst::StreamError::Format, ("decoded frames are {other:?}, not NV12 or RGBA"));
+                    return Err(gst::FlowError::NotNegotiated);
+                }
+            };
+            // NV12 pairs rows and columns for its chroma: an odd last row or
+            // column (rare camera sizes) is cropped rather than half-coloured.
+            let (width, height) = match format {
+                PixelFormat::Nv12 => (vinfo.width() & !1, vinfo.height() & !1),
+                _ => (vinfo.width(), vinfo.height()),
+            };
+            shared.set_info(VideoInfo { width, height, fps_num: fps.numer(), fps_den: fps.denom(), format });
             let frame = gst_video::VideoFrameRef::from_buffer_ref_readable(buffer, &vinfo).map_err(|e| {
                 gst::element_error!(sink, gst::ResourceError::Read, ("cannot map a decoded frame: {e}"));
                 gst::FlowError::Error
             })?;
             let data = frame.plane_data(0).map_err(|_| gst::FlowError::Error)?;
+            let chroma = match format {
+                PixelFormat::Nv12 => Some((frame.plane_data(1).map_err(|_| gst::FlowError::Error)?, frame.plane_stride()[1] as usize)),
+                _ => None,
+            };
             let decoded = DecodedFrame {
                 data,
-                width: vinfo.width(),
-                height: vinfo.height(),
+                width,
+                height,
                 stride: frame.plane_stride()[0] as usize,
+                format,
+                chroma,
                 pts: buffer.pts().map(|t| t.nseconds()),
                 duration: buffer.duration().map(|t| t.nseconds()),
             };

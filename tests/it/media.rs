@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use roadseg::video::frame::{DecodedFrame, FrameTiming, VideoInfo};
+use roadseg::video::frame::{DecodedFrame, FrameTiming, PixelFormat, VideoInfo};
 use roadseg::video::sink::{FileSink, FileSinkSettings};
 use roadseg::video::source::{FlowAction, FrameHandler, Source, SourceError, SourceSettings};
 
@@ -70,10 +70,12 @@ impl FrameHandler for Collector {
         s.frames += 1;
         s.pts.push(f.pts);
         s.sizes.push((f.width, f.height));
-        assert!(
-            f.stride >= f.width as usize * 4
-                && f.data.len() >= f.stride * (f.height as usize - 1) + f.width as usize * 4
-        );
+        // Sources hand over NV12: a Y plane and a half-height interleaved UV plane.
+        assert_eq!(f.format, PixelFormat::Nv12);
+        let (w, h) = (f.width as usize, f.height as usize);
+        assert!(f.stride >= w && f.data.len() >= f.stride * (h - 1) + w);
+        let (uv, uv_stride) = f.chroma.expect("NV12 has a UV plane");
+        assert!(uv_stride >= w && uv.len() >= uv_stride * (h / 2 - 1) + w);
         s.checksum += f.data[f.data.len() / 2] as u64;
         self.changed.notify_all();
         match self.stop_after {
@@ -172,7 +174,7 @@ fn shared_clip_decodes_to_every_frame_in_order() {
     let src = Source::start(SourceSettings::new(file_uri(&clip)), handler.clone()).expect("start");
     assert_eq!(
         src.wait_info(Duration::from_secs(10)),
-        Some(VideoInfo { width: 960, height: 540, fps_num: 25, fps_den: 1 })
+        Some(VideoInfo { width: 960, height: 540, fps_num: 25, fps_den: 1, format: PixelFormat::Nv12 })
     );
     assert_eq!(handler.wait_end(Duration::from_secs(30)), End::Eos);
     src.stop();
@@ -205,7 +207,7 @@ fn test_source_is_live_and_sized() {
     let src = Source::start(settings, handler.clone()).unwrap();
     assert_eq!(
         src.wait_info(Duration::from_secs(5)),
-        Some(VideoInfo { width: 176, height: 144, fps_num: 50, fps_den: 1 })
+        Some(VideoInfo { width: 176, height: 144, fps_num: 50, fps_den: 1, format: PixelFormat::Nv12 })
     );
     assert_eq!(handler.wait_end(Duration::from_secs(10)), End::Eos);
     let took = t0.elapsed();
@@ -443,7 +445,7 @@ fn rtsp_clients_are_counted_per_mount() {
     use roadseg::video::rtsp::RtspServer;
     use rtsp_helpers::*;
     let server = RtspServer::start("127.0.0.1:0".parse().unwrap(), None).expect("server");
-    let info = VideoInfo { width: 320, height: 240, fps_num: 25, fps_den: 1 };
+    let info = VideoInfo { width: 320, height: 240, fps_num: 25, fps_den: 1, format: PixelFormat::Rgba };
     let (a, b) = (server.add_stream("/a", info).expect("mount a"), server.add_stream("/b", info).expect("mount b"));
     let (_pa, _pb) = (Pump::start(a, 320, 240), Pump::start(b, 320, 240));
     let url = server.url("/a");
@@ -469,7 +471,7 @@ fn rtsp_clients_come_and_go() {
     use roadseg::video::rtsp::RtspServer;
     use rtsp_helpers::*;
     let server = RtspServer::start("127.0.0.1:0".parse().unwrap(), None).expect("server");
-    let info = VideoInfo { width: 320, height: 240, fps_num: 25, fps_den: 1 };
+    let info = VideoInfo { width: 320, height: 240, fps_num: 25, fps_den: 1, format: PixelFormat::Rgba };
     let feed = server.add_stream("/test", info).expect("mount");
     let pump = Pump::start(feed.clone(), 320, 240);
     let url = server.url("/test");
@@ -529,7 +531,7 @@ fn rtsp_auth_refuses_anonymous_and_admits_the_user() {
     use rtsp_helpers::*;
     let auth = Some(("viewer".to_string(), "s3cret".to_string()));
     let server = RtspServer::start("127.0.0.1:0".parse().unwrap(), auth).expect("server");
-    let info = VideoInfo { width: 160, height: 120, fps_num: 25, fps_den: 1 };
+    let info = VideoInfo { width: 160, height: 120, fps_num: 25, fps_den: 1, format: PixelFormat::Rgba };
     let pump = Pump::start(server.add_stream("/cam", info).unwrap(), 160, 120);
     let url = server.url("/cam");
 
@@ -562,7 +564,7 @@ fn rtsp_removed_stream_is_gone() {
     use roadseg::video::rtsp::{RtspError, RtspServer};
     use rtsp_helpers::*;
     let server = RtspServer::start("127.0.0.1:0".parse().unwrap(), None).unwrap();
-    let info = VideoInfo { width: 160, height: 120, fps_num: 25, fps_den: 1 };
+    let info = VideoInfo { width: 160, height: 120, fps_num: 25, fps_den: 1, format: PixelFormat::Rgba };
     let feed = server.add_stream("/a", info).unwrap();
     assert!(matches!(server.add_stream("/a", info), Err(RtspError::PathInUse { .. })));
     assert!(matches!(server.add_stream("nope", info), Err(RtspError::BadPath { .. })));

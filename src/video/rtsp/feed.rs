@@ -14,7 +14,7 @@ use super::RtspError;
 use crate::video::encoder::EncoderChoice;
 use crate::video::frame::{FrameTiming, Nanos, VideoInfo};
 use crate::video::launch::fill;
-use crate::video::rgba::Packed;
+use crate::video::packed::Packed;
 
 const FEED: &str = include_str!("../../../pipelines/rtsp-feed.txt");
 /// Frames the appsrc may queue before the oldest is dropped.
@@ -54,7 +54,7 @@ impl RtspFeed {
         info: VideoInfo,
         encoder: &EncoderChoice,
     ) -> Result<(RtspFeed, rtsp::RTSPMediaFactory), RtspError> {
-        let packed = Packed { width: info.width, height: info.height };
+        let packed = Packed::new(info.width, info.height, info.format).map_err(|source| RtspError::FrameSize { path: path.to_string(), source })?;
         let launch = fill(
             FEED,
             &[
@@ -120,14 +120,14 @@ impl RtspFeed {
         self.inner.live.lock().map(|l| l.is_some()).unwrap_or(false)
     }
 
-    /// Sends one RGBA frame to every client of this stream. Ok(false): nobody is
+    /// Sends one frame (laid out as the stream was added with) to every client of this stream. Ok(false): nobody is
     /// watching (or the stream was removed) and the frame was dropped, which is
     /// the normal case between clients. Never blocks on the network or encoder.
-    pub fn push(&self, rgba: &[u8], stride: usize, timing: FrameTiming) -> Result<bool, RtspError> {
+    pub fn push(&self, pixels: &[u8], stride: usize, timing: FrameTiming) -> Result<bool, RtspError> {
         let inner = &self.inner;
         inner
             .packed
-            .check(rgba.len(), stride)
+            .check(pixels.len(), stride)
             .map_err(|source| RtspError::FrameSize { path: inner.path.clone(), source })?;
         if inner.removed.load(Ordering::Acquire) {
             return Ok(false);
@@ -144,7 +144,7 @@ impl RtspFeed {
             let Some(now) = live.appsrc.current_running_time() else { return Ok(false) };
             (live.appsrc.clone(), live.stamp(timing.pts, now.nseconds()))
         };
-        let buffer = inner.packed.buffer(&inner.pool, rgba, stride, Some(pts), timing.duration.or(inner.frame_ns))?;
+        let buffer = inner.packed.buffer(&inner.pool, pixels, stride, Some(pts), timing.duration.or(inner.frame_ns))?;
         // Flushing here means the media is shutting down under us: a dropped frame.
         Ok(appsrc.push_buffer(buffer).is_ok())
     }

@@ -86,7 +86,7 @@ impl FrameSink for FileOutput {
             self.try_reopen()?;
         }
         let sink = self.sink.as_mut().expect("opened above");
-        match sink.push(&f.data, f.width as usize * 4, f.timing) {
+        match sink.push(&f.data, f.stride(), f.timing) {
             Ok(()) => Ok(()),
             Err(e) => Err(self.pause(e)),
         }
@@ -116,7 +116,7 @@ impl FrameSink for RtspOutput {
         "rtsp"
     }
     fn write(&mut self, f: &FrameBuf) -> Result<(), OutputError> {
-        self.0.push(&f.data, f.width as usize * 4, f.timing)?;
+        self.0.push(&f.data, f.stride(), f.timing)?;
         Ok(())
     }
     fn finish(self: Box<Self>, _timeout: Duration) -> Result<(), OutputError> {
@@ -159,6 +159,7 @@ fn open_file_sink_at(target: &FileTarget, info: VideoInfo, start_index: u32) -> 
         std::fs::create_dir_all(dir).map_err(|source| SinkError::CreateDir { dir: dir.into(), source })?;
     }
     let mut settings = FileSinkSettings::new(target.path.clone(), info.width, info.height, info.frame_rate());
+    settings.format = info.format;
     settings.segment_seconds = target.segment_seconds;
     settings.encoder.bitrate_kbps = target.bitrate_kbps;
     settings.wall_clock_names = target.wall_clock_names;

@@ -288,9 +288,10 @@ stream_table() {
 }
 
 write_summary() {
-  local bench_fps process_fps ratio elements
+  local bench_fps process_fps process_gpu ratio elements
   bench_fps=$(json_num "$OUT/bench.json" fps)
   process_fps=$(grep -o '[0-9.]* frames/s' "$OUT/process.log" 2>/dev/null | tail -n 1 | cut -d' ' -f1)
+  process_gpu=$(grep -o 'GPU busy [0-9]*%' "$OUT/process.log" 2>/dev/null | tail -n 1 | cut -d' ' -f3)
   ratio=n/a
   if [ -n "$bench_fps" ] && [ -n "$process_fps" ]; then
     ratio=$(awk -v p="$process_fps" -v b="$bench_fps" 'BEGIN { if (b > 0) printf "%.2f", p / b; else print "n/a" }')
@@ -315,6 +316,8 @@ write_summary() {
     echo "| \`roadseg process\` ($FRAMES-frame 1280x720 H.264 clip) | ${process_fps:-n/a} |"
     echo "| ratio process / bench | $ratio |"
     echo
+    echo "GPU busy during \`roadseg process\` (CUDA events around its forwards / wall time; target >= 80%): ${process_gpu:-n/a}"
+    echo
     echo "GStreamer elements of \`process\` (decoder, encoder, ...): ${elements:-n/a}"
     echo
     echo '```'
@@ -330,7 +333,15 @@ write_summary() {
       echo "within roadseg_latency_seconds' buckets (0.005 ... 10 s) like histogram_quantile."
       echo
       echo '```'
-      grep -E '^roadseg_(worker_busy_ratio|gpu_utilization_ratio|gpu_memory_used_bytes|device_fallback_total)' "$OUT/metrics.txt" | head -n 12
+      grep -E '^roadseg_(worker_busy_ratio|gpu_busy_ratio|gpu_utilization_ratio|gpu_memory_used_bytes|device_fallback_total)' "$OUT/metrics.txt" | head -n 12
+      echo '```'
+      echo
+      echo "Where the latency went (roadseg_stage_seconds, mean per frame since the daemon started, all streams):"
+      echo
+      echo '```'
+      awk '/^roadseg_stage_seconds_(sum|count)/ { split($0, p, " "); st = p[1]; sub(/.*stage="/, "", st); sub(/".*/, "", st);
+             if (p[1] ~ /_sum/) s[st] += p[2]; else c[st] += p[2] }
+           END { for (k in c) if (c[k] > 0) printf "%-16s %8.2f ms over %d frames\n", k, 1000 * s[k] / c[k], c[k] }' "$OUT/metrics.txt" | sort
       echo '```'
     else
       echo "no metrics (the daemon step did not get that far)"

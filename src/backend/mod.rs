@@ -215,4 +215,12 @@ pub trait Backend: Send + Sync + 'static {
         let _ = key;
         forward()
     }
+
+    /// Milliseconds the device spent in `run_recorded` forwards since the
+    /// last call (measured on the device, not the host's wall time), or None
+    /// where the backend does not measure it (the CPU: its busy share is the
+    /// worker's).
+    fn take_device_ms(&self) -> Option<f64> {
+        None
+    }
 }

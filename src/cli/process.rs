@@ -3,7 +3,7 @@
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -15,7 +15,7 @@ use roadseg::input_size;
 use roadseg::temporal::{DEFAULT_WEIGHT, TemporalSettings};
 use roadseg::video::annotate::{Annotator, FrameStats};
 use roadseg::video::output::StreamObserver;
-use roadseg::video::pool::WorkerPool;
+use roadseg::video::pool::{WorkerPool, WorkerWindow};
 use roadseg::video::ring::FrameBuf;
 use roadseg::video::source::{SourceError, SourceSettings};
 use roadseg::video::stop::{StopSignal, Wake, stop_channel};
@@ -124,7 +124,8 @@ pub fn run(args: ProcessArgs) -> Result<()> {
             input_size::default_for(info.width, info.height)
         }
     };
-    let pool = Arc::new(start_pool(&args, size, workers)?);
+    let gpu_time = Arc::new(Mutex::new(None::<Duration>));
+    let pool = Arc::new(start_pool(&args, size, workers, gpu_time.clone())?);
     let progress = if std::io::stderr().is_terminal() { ProgressBar::new_spinner() } else { ProgressBar::hidden() };
     progress.set_style(ProgressStyle::with_template("{spinner} {pos} frames  {per_sec}  {elapsed}  {msg}").expect("valid template"));
     progress.enable_steady_tick(Duration::from_millis(200));
@@ -152,11 +153,13 @@ pub fn run(args: ProcessArgs) -> Result<()> {
         pool.shutdown();
     }
     progress.finish_and_clear();
-    report(&args, &output, drained, started.elapsed().as_secs_f64(), source_error)
+    let gpu_time = *gpu_time.lock().unwrap_or_else(PoisonError::into_inner);
+    report(&args, &output, drained, (started.elapsed().as_secs_f64(), gpu_time), source_error)
 }
 
-/// Loads the model at `size` into `workers` workers.
-fn start_pool(args: &ProcessArgs, size: (usize, usize), workers: usize) -> Result<WorkerPool> {
+/// Loads the model at `size` into `workers` workers; their GPU time (where
+/// the device is timed) adds up in `gpu_time`.
+fn start_pool(args: &ProcessArgs, size: (usize, usize), workers: usize, gpu_time: Arc<Mutex<Option<Duration>>>) -> Result<WorkerPool> {
     let loaded = load_engines(&args.model, size, args.model.threshold, CpuBackend::new(), workers)?;
     let labels = loaded.engines[0].labels().to_vec();
     let annotator = Annotator {
@@ -167,7 +170,12 @@ fn start_pool(args: &ProcessArgs, size: (usize, usize), workers: usize) -> Resul
         },
         show_text: true,
     };
-    Ok(WorkerPool::start(loaded.engines, annotator, Arc::new(|_, _, _| {}), Arc::new(|_, _| {})))
+    let on_busy = Arc::new(move |w: WorkerWindow| {
+        if let Some(gpu) = w.gpu {
+            *gpu_time.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert(Duration::ZERO) += gpu;
+        }
+    });
+    Ok(WorkerPool::start(loaded.engines, annotator, Arc::new(|_, _, _| {}), on_busy))
 }
 
 /// Waits for the source's end, its failure or an interrupt; the failure.
@@ -186,7 +194,8 @@ fn follow(stream: &StreamHandle, interrupt: &StopSignal) -> Option<SourceError> 
 }
 
 /// Prints the summary line (and writes the hood mask); the run's error, if any.
-fn report(args: &ProcessArgs, output: &Path, drained: Drained, wall: f64, source_error: Option<SourceError>) -> Result<()> {
+/// `(wall, gpu)`: the run's wall time in seconds and the GPU's time in its forwards.
+fn report(args: &ProcessArgs, output: &Path, drained: Drained, (wall, gpu): (f64, Option<Duration>), source_error: Option<SourceError>) -> Result<()> {
     let summary = drained.outputs;
     let mean_cov = if summary.frames > 0 { summary.road_coverage_sum / summary.frames as f64 } else { 0.0 };
     if let (Some(path), Some(hood)) = (&args.hood_out, &drained.hood) {
@@ -198,8 +207,9 @@ fn report(args: &ProcessArgs, output: &Path, drained: Drained, wall: f64, source
     }
     let hood_note = drained.hood.filter(|h| !h.is_empty()).map(|h| format!(", hood {:.1}% of the frame", h.coverage() * 100.0)).unwrap_or_default();
     let flicker = summary.road_flicker().map(|f| format!(", road flicker {:.3}%", f * 100.0)).unwrap_or_default();
+    let gpu_note = gpu.map(|g| format!(", GPU busy {:.0}%", g.as_secs_f64() / wall.max(1e-9) * 100.0)).unwrap_or_default();
     println!(
-        "{}: {} frames ({} dropped) in {:.1} s, {:.2} frames/s, mean road coverage {:.1}%{hood_note}{flicker} -> {}",
+        "{}: {} frames ({} dropped) in {:.1} s, {:.2} frames/s{gpu_note}, mean road coverage {:.1}%{hood_note}{flicker} -> {}",
         args.input,
         summary.frames,
         summary.skipped,

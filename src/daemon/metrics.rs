@@ -494,6 +494,33 @@ impl DeviceMetrics {
     pub fn worker_busy(&self, worker: usize) -> Gauge {
         gauge!(WORKER_BUSY, "device" => self.device.clone(), "worker" => worker.to_string())
     }
+
+    /// `roadseg_gpu_busy_ratio` of this device, fed by its `workers`.
+    pub fn gpu_busy(&self, workers: usize) -> GpuBusy {
+        GpuBusy { device: self.device.clone(), gauge: OnceLock::new(), shares: Mutex::new(vec![0.0; workers]) }
+    }
+}
+
+/// One device's GPU busy share: its workers' shares summed, at most 1 (their
+/// streams overlap only when kernels run side by side). The series appears
+/// with the first timed frame, so a CPU device never exports one.
+pub struct GpuBusy {
+    device: String,
+    gauge: OnceLock<Gauge>,
+    shares: Mutex<Vec<f64>>,
+}
+
+impl GpuBusy {
+    pub fn set(&self, worker: usize, share: f64) {
+        let total = {
+            let mut shares = self.shares.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(s) = shares.get_mut(worker) {
+                *s = share;
+            }
+            shares.iter().sum::<f64>().min(1.0)
+        };
+        self.gauge.get_or_init(|| gauge!(GPU_BUSY, "device" => self.device.clone())).set(total);
+    }
 }
 
 /// Gauges for one GPU (labelled `gpu="cuda:N"`), set by the NVML sampler.
@@ -595,6 +622,9 @@ mod tests {
         let d = DeviceMetrics::new("test-device");
         d.record_inference(Duration::from_millis(3));
         d.worker_busy(1).set(0.5);
+        let gpu = d.gpu_busy(2);
+        gpu.set(0, 0.5);
+        gpu.set(1, 0.75);
         let text = handle.render();
         assert_eq!(sample(&text, "roadseg_latency_seconds_bucket{stream=\"buckets-test\",le=\"0.05\"}"), Some(1.0), "{text}");
         assert_eq!(sample(&text, "roadseg_latency_seconds_bucket{stream=\"buckets-test\",le=\"0.025\"}"), Some(0.0));
@@ -602,5 +632,7 @@ mod tests {
         assert_eq!(sample(&text, "roadseg_stage_seconds_bucket{stream=\"buckets-test\",stage=\"encode\",le=\"0.00025\"}"), Some(0.0));
         assert_eq!(sample(&text, "roadseg_inference_seconds_bucket{device=\"test-device\",le=\"0.005\"}"), Some(1.0));
         assert_eq!(sample(&text, "roadseg_worker_busy_ratio{device=\"test-device\",worker=\"1\"}"), Some(0.5));
+        assert_eq!(sample(&text, "roadseg_gpu_busy_ratio{device=\"test-device\"}"), Some(1.0), "two workers' shares summed, capped at 1");
+        assert_eq!(sample(&text, "roadseg_gpu_busy_ratio{device=\"cpu\"}"), None);
     }
 }

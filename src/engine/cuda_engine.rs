@@ -68,6 +68,7 @@ where
         pass.timings.preprocess_ms = 0.0;
         pass.timings.inference_ms = t0.elapsed().as_secs_f64() * 1e3;
         pass.timings.postprocess_ms = 0.0;
+        pass.timings.gpu_ms = b.take_device_ms();
         Ok(pass.segmentation)
     }
 

@@ -92,6 +92,9 @@ pub struct FrameTimings {
     pub preprocess_ms: f64,
     pub inference_ms: f64,
     pub postprocess_ms: f64,
+    /// Time the GPU spent in the frame's forwards, from CUDA events on the
+    /// worker's stream (None on the CPU).
+    pub gpu_ms: Option<f64>,
 }
 
 struct ScaledPass<B: Backend> {
@@ -255,6 +258,7 @@ impl<B: Backend> Engine<B> {
             self.logits.iter_mut().for_each(|v| *v *= inv);
         }
         self.timings.inference_ms = ms_since(t0);
+        self.timings.gpu_ms = b.take_device_ms();
         Ok(())
     }
 

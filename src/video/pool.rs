@@ -78,8 +78,29 @@ impl StreamInput {
 
 /// Called by workers after each inference (metrics hook): stream, milliseconds, frame stats.
 pub type InferenceObserver = Arc<dyn Fn(&str, f64, &FrameStats) + Send + Sync>;
-/// Called by workers with (worker index, busy share of the last second).
-pub type BusyObserver = Arc<dyn Fn(usize, f64) + Send + Sync>;
+/// What a worker did over its last window (about a second).
+#[derive(Clone, Copy, Debug)]
+pub struct WorkerWindow {
+    pub worker: usize,
+    pub length: Duration,
+    /// Spent on frames (inference, annotation, hand-off).
+    pub busy: Duration,
+    /// The GPU's time in this worker's forwards (None where not timed).
+    pub gpu: Option<Duration>,
+}
+
+impl WorkerWindow {
+    pub fn busy_share(&self) -> f64 {
+        self.busy.as_secs_f64() / self.length.as_secs_f64().max(1e-9)
+    }
+
+    pub fn gpu_share(&self) -> Option<f64> {
+        self.gpu.map(|g| g.as_secs_f64() / self.length.as_secs_f64().max(1e-9))
+    }
+}
+
+/// Called by each worker about once a second.
+pub type BusyObserver = Arc<dyn Fn(WorkerWindow) + Send + Sync>;
 
 struct Shared {
     streams: RwLock<Vec<Arc<StreamInput>>>,
@@ -179,7 +200,7 @@ impl Worker {
         let mut streams: Vec<Arc<StreamInput>> = Vec::new();
         let mut seen_generation = u64::MAX;
         let mut next = 0usize;
-        let (mut window_start, mut busy) = (Instant::now(), Duration::ZERO);
+        let (mut window_start, mut busy, mut gpu_ms) = (Instant::now(), Duration::ZERO, None::<f64>);
         let mut processed = 0u64;
         while !self.shared.stop.load(Ordering::SeqCst) {
             if self.stall_after.is_some_and(|n| processed >= n) {
@@ -207,7 +228,11 @@ impl Worker {
                 Some((stream, buf)) => {
                     processed += 1;
                     let t = Instant::now();
-                    self.process(&stream, buf);
+                    if self.process(&stream, buf)
+                        && let Some(ms) = self.engine.timings().gpu_ms
+                    {
+                        *gpu_ms.get_or_insert(0.0) += ms;
+                    }
                     stream.counters.in_flight.fetch_sub(1, Ordering::SeqCst);
                     busy += t.elapsed();
                 }
@@ -216,13 +241,21 @@ impl Worker {
                 }
             }
             if window_start.elapsed() >= Duration::from_secs(1) {
-                (self.on_busy)(self.index, busy.as_secs_f64() / window_start.elapsed().as_secs_f64());
+                let gpu = gpu_ms.map(|ms| Duration::from_secs_f64(ms / 1000.0));
+                (self.on_busy)(WorkerWindow { worker: self.index, length: window_start.elapsed(), busy, gpu });
                 (window_start, busy) = (Instant::now(), Duration::ZERO);
+                // A device that was timed once stays on the gauge: an idle second reads 0.
+                gpu_ms = gpu_ms.map(|_| 0.0);
             }
         }
+        // The last, partial window, so totals kept from these reports add up.
+        let gpu = gpu_ms.map(|ms| Duration::from_secs_f64(ms / 1000.0));
+        (self.on_busy)(WorkerWindow { worker: self.index, length: window_start.elapsed(), busy, gpu });
     }
 
-    fn process(&mut self, stream: &StreamInput, mut buf: FrameBuf) {
+    /// Infers, annotates and hands on one frame; false when inference failed
+    /// (the frame is then dropped and counted).
+    fn process(&mut self, stream: &StreamInput, mut buf: FrameBuf) -> bool {
         let frame = buf.frame();
         let temporal = &stream.temporal;
         let observed = temporal.observe(buf.seq, buf.timing.pts, &frame);
@@ -237,7 +270,7 @@ impl Worker {
             stream.counters.failed.fetch_add(1, Ordering::Relaxed);
             stream.ring.recycle(buf);
             let _ = stream.output.send(OutputItem::Skipped { seq, reason: SkipReason::InferenceError });
-            return;
+            return false;
         }
         buf.stages.inferred = Instant::now();
         let seg = self.engine.segmentation();
@@ -268,5 +301,6 @@ impl Worker {
                 stream.ring.recycle(buf);
             }
         }
+        true
     }
 }

@@ -336,3 +336,28 @@ fn gpu_frame_path_matches_the_host_frame_path() {
         assert!((device.mean_confidence - host.mean_confidence).abs() <= 1e-2);
     }
 }
+
+#[test]
+fn every_frame_path_reports_the_gpu_time_of_its_forwards() {
+    // Rule: on the GPU each frame's timings carry the device time of its forwards (CUDA events), more than zero and no more than the frame's wall time, on the device frame path and the host path alike; the CPU reports none.
+    use roadseg::engine::{CudaEngine, FrameRef, PixelFormat};
+    let Some(d) = gpu_or_skip() else { return };
+    let dir = repo().join("tests/data/odd-bf16-203x141");
+    let (fw, fh) = (322, 198);
+    let nv12: Vec<u8> = (0..fw * fh * 3 / 2).map(|i| ((i * 31 + i / fw * 17) % 256) as u8).collect();
+    let frame = FrameRef::packed(&nv12, fw, fh, PixelFormat::Nv12);
+    let mut e = CudaEngine::new(engine(backend::<f16>(&d, CudaOptions::default()), &dir, 224, 160, vec![1.0]), true);
+    for keep_logits in [false, true] {
+        e.keep_logits = keep_logits;
+        for _ in 0..3 {
+            let wall = std::time::Instant::now();
+            e.run_frame(&frame).unwrap();
+            let wall_ms = wall.elapsed().as_secs_f64() * 1e3;
+            let gpu_ms = e.timings().gpu_ms.expect("GPU time measured");
+            assert!(gpu_ms > 0.0 && gpu_ms <= wall_ms, "host path {keep_logits}: GPU {gpu_ms} ms, wall {wall_ms} ms");
+        }
+    }
+    let mut cpu = engine(std::sync::Arc::new(roadseg::backend::cpu::CpuBackend::new()), &dir, 224, 160, vec![1.0]);
+    cpu.run_frame(&frame).unwrap();
+    assert_eq!(cpu.timings().gpu_ms, None);
+}

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::cublaslt::{CudaBlasLT, Matmul, MatmulConfig};
 use cudarc::driver::{CudaGraph, CudaSlice, CudaStream, LaunchConfig, PushKernelArg, sys};
 
+use super::busy::BusyClock;
 use super::device::CudaDevice;
 use super::elem::GemmElem;
 use super::error::CudaError;
@@ -46,6 +47,7 @@ where
     pub(super) ops: Ops,
     options: CudaOptions,
     recordings: Mutex<HashMap<usize, Recording>>,
+    busy: BusyClock,
     _elem: PhantomData<T>,
 }
 
@@ -99,7 +101,7 @@ where
         let stream = device.ctx.new_stream()?;
         let blas = CudaBlasLT::new(stream.clone())?;
         let ops = Ops::resolve(&device.module, T::SUFFIX, T::HAS_FLASH && options.flash_attention)?;
-        Ok(CudaBackend { device, stream, blas, ops, options, recordings: Mutex::new(HashMap::new()), _elem: PhantomData })
+        Ok(CudaBackend { device, stream, blas, ops, options, recordings: Mutex::new(HashMap::new()), busy: BusyClock::default(), _elem: PhantomData })
     }
 
     /// Another worker on the same GPU (weights made by `self` stay usable).
@@ -315,12 +317,12 @@ where
 
     fn run_recorded<E: From<BackendError>>(&self, key: usize, forward: &mut dyn FnMut() -> Result<(), E>) -> Result<(), E> {
         if !self.options.graphs {
-            return forward();
+            return self.busy.around(&self.stream, forward);
         }
         {
             let recordings = self.recordings.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(Recording(graph)) = recordings.get(&key) {
-                graph.launch().map_err(BackendError::from)?;
+                self.busy.around(&self.stream, || graph.launch()).map_err(BackendError::from)?;
                 return Ok(());
             }
         }
@@ -336,8 +338,12 @@ where
         captured?;
         let graph = graph?.ok_or_else(|| BackendError::from(CudaError::EmptyGraph))?;
         graph.upload().map_err(BackendError::from)?;
-        graph.launch().map_err(BackendError::from)?;
+        self.busy.around(&self.stream, || graph.launch()).map_err(BackendError::from)?;
         self.recordings.lock().unwrap_or_else(|e| e.into_inner()).insert(key, Recording(graph));
         Ok(())
+    }
+
+    fn take_device_ms(&self) -> Option<f64> {
+        self.busy.take_ms()
     }
 }

@@ -10,6 +10,7 @@
 //! only on its own stream, and weights are written once before any worker runs.
 
 mod backend;
+mod busy;
 mod device;
 mod elem;
 pub(super) mod error;

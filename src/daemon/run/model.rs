@@ -15,7 +15,7 @@ use crate::engine::{self, LoadError, ModelSpec};
 use crate::images::{OverlayStyle, palette};
 use crate::input_size::{self, FALLBACK_HEIGHT};
 use crate::video::annotate::{Annotator, FrameStats};
-use crate::video::pool::WorkerPool;
+use crate::video::pool::{WorkerPool, WorkerWindow};
 use crate::video::stop::StopSignal;
 use crate::video::stream;
 
@@ -62,6 +62,7 @@ pub(super) fn start_pool(config: &DaemonConfig, height: u32, resolved: &Resolved
     let annotator = annotator(&config.annotate, engines[0].options().road_classes.clone(), &labels);
     let device = DeviceMetrics::new(&resolved.device);
     let busy: Vec<_> = (0..workers).map(|i| device.worker_busy(i)).collect();
+    let gpu_busy = device.gpu_busy(workers);
     let on_inference = {
         let (streams, health) = (streams.clone(), health.clone());
         Arc::new(move |stream: &str, ms: f64, stats: &FrameStats| {
@@ -76,9 +77,12 @@ pub(super) fn start_pool(config: &DaemonConfig, height: u32, resolved: &Resolved
             }
         })
     };
-    let on_busy = Arc::new(move |worker: usize, share: f64| {
-        if let Some(g) = busy.get(worker) {
-            g.set(share);
+    let on_busy = Arc::new(move |w: WorkerWindow| {
+        if let Some(g) = busy.get(w.worker) {
+            g.set(w.busy_share());
+        }
+        if let Some(gpu_share) = w.gpu_share() {
+            gpu_busy.set(w.worker, gpu_share);
         }
     });
     Ok(WorkerPool::start(engines, annotator, on_inference, on_busy))

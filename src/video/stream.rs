@@ -105,7 +105,7 @@ impl StreamSpec {
         let live = self.source.live;
         let ring = Arc::new(FrameRing::new(self.ring_capacity, services.pool.workers() + IN_FLIGHT_SLACK, live));
         let (output_tx, output_rx) = crossbeam_channel::unbounded();
-        let (events_tx, events) = crossbeam_channel::unbounded();
+        let (events_tx, events_rx) = crossbeam_channel::unbounded();
         let feeder = Arc::new(RingFeeder::new(FeederParts {
             ring: ring.clone(),
             output: output_tx.clone(),
@@ -115,22 +115,13 @@ impl StreamSpec {
             infer_fps: self.infer_fps,
             observer: self.observer.clone(),
         }));
-        let mut intake = Intake {
-            settings: self.source,
-            first_frame_timeout: self.first_frame_timeout,
-            feeder,
-            events,
-            requeue: events_tx,
-            source: None,
-        };
+        let mut intake = Intake::new(self.source, self.first_frame_timeout, feeder, (events_tx, events_rx));
         let info = intake.connect(stop)?;
         tracing::info!(stream = %self.name, "source delivers {}x{} at {}/{} fps", info.width, info.height, info.fps_num, info.fps_den);
         let opened = match outputs::open(&self.name, &self.outputs, self.stats.as_ref(), info, services.rtsp.as_ref()) {
             Ok(opened) => opened,
             Err(e) => {
-                intake.feeder.stop();
-                ring.close();
-                intake.drop_source();
+                intake.abandon();
                 return Err(StartError::Outputs(e));
             }
         };
@@ -159,17 +150,17 @@ impl StreamHandle {
 
     /// What the source reports: its end or its failure.
     pub fn events(&self) -> &Receiver<SourceEvent> {
-        &self.intake.events
+        self.intake.events()
     }
 
     /// When the last frame arrived.
     pub fn last_frame(&self) -> Instant {
-        self.intake.feeder.last_frame()
+        self.intake.feeder().last_frame()
     }
 
     /// Frames waiting for a worker.
     pub fn ring_depth(&self) -> usize {
-        self.intake.feeder.ring.depth()
+        self.intake.feeder().ring.depth()
     }
 
     /// Stops the source (lost, or about to be replaced); the outputs stay open.
@@ -188,7 +179,7 @@ impl StreamHandle {
     /// by `deadline`. The source is stopped after the drain: a file source
     /// may be blocked on back-pressure until the ring closes.
     pub fn stop(mut self, deadline: Instant) -> Drained {
-        self.intake.feeder.stop();
+        self.intake.feeder().stop();
         let input = self.pipeline.input.clone();
         let outputs = self.pipeline.drain_and_finish(&self.pool, deadline);
         self.intake.drop_source();

@@ -31,16 +31,45 @@ pub enum FirstFrameError {
 }
 
 pub(super) struct Intake {
-    pub settings: SourceSettings,
-    pub first_frame_timeout: Duration,
-    pub feeder: Arc<RingFeeder>,
-    pub events: Receiver<SourceEvent>,
+    settings: SourceSettings,
+    first_frame_timeout: Duration,
+    feeder: Arc<RingFeeder>,
+    events: Receiver<SourceEvent>,
     /// Puts back an event that raced a first frame, for the owner's loop.
-    pub requeue: Sender<SourceEvent>,
-    pub source: Option<Source>,
+    requeue: Sender<SourceEvent>,
+    source: Option<Source>,
 }
 
 impl Intake {
+    /// An intake whose sources feed `feeder`, which reports on `channel`
+    /// (this end reads it, and puts back events that raced a first frame).
+    /// No source runs until [`Intake::connect`].
+    pub(super) fn new(
+        settings: SourceSettings,
+        first_frame_timeout: Duration,
+        feeder: Arc<RingFeeder>,
+        (requeue, events): (Sender<SourceEvent>, Receiver<SourceEvent>),
+    ) -> Intake {
+        Intake { settings, first_frame_timeout, feeder, events, requeue, source: None }
+    }
+
+    /// What the source reports: its end or its failure.
+    pub(super) fn events(&self) -> &Receiver<SourceEvent> {
+        &self.events
+    }
+
+    pub(super) fn feeder(&self) -> &RingFeeder {
+        &self.feeder
+    }
+
+    /// Gives the stream up before it ran (its outputs did not open): no more
+    /// frames are taken, the ring closes and the source stops.
+    pub(super) fn abandon(&mut self) {
+        self.feeder.stop();
+        self.feeder.ring.close();
+        self.drop_source();
+    }
+
     /// Starts a source (stopping any running one) and waits for its first
     /// frame. On failure no source runs, and a file's ring is closed so a
     /// source blocked on back-pressure could let go.

@@ -16,6 +16,6 @@ if [ ! -x "$VENV/bin/pip" ]; then
   python3 -m venv "$VENV" >&2
 fi
 "$VENV/bin/pip" install -q --disable-pip-version-check "nvidia-cuda-nvrtc-cu12==$VERSION" >&2
-lib=$(ls -d "$VENV"/lib/python3*/site-packages/nvidia/cuda_nvrtc/lib | head -n1)
+lib=$(ls -d "$VENV"/lib/python3*/site-packages/nvidia/cuda_nvrtc/lib | sed -n 1p)
 test -e "$lib/libnvrtc.so.12"
 echo "$lib"

@@ -155,7 +155,7 @@ mod tests {
                 assert!((from_nv12[c] - rgba[i + c] as f32).abs() <= 3.0, "({x}, {y}): {from_nv12:?} vs {:?}", &rgba[i..i + 3]);
             }
         }
-        assert!(nv12[..w * 15].iter().any(|&y| y == 235), "status text drawn on the luma");
+        assert!(nv12[..w * 15].contains(&235), "status text drawn on the luma");
     }
 
     #[test]

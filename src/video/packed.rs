@@ -32,7 +32,7 @@ pub(crate) struct Packed {
 
 impl Packed {
     pub(crate) fn new(width: u32, height: u32, format: PixelFormat) -> Result<Packed, FrameSizeError> {
-        if format == PixelFormat::Nv12 && (width % 2 != 0 || height % 2 != 0) {
+        if format == PixelFormat::Nv12 && (!width.is_multiple_of(2) || !height.is_multiple_of(2)) {
             return Err(FrameSizeError::OddNv12 { width, height });
         }
         Ok(Packed { width, height, format })

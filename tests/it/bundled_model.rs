@@ -154,3 +154,47 @@ fn hood_estimate_on_real_footage_with_a_real_bonnet() {
     // Measured 0.92: the still, uniform asphalt just above the bonnet joins it in places.
     assert!(iou >= 0.85, "hood IoU {iou:.4}");
 }
+
+/// Frame `n` of `clip` as RGB, decoded by ffmpeg.
+fn rgb_frame(clip: &Path, n: u32, png: &Path) -> image::RgbImage {
+    let status = std::process::Command::new("ffmpeg")
+        .args(["-v", "error", "-y", "-i"])
+        .arg(clip)
+        .args(["-vf", &format!("select=eq(n\\,{n})"), "-frames:v", "1"])
+        .arg(png)
+        .status()
+        .expect("ffmpeg runs");
+    assert!(status.success(), "ffmpeg could not take frame {n} of {}", clip.display());
+    image::open(png).unwrap().to_rgb8()
+}
+
+#[test]
+fn the_recording_shows_the_road_tinted_and_the_rest_as_it_was() {
+    // Rule: through NV12 decode, annotation and encode, road pixels of the recording move towards the road tint (magenta: red and blue up, green down) and other pixels keep their colour (within H.264's error).
+    let tmp = tempfile::tempdir().unwrap();
+    let clip = tmp.path().join("synth.mp4");
+    let (code, _, stderr) = roadseg(&["synth", "-o", clip.to_str().unwrap(), "--frames", "12", "--size", "320x180", "--no-hood"]);
+    assert_eq!(code, 0, "{stderr}");
+    let masks = tmp.path().join("masks");
+    process(clip.to_str().unwrap(), tmp.path(), &["--masks-out", masks.to_str().unwrap()]);
+    let out = tmp.path().join("out.mp4");
+    let mask = image::open(masks.join("00011.png")).unwrap().to_luma8();
+    let (before, after) = (rgb_frame(&clip, 11, &tmp.path().join("in.png")), rgb_frame(&out, 11, &tmp.path().join("out.png")));
+    let (mut road, mut rest) = ([0f64; 3], [0f64; 3]);
+    let (mut n_road, mut n_rest) = (0f64, 0f64);
+    // Below the status line and clear of the edges, where chroma blocks straddle the mask's border.
+    for (x, y, m) in mask.enumerate_pixels().filter(|(x, y, _)| *y >= 40 && *x >= 4 && *x < 316 && *y < 176) {
+        let (a, b) = (before.get_pixel(x, y).0, after.get_pixel(x, y).0);
+        let (sum, n) = if m.0[0] == 255 { (&mut road, &mut n_road) } else { (&mut rest, &mut n_rest) };
+        for c in 0..3 {
+            sum[c] += f64::from(b[c]) - f64::from(a[c]);
+        }
+        *n += 1.0;
+    }
+    assert!(n_road > 1000.0 && n_rest > 1000.0, "road {n_road} px, rest {n_rest} px");
+    let [r, g, b] = road.map(|v| v / n_road);
+    eprintln!("road ({n_road} px) moved by RGB ({r:.1}, {g:.1}, {b:.1}); the rest ({n_rest} px) by {:?}", rest.map(|v| (v / n_rest * 10.0).round() / 10.0));
+    assert!(r > 8.0 && b > 8.0 && g < -8.0, "road moved by RGB ({r:.1}, {g:.1}, {b:.1}), not towards magenta");
+    let rest = rest.map(|v| v / n_rest);
+    assert!(rest.iter().all(|d| d.abs() < 6.0), "untinted pixels moved by {rest:?}");
+}

@@ -20,6 +20,7 @@ const ENTRIES: &[(&str, usize)] = &[
     ("dwconv3x3_gelu", 7),
     ("dwconv3x3_gelu_tiled", 7),
     ("resize_bilinear", 8),
+    ("decode_tail", 18),
     ("attention_simple", 8),
     ("preprocess", 8),
     ("postprocess", 12),

@@ -21,6 +21,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("resize.cu", include_str!("../../../kernels/resize.cu")),
     ("attention.cu", include_str!("../../../kernels/attention.cu")),
     ("frame.cu", include_str!("../../../kernels/frame.cu")),
+    ("decoder.cu", include_str!("../../../kernels/decoder.cu")),
 ];
 
 /// One translation unit: the shared header, then each file (with `#line` so
@@ -163,6 +164,8 @@ ops! {
     /// Vectorised, row-sliding form for channel counts divisible by 4.
     dwconv3x3_gelu_tiled,
     resize_bilinear,
+    /// The decode head after the projections, fused (kernels/decoder.cu).
+    decode_tail,
     attention_simple,
     preprocess,
     postprocess,

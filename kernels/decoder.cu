@@ -1,0 +1,76 @@
+// The decode head's tail in one pass (issue 9). For each 1/4-resolution
+// pixel: stage 1's projection (which already holds every bias and the
+// BatchNorm shift) plus the bilinear samples of stages 2-4's projections,
+// ReLU, then the classifier. Only the logits are written: the hidden vector
+// (768 channels on B5) never goes to memory, where the unfused head wrote and
+// re-read the whole 1/4-resolution hidden tensor once per stage, once for the
+// ReLU and once for the classifier GEMM. Sums run in f32 (the unfused head
+// rounds to the storage type after every stage).
+//
+// A block takes DEC_PIXELS consecutive pixels: its threads first build their
+// hidden vectors in shared memory (consecutive threads take consecutive
+// channels, so every load is coalesced), then each (pixel, label) pair is one
+// thread's dot product over the hidden channels (consecutive threads take
+// consecutive labels of the classifier row, again coalesced).
+
+#define DEC_PIXELS 8
+#define DEC_MAX_HIDDEN 1024
+
+template <class T>
+__device__ __forceinline__ float dec_sample(const typename T::S* __restrict__ s, int sh, int sw, int h0, int w0, int dx,
+                                            int dy, int d, int ch) {
+    int x0, x1, y0, y1;
+    float lx, ly;
+    bilinear_source(dx, sw, w0, &x0, &x1, &lx);
+    bilinear_source(dy, sh, h0, &y0, &y1, &ly);
+    float a = T::ld(s[((long)y0 * sw + x0) * d + ch]), b = T::ld(s[((long)y0 * sw + x1) * d + ch]);
+    float c = T::ld(s[((long)y1 * sw + x0) * d + ch]), e = T::ld(s[((long)y1 * sw + x1) * d + ch]);
+    return (1.0f - ly) * ((1.0f - lx) * a + lx * b) + ly * ((1.0f - lx) * c + lx * e);
+}
+
+// For `batch` images: acc [batch*h0*w0, d]; s1..s3 [batch*h_i*w_i, d];
+// cls_w [d, labels]; cls_b [labels]; logits [batch*h0*w0, labels].
+// Needs d <= DEC_MAX_HIDDEN; grid: ceil(batch*h0*w0 / DEC_PIXELS).
+template <class T>
+__device__ void decode_tail_impl(const typename T::S* __restrict__ acc, const typename T::S* __restrict__ s1, int h1,
+                                 int w1, const typename T::S* __restrict__ s2, int h2, int w2,
+                                 const typename T::S* __restrict__ s3, int h3, int w3,
+                                 const typename T::S* __restrict__ cls_w, const typename T::S* __restrict__ cls_b,
+                                 typename T::S* __restrict__ logits, int batch, int h0, int w0, int d, int labels) {
+    __shared__ float hidden[DEC_PIXELS * DEC_MAX_HIDDEN];
+    long per_image = (long)h0 * w0;
+    long pixels = per_image * batch;
+    long first = (long)blockIdx.x * DEC_PIXELS;
+    if (first >= pixels) return;
+    int count = (int)min((long)DEC_PIXELS, pixels - first);
+    for (int i = threadIdx.x; i < count * d; i += blockDim.x) {
+        int j = i / d, ch = i - j * d;
+        long p = first + j;
+        long img = p / per_image, q = p - img * per_image;
+        int dx = (int)(q % w0), dy = (int)(q / w0);
+        float v = T::ld(acc[p * d + ch]);
+        // Each image samples only its own stage maps.
+        v += dec_sample<T>(s1 + img * h1 * w1 * d, h1, w1, h0, w0, dx, dy, d, ch);
+        v += dec_sample<T>(s2 + img * h2 * w2 * d, h2, w2, h0, w0, dx, dy, d, ch);
+        v += dec_sample<T>(s3 + img * h3 * w3 * d, h3, w3, h0, w0, dx, dy, d, ch);
+        hidden[j * d + ch] = fmaxf(v, 0.0f);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < count * labels; i += blockDim.x) {
+        int j = i / labels, l = i - j * labels;
+        const float* h = hidden + j * d;
+        float v = T::ld(cls_b[l]);
+        for (int c = 0; c < d; ++c) v += h[c] * T::ld(cls_w[(long)c * labels + l]);
+        logits[(first + j) * labels + l] = T::st(v);
+    }
+}
+
+#define DECODER(T, sfx)                                                                                             \
+    extern "C" __global__ void decode_tail_##sfx(const T::S* acc, const T::S* s1, int h1, int w1, const T::S* s2,     \
+                                                 int h2, int w2, const T::S* s3, int h3, int w3, const T::S* cls_w,  \
+                                                 const T::S* cls_b, T::S* logits, int batch, int h0, int w0, int d,  \
+                                                 int labels) {                                                       \
+        decode_tail_impl<T>(acc, s1, h1, w1, s2, h2, w2, s3, h3, w3, cls_w, cls_b, logits, batch, h0, w0, d,         \
+                            labels);                                                                                 \
+    }
+FOR_EACH_TYPE(DECODER)

@@ -519,6 +519,12 @@ for case in ("b5-1024x1024", "b0-1024x1024", "b0-1024x576"):
         w = f"; {r['workers']} workers: {r.get('fps_all_workers')} fps in all" if (r.get("workers") or 1) > 1 else ""
         notes.append(f"{case} roadseg: frame {r['median_ms']} ms (p90 {r.get('p90_ms')}), model {r.get('model_median_ms')} ms, "
                      f"{r.get('fps')} fps{w}")
+for case in ("b5-1024x1024", "b0-1024x1024", "b0-1024x576"):
+    a = load(os.path.join(bench, f"roadseg-{case}.json")) or {}
+    f = load(os.path.join(work, "bench-fused", f"roadseg-{case}.json")) or {}
+    if a.get("median_ms") and f.get("median_ms"):
+        notes.append(f"{case} roadseg with the fused decode tail (ROADSEG_CUDA_FUSED_DECODER=1, 100 frames): frame {f['median_ms']} ms "
+                     f"vs {a['median_ms']} ms separate ops ({f['median_ms'] / a['median_ms']:.2f}x)")
 for n in notes:
     p(f"- {n}")
 p("")
@@ -723,7 +729,7 @@ if [ "${1:-}" = __step ]; then
 fi
 
 # A GPU_CHECK_WORK given again starts clean (stale step files would show up).
-rm -rf "$LOGS" "$ST" "$BENCH" "$NCU_DIR" "$WORK"/bench-b0-* "$WORK"/bg-* "$WORK"/summary*
+rm -rf "$LOGS" "$ST" "$BENCH" "$NCU_DIR" "$WORK"/bench-b0-* "$WORK"/bench-fused "$WORK"/bg-* "$WORK"/summary*
 mkdir -p "$OUT" "$LOGS" "$ST" "$BENCH" "$NCU_DIR" || exit 1
 OUT=$(cd "$OUT" && pwd)
 START=$(now)
@@ -770,6 +776,8 @@ fg_step roadseg 180 env OUT="$BENCH" bench/cuda.sh roadseg
 fg_step bundled-fast 60 "$SELF" __step bundled fast 300
 fg_step bundled-accurate 90 "$SELF" __step bundled accurate 100
 fg_step ncu 180 "$SELF" __step ncu
+# Last of the GPU-alone steps: it only gets what the budget has left.
+fg_step roadseg-fused-decoder 75 env OUT="$WORK/bench-fused" FRAMES=100 ROADSEG_CUDA_FUSED_DECODER=1 bench/cuda.sh roadseg
 bg_resume "resumed (no foreground step left)"
 bg_finish
 # Past the deadline if need be: a few seconds, no torch.

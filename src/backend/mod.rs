@@ -134,6 +134,34 @@ pub struct ResizeDims {
     pub channels: usize,
 }
 
+/// The decode head's tail: stage maps of `hidden` channels summed at
+/// `[h0, w0]`, then `labels` classifier outputs per pixel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodeDims {
+    pub h0: usize,
+    pub w0: usize,
+    pub hidden: usize,
+    pub labels: usize,
+}
+
+/// [`Backend::decode_tail`] as separate ops: each stage resized into `acc`
+/// and added, ReLU in place, then the classifier.
+pub fn decode_tail_unfused<B: Backend>(b: &B, acc: &mut B::Tensor, stages: &[StageMap<'_, B::Tensor>], classifier: &Affine<B::Param>, logits: &mut B::Tensor, d: DecodeDims) -> OpResult {
+    for s in stages {
+        // [h_i, w_i, D] -> bilinear -> += [h0, w0, D]
+        b.resize_bilinear(s.map, acc, ResizeDims { src_h: s.h, src_w: s.w, dst_h: d.h0, dst_w: d.w0, channels: d.hidden }, true)?;
+    }
+    b.relu(acc, d.h0 * d.w0 * d.hidden)?;
+    b.linear(acc, &classifier.weight, Some(&classifier.bias), logits, GemmDims { rows: d.h0 * d.w0, k: d.hidden, n: d.labels }, false)
+}
+
+/// One stage's projected map `[h, w, hidden]` for [`Backend::decode_tail`].
+pub struct StageMap<'a, T> {
+    pub map: &'a T,
+    pub h: usize,
+    pub w: usize,
+}
+
 /// Layer norm of `rows` rows of `dim` channels each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NormDims {
@@ -214,6 +242,16 @@ pub trait Backend: Send + Sync + 'static {
     fn run_recorded<E: From<BackendError>>(&self, key: usize, forward: &mut dyn FnMut() -> Result<(), E>) -> Result<(), E> {
         let _ = key;
         forward()
+    }
+
+    /// `logits = relu(acc + sum_i resize(stages_i)) W + b` (the decode head after
+    /// its projections; `acc` is `[h0, w0, hidden]` and may be overwritten).
+    /// A backend may fuse it so the hidden map is never written back.
+    fn decode_tail(&self, acc: &mut Self::Tensor, stages: &[StageMap<'_, Self::Tensor>], classifier: &Affine<Self::Param>, logits: &mut Self::Tensor, d: DecodeDims) -> OpResult
+    where
+        Self: Sized,
+    {
+        decode_tail_unfused(self, acc, stages, classifier, logits, d)
     }
 
     /// Milliseconds the device spent in `run_recorded` forwards since the

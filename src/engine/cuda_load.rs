@@ -32,7 +32,11 @@ pub fn load_cuda_engines(
 /// `ROADSEG_CUDA_NO_FLASH=1` uses the reference attention kernel.
 /// `ROADSEG_CUDA_HOST_FRAMES=1` pre/post-processes frames on the host.
 pub fn cuda_options_from_env() -> CudaOptions {
-    CudaOptions { graphs: !env_on("ROADSEG_CUDA_NO_GRAPH"), flash_attention: !env_on("ROADSEG_CUDA_NO_FLASH") }
+    CudaOptions {
+        graphs: !env_on("ROADSEG_CUDA_NO_GRAPH"),
+        flash_attention: !env_on("ROADSEG_CUDA_NO_FLASH"),
+        fused_decoder: env_on("ROADSEG_CUDA_FUSED_DECODER"),
+    }
 }
 
 fn env_on(name: &str) -> bool {

@@ -10,7 +10,7 @@
 
 use super::host::{matmul, transpose};
 use super::params::{ModelError, Weights};
-use crate::backend::{Affine, Backend, GemmDims, ResizeDims};
+use crate::backend::{Affine, Backend, DecodeDims, GemmDims, StageMap};
 use crate::checkpoint::SegformerConfig;
 
 /// BatchNorm eps (HF uses nn.BatchNorm2d's default).
@@ -71,14 +71,14 @@ impl<B: Backend> Decoder<B> {
     }
 
     /// stage outputs `[h_i, w_i, C_i]` -> logits `[h_0, w_0, labels]`.
-    /// `acc` is `[h_0*w_0, D]`, `tmp` at least `[h_i*w_i, D]` for i >= 1.
+    /// `acc` is `[h_0*w_0, D]`, `maps[i - 1]` `[h_i*w_i, D]` for i >= 1.
     pub fn forward<'t>(
         &self,
         b: &B,
         stages: impl Iterator<Item = &'t B::Tensor>,
         sizes: &[(usize, usize)],
         acc: &mut B::Tensor,
-        tmp: &mut B::Tensor,
+        maps: &mut [B::Tensor],
         logits: &mut B::Tensor,
     ) -> Result<(), ModelError>
     where
@@ -88,18 +88,15 @@ impl<B: Backend> Decoder<B> {
         let (h0, w0) = sizes[0];
         for (i, stage) in stages.enumerate() {
             let (h, w) = sizes[i];
+            // [h_i*w_i, C_i] x [C_i, D] -> [h_i*w_i, D]
             let dims = GemmDims { rows: h * w, k: self.channels[i], n: d };
-            if i == 0 {
-                b.linear(stage, &self.projections[0], Some(&self.bias), acc, dims, false)?;
-                continue;
+            match i {
+                0 => b.linear(stage, &self.projections[0], Some(&self.bias), acc, dims, false)?,
+                _ => b.linear(stage, &self.projections[i], None, &mut maps[i - 1], dims, false)?,
             }
-            b.linear(stage, &self.projections[i], None, tmp, dims, false)?;
-            // [h_i, w_i, D] -> bilinear -> += [h_0, w_0, D]
-            let resize = ResizeDims { src_h: h, src_w: w, dst_h: h0, dst_w: w0, channels: d };
-            b.resize_bilinear(tmp, acc, resize, true)?;
         }
-        b.relu(acc, h0 * w0 * d)?;
-        let dims = GemmDims { rows: h0 * w0, k: d, n: self.labels };
-        Ok(b.linear(acc, &self.classifier.weight, Some(&self.classifier.bias), logits, dims, false)?)
+        let maps: Vec<StageMap<'_, B::Tensor>> = maps.iter().zip(&sizes[1..]).map(|(map, &(h, w))| StageMap { map, h, w }).collect();
+        let dims = DecodeDims { h0, w0, hidden: d, labels: self.labels };
+        Ok(b.decode_tail(acc, &maps, &self.classifier, logits, dims)?)
     }
 }

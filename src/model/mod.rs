@@ -76,7 +76,9 @@ pub struct Segformer<B: Backend> {
     input: B::Tensor,
     stages: Vec<StageBuffers<B>>,
     decoder_acc: B::Tensor,
-    decoder_tmp: B::Tensor,
+    /// Stages 2..'s projections `[h_i*w_i, D]`, all alive at once for the
+    /// (possibly fused) decode tail.
+    decoder_maps: Vec<B::Tensor>,
     logits: B::Tensor,
     /// (h, w) of each stage's output.
     stage_sizes: Vec<(usize, usize)>,
@@ -120,12 +122,11 @@ impl<B: Backend> Segformer<B> {
         }
         let d = weights.decoder.hidden;
         let tokens0 = stages[0].dims.tokens();
-        let largest_rest = stages.iter().skip(1).map(|s| s.dims.tokens()).max().unwrap_or(0);
         Ok(Segformer {
             stage_sizes: stages.iter().map(|s| (s.dims.h, s.dims.w)).collect(),
             input: b.tensor(height * width * 3)?,
             decoder_acc: b.tensor(tokens0 * d)?,
-            decoder_tmp: b.tensor(largest_rest * d)?,
+            decoder_maps: stages.iter().skip(1).map(|s| b.tensor(s.dims.tokens() * d)).collect::<Result<_, _>>()?,
             logits: b.tensor(tokens0 * weights.decoder.labels)?,
             stages,
             weights,
@@ -176,6 +177,6 @@ impl<B: Backend> Segformer<B> {
             std::mem::swap(&mut buf.x, &mut buf.normed);
         }
         let outputs = self.stages.iter().map(|s| &s.x);
-        self.weights.decoder.forward(b, outputs, &self.stage_sizes, &mut self.decoder_acc, &mut self.decoder_tmp, &mut self.logits)
+        self.weights.decoder.forward(b, outputs, &self.stage_sizes, &mut self.decoder_acc, &mut self.decoder_maps, &mut self.logits)
     }
 }

@@ -361,3 +361,28 @@ fn every_frame_path_reports_the_gpu_time_of_its_forwards() {
     cpu.run_frame(&frame).unwrap();
     assert_eq!(cpu.timings().gpu_ms, None);
 }
+
+#[test]
+fn fused_decoder_matches_the_separate_ops_and_hf_reference() {
+    // Rule: the fused decode tail (kernels/decoder.cu) gives the separate ops' logits (relative L2 <= 5e-3, argmax 99.5%) and still meets the fp16 HF bar, on every fixture (three-stage models fall back to the separate ops), in fp16 and bf16.
+    let Some(d) = gpu_or_skip() else { return };
+    let local = LOCAL_CASES.iter().map(|c| Some(repo().join("tests/data").join(c)));
+    let shared_dirs = SHARED_CASES.iter().map(|c| shared(&format!("fixtures/segformer/{c}")));
+    let fused = CudaOptions { fused_decoder: true, ..CudaOptions::default() };
+    for dir in local.chain(shared_dirs).flatten() {
+        let reference = npy::read_f32(dir.join("logits.npy")).unwrap();
+        let labels = reference.shape[1];
+        let (separate, _) = fixture_logits(backend::<f16>(&d, CudaOptions::default()), &dir);
+        let (one_kernel, shape) = fixture_logits(backend::<f16>(&d, fused), &dir);
+        assert_eq!(shape, reference.shape);
+        let (rel, agree) = compare(&one_kernel, &separate, labels);
+        let (rel_hf, agree_hf) = compare(&one_kernel, &reference.data, labels);
+        eprintln!("fused fp16 {}: vs separate ops rel L2 {rel:.3e} argmax {:.4}%; vs HF {rel_hf:.3e} {:.4}%", dir.display(), agree * 100.0, agree_hf * 100.0);
+        assert!(rel <= 5e-3 && agree >= 0.995, "{}: fused vs separate rel L2 {rel}, argmax {agree}", dir.display());
+        assert!(rel_hf <= 1e-2 && agree_hf >= 0.995, "{}: fused vs HF rel L2 {rel_hf}, argmax {agree_hf}", dir.display());
+        let (bf_separate, _) = fixture_logits(backend::<bf16>(&d, CudaOptions::default()), &dir);
+        let (bf_fused, _) = fixture_logits(backend::<bf16>(&d, fused), &dir);
+        let (rel, agree) = compare(&bf_fused, &bf_separate, labels);
+        assert!(rel <= 4e-2 && agree >= 0.98, "{}: bf16 fused vs separate rel L2 {rel}, argmax {agree}", dir.display());
+    }
+}

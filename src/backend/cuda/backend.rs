@@ -13,7 +13,10 @@ use super::device::CudaDevice;
 use super::elem::GemmElem;
 use super::error::CudaError;
 use super::kernels::Ops;
-use crate::backend::{Affine, AttnDims, Backend, BackendError, ConvDims, DwConvDims, GemmDims, NormDims, OpResult, Precision, ResizeDims};
+use crate::backend::{
+    Affine, AttnDims, Backend, BackendError, ConvDims, DecodeDims, DwConvDims, GemmDims, NormDims, OpResult, Precision, ResizeDims, StageMap,
+    decode_tail_unfused,
+};
 
 /// Switches that change how work is issued, not what is computed.
 #[derive(Clone, Copy, Debug)]
@@ -23,11 +26,15 @@ pub struct CudaOptions {
     /// Use the tensor-core flash attention where it applies (off: the simple
     /// kernel, the reference it is checked against).
     pub flash_attention: bool,
+    /// Run the decode head's tail as one kernel (kernels/decoder.cu). Off
+    /// until it has been measured on a GPU against the separate ops; on with
+    /// `ROADSEG_CUDA_FUSED_DECODER=1`.
+    pub fused_decoder: bool,
 }
 
 impl Default for CudaOptions {
     fn default() -> Self {
-        CudaOptions { graphs: true, flash_attention: true }
+        CudaOptions { graphs: true, flash_attention: true, fused_decoder: false }
     }
 }
 
@@ -66,6 +73,10 @@ macro_rules! launch {
 pub(crate) use launch;
 
 const BLOCK: u32 = 256;
+/// kernels/decoder.cu: pixels per block and the most hidden channels its
+/// shared memory holds.
+const DEC_PIXELS: usize = 8;
+const DEC_MAX_HIDDEN: usize = 1024;
 
 /// Row length of the im2col matrix: k*k*c_in rounded up to 8 elements.
 fn im2col_ld(d: ConvDims) -> usize {
@@ -307,6 +318,25 @@ where
         check_len("resize y", n, y.len())?;
         let [sh, sw, dh, dw, ch, acc] = [d.src_h as i32, d.src_w as i32, d.dst_h as i32, d.dst_w as i32, d.channels as i32, i32::from(accumulate)];
         launch!(self, &self.ops.resize_bilinear, grid_for(n), x, y, &sh, &sw, &dh, &dw, &ch, &acc)
+    }
+
+    fn decode_tail(&self, acc: &mut Self::Tensor, stages: &[StageMap<'_, Self::Tensor>], classifier: &Affine<Self::Param>, logits: &mut Self::Tensor, d: DecodeDims) -> OpResult {
+        let [s1, s2, s3] = stages else { return decode_tail_unfused(self, acc, stages, classifier, logits, d) };
+        if !self.options.fused_decoder || d.hidden > DEC_MAX_HIDDEN {
+            return decode_tail_unfused(self, acc, stages, classifier, logits, d);
+        }
+        let pixels = d.h0 * d.w0;
+        check_len("decode acc", pixels * d.hidden, acc.len())?;
+        for s in stages {
+            check_len("decode stage map", s.h * s.w * d.hidden, s.map.len())?;
+        }
+        check_len("decode classifier", d.hidden * d.labels, classifier.weight.len())?;
+        check_len("decode logits", pixels * d.labels, logits.len())?;
+        let cfg = LaunchConfig { grid_dim: (pixels.div_ceil(DEC_PIXELS) as u32, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 };
+        let [h1, w1, h2, w2, h3, w3] = [s1.h, s1.w, s2.h, s2.w, s3.h, s3.w].map(|v| v as i32);
+        let [batch, h0, w0, hidden, labels] = [1, d.h0 as i32, d.w0 as i32, d.hidden as i32, d.labels as i32];
+        let (w, b) = (&*classifier.weight, &*classifier.bias);
+        launch!(self, &self.ops.decode_tail, cfg, &*acc, s1.map, &h1, &w1, s2.map, &h2, &w2, s3.map, &h3, &w3, w, b, logits, &batch, &h0, &w0, &hidden, &labels)
     }
 
     fn relu(&self, y: &mut Self::Tensor, len: usize) -> OpResult {

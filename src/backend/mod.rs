@@ -3,7 +3,11 @@
 //! Shapes are static per (model, input size): every layer allocates its output
 //! buffers when it is built and passes explicit dimensions to each op, so a GPU
 //! backend can capture the whole forward into a graph with no allocation inside.
-//! All activations are row-major "tokens x channels" (NHWC without the N).
+//! All activations are row-major "tokens x channels": NHWC, where a batch of
+//! N images is N maps one after another. Row-wise ops (GEMM, layer norm,
+//! element-wise) just see N times the rows; ops that look across pixels
+//! (convolutions, attention, resize) carry the image count in their dims and
+//! never mix images.
 
 pub mod cpu;
 #[cfg(feature = "cuda")]
@@ -86,10 +90,11 @@ pub struct GemmDims {
     pub n: usize,
 }
 
-/// A 2-D convolution over an `[h, w, c_in]` map with weights laid out
-/// `[kernel, kernel, c_in, c_out]`, producing `[out_h, out_w, c_out]`.
+/// A 2-D convolution over `batch` maps `[h, w, c_in]` with weights laid out
+/// `[kernel, kernel, c_in, c_out]`, producing `[batch, out_h, out_w, c_out]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConvDims {
+    pub batch: usize,
     pub h: usize,
     pub w: usize,
     pub c_in: usize,
@@ -110,23 +115,30 @@ impl ConvDims {
     pub fn is_valid(&self) -> bool {
         self.h + 2 * self.pad >= self.kernel && self.w + 2 * self.pad >= self.kernel && self.stride > 0
     }
+    /// Output rows of all images: `batch * out_h * out_w`.
+    pub fn out_rows(&self) -> usize {
+        self.batch * self.out_h() * self.out_w()
+    }
 }
 
-/// Multi-head attention of `queries` tokens against `keys` tokens.
-/// `q` is `[queries, heads*head_dim]`; `kv` is `[keys, 2*heads*head_dim]` with
-/// all keys' channels first, then all values' channels.
+/// Multi-head attention of `queries` tokens against `keys` tokens, per image:
+/// `q` is `[batch, queries, heads*head_dim]`; `kv` is `[batch, keys,
+/// 2*heads*head_dim]` with all keys' channels first, then all values'
+/// channels. Image i's queries only see image i's keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttnDims {
+    pub batch: usize,
     pub queries: usize,
     pub keys: usize,
     pub heads: usize,
     pub head_dim: usize,
 }
 
-/// Bilinear resize (half-pixel centres, align_corners=False, no antialias) of a
-/// `[src_h, src_w, channels]` map to `[dst_h, dst_w, channels]`.
+/// Bilinear resize (half-pixel centres, align_corners=False, no antialias) of
+/// `batch` maps `[src_h, src_w, channels]` to `[dst_h, dst_w, channels]` each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ResizeDims {
+    pub batch: usize,
     pub src_h: usize,
     pub src_w: usize,
     pub dst_h: usize,
@@ -141,10 +153,11 @@ pub struct NormDims {
     pub dim: usize,
 }
 
-/// Depthwise 3x3 convolution (padding 1) of an `[h, w, channels]` map with
-/// weights laid out `[3, 3, channels]`, producing `[h, w, channels]`.
+/// Depthwise 3x3 convolution (padding 1) of `batch` maps `[h, w, channels]`
+/// with weights laid out `[3, 3, channels]`, producing the same shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DwConvDims {
+    pub batch: usize,
     pub h: usize,
     pub w: usize,
     pub channels: usize,

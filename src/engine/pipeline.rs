@@ -227,7 +227,7 @@ impl<B: Backend> Engine<B> {
             let (w, h) = pass.model.input_size();
             // Normalisation is per-channel affine, so resizing normalised values
             // equals normalising resized ones.
-            let dims = ResizeDims { src_h: bh, src_w: bw, dst_h: h, dst_w: w, channels: 3 };
+            let dims = ResizeDims { batch: 1, src_h: bh, src_w: bw, dst_h: h, dst_w: w, channels: 3 };
             resize_host(hwc, &mut pass.input, dims, false);
         }
         self.infer_prepared()?;
@@ -247,7 +247,7 @@ impl<B: Backend> Engine<B> {
             b.run_recorded(i, &mut || model.forward(b))?;
             b.read(pass.model.logits(), &mut pass.logits)?;
             let (sw, sh) = pass.model.logits_size();
-            let dims = ResizeDims { src_h: sh, src_w: sw, dst_h: lh, dst_w: lw, channels: labels };
+            let dims = ResizeDims { batch: 1, src_h: sh, src_w: sw, dst_h: lh, dst_w: lw, channels: labels };
             resize_host(&pass.logits, &mut self.logits, dims, true);
         }
         if self.active.len() > 1 {

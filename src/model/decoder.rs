@@ -70,13 +70,14 @@ impl<B: Backend> Decoder<B> {
         })
     }
 
-    /// stage outputs `[h_i, w_i, C_i]` -> logits `[h_0, w_0, labels]`.
-    /// `acc` is `[h_0*w_0, D]`, `tmp` at least `[h_i*w_i, D]` for i >= 1.
+    /// stage outputs `[batch, h_i, w_i, C_i]` -> logits `[batch, h_0, w_0, labels]`.
+    /// `acc` is `[batch*h_0*w_0, D]`, `tmp` at least `[batch*h_i*w_i, D]` for i >= 1;
+    /// `sizes` holds each stage's `(h_i, w_i)`.
     pub fn forward<'t>(
         &self,
         b: &B,
         stages: impl Iterator<Item = &'t B::Tensor>,
-        sizes: &[(usize, usize)],
+        (batch, sizes): (usize, &[(usize, usize)]),
         acc: &mut B::Tensor,
         tmp: &mut B::Tensor,
         logits: &mut B::Tensor,
@@ -88,18 +89,18 @@ impl<B: Backend> Decoder<B> {
         let (h0, w0) = sizes[0];
         for (i, stage) in stages.enumerate() {
             let (h, w) = sizes[i];
-            let dims = GemmDims { rows: h * w, k: self.channels[i], n: d };
+            let dims = GemmDims { rows: batch * h * w, k: self.channels[i], n: d };
             if i == 0 {
                 b.linear(stage, &self.projections[0], Some(&self.bias), acc, dims, false)?;
                 continue;
             }
             b.linear(stage, &self.projections[i], None, tmp, dims, false)?;
-            // [h_i, w_i, D] -> bilinear -> += [h_0, w_0, D]
-            let resize = ResizeDims { src_h: h, src_w: w, dst_h: h0, dst_w: w0, channels: d };
+            // [batch, h_i, w_i, D] -> bilinear per image -> += [batch, h_0, w_0, D]
+            let resize = ResizeDims { batch, src_h: h, src_w: w, dst_h: h0, dst_w: w0, channels: d };
             b.resize_bilinear(tmp, acc, resize, true)?;
         }
-        b.relu(acc, h0 * w0 * d)?;
-        let dims = GemmDims { rows: h0 * w0, k: d, n: self.labels };
+        b.relu(acc, batch * h0 * w0 * d)?;
+        let dims = GemmDims { rows: batch * h0 * w0, k: d, n: self.labels };
         Ok(b.linear(acc, &self.classifier.weight, Some(&self.classifier.bias), logits, dims, false)?)
     }
 }

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::batch::Batches;
 use super::postprocess::{PostprocessSpec, Postprocessor};
 use super::preprocess::preprocess;
 use crate::backend::cpu::resize_host;
@@ -111,16 +112,18 @@ pub(crate) struct DevicePass<'a, B: Backend> {
 }
 
 pub struct Engine<B: Backend> {
-    backend: Arc<B>,
-    options: EngineOptions,
+    pub(super) backend: Arc<B>,
+    pub(super) options: EngineOptions,
     passes: Vec<ScaledPass<B>>,
     /// Indices of the passes that run (all but an unrequested base pass).
-    active: Vec<usize>,
+    pub(super) active: Vec<usize>,
     /// Averaged logits `[lh, lw, labels]` at the base scale's resolution.
     logits: Vec<f32>,
-    segmentation: Segmentation,
-    postprocessor: Postprocessor,
-    timings: FrameTimings,
+    pub(super) segmentation: Segmentation,
+    pub(super) postprocessor: Postprocessor,
+    pub(super) timings: FrameTimings,
+    /// Batched model instances and their outputs ([`Engine::run_batch`]).
+    pub(super) batches: Batches<B>,
 }
 
 impl<B: Backend> Engine<B> {
@@ -141,7 +144,7 @@ impl<B: Backend> Engine<B> {
         // pass then only provides that size and is not run.
         let active = (usize::from(!base_requested)..passes.len()).collect();
         let logits = vec![0.0; passes[0].logits.len()];
-        Ok(Engine { backend, options, passes, active, logits, segmentation: Segmentation::default(), postprocessor: Postprocessor::default(), timings: FrameTimings::default() })
+        Ok(Engine { backend, options, passes, active, logits, segmentation: Segmentation::default(), postprocessor: Postprocessor::default(), timings: FrameTimings::default(), batches: Batches::default() })
     }
 
     pub fn options(&self) -> &EngineOptions {
@@ -258,6 +261,11 @@ impl<B: Backend> Engine<B> {
         Ok(())
     }
 
+    /// The model instance of the `i`th active pass (the one batches copy).
+    pub(super) fn active_model(&self, i: usize) -> &Segformer<B> {
+        &self.passes[self.active[i]].model
+    }
+
     fn postprocess(&mut self, width: usize, height: usize) {
         let t0 = Instant::now();
         let (lw, lh) = self.logits_size();
@@ -273,6 +281,6 @@ impl<B: Backend> Engine<B> {
     }
 }
 
-fn ms_since(t: Instant) -> f64 {
+pub(super) fn ms_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }

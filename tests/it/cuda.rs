@@ -340,3 +340,38 @@ fn gpu_frame_path_matches_the_host_frame_path() {
     }
 }
 
+/// Batch-3 logits and classes against three single-frame runs on one engine.
+fn batch_matches_singles_on<T: GemmElem>(d: &Arc<CudaDevice>, dir: &Path, (w, h): (usize, usize), max_rel_l2: f64, min_agree: f64)
+where
+    CudaBlasLT: Matmul<T>,
+{
+    use crate::batch::{TestFrames, batch_vs_singles};
+    let owned = TestFrames::new();
+    let frames = owned.frames();
+    let mut e = engine(backend::<T>(d, CudaOptions::default()), dir, w, h, vec![1.0]);
+    // Twice: the first batch records the batch-3 graph, the second replays it.
+    for round in 0..2 {
+        let (batched, singles) = batch_vs_singles(&mut e, &frames);
+        for (i, ((bl, bs), (sl, ss))) in batched.iter().zip(&singles).enumerate() {
+            let (rel, _) = compare(bl, sl, 1);
+            let same = bs.classes.iter().zip(&ss.classes).filter(|(a, b)| a == b).count() as f64 / ss.classes.len() as f64;
+            eprintln!("{} {} round {round} frame {i}: relative L2 {rel:.3e}, classes agree {:.4}%", T::PRECISION, dir.display(), same * 100.0);
+            assert!(rel <= max_rel_l2, "frame {i}: batched logits off by relative L2 {rel}");
+            assert!(same >= min_agree, "frame {i}: classes agree on {same}");
+        }
+    }
+}
+
+#[test]
+fn batch_of_three_equals_three_single_frames() {
+    // Rule: batch-N output equals N single-frame runs on the GPU too. cuBLASLt
+    // may pick another GEMM algorithm for 3x the rows (another summation
+    // order), so f32 agrees to rounding and fp16 to its own precision.
+    let Some(d) = gpu_or_skip() else { return };
+    let mut cases = vec![(repo().join("tests/data/odd-bf16-203x141"), (224, 160))];
+    cases.extend(shared("fixtures/segformer/tiny-1024x576").map(|dir| (dir, (1024, 576))));
+    for (dir, size) in &cases {
+        batch_matches_singles_on::<f32>(&d, dir, *size, 1e-5, 0.9999);
+        batch_matches_singles_on::<f16>(&d, dir, *size, 5e-3, 0.995);
+    }
+}

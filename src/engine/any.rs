@@ -84,6 +84,11 @@ impl AnyEngine {
         each!(self, e => e.run_batch(frames, filter))
     }
 
+    /// The segmentations of the last successful `run_batch`.
+    pub fn batch_segmentations(&self) -> &[Segmentation] {
+        each!(self, e => e.batch_segmentations())
+    }
+
     pub fn run_normalized(&mut self, hwc: &[f32]) -> Result<&[f32], EngineError> {
         each!(self, e => e.run_normalized(hwc))
     }

@@ -40,13 +40,15 @@ pub(crate) struct Batches<B: Backend> {
     passes: Vec<Option<BatchPass<B>>>,
     /// One frame's logits at the base resolution `[lh, lw, labels]`.
     logits: Vec<f32>,
-    /// The last batch's segmentations (the first N of them), buffers reused.
+    /// The last batch's segmentations (the first `last` of them), buffers reused.
     outputs: Vec<Segmentation>,
+    /// Frames in the last batch.
+    last: usize,
 }
 
 impl<B: Backend> Default for Batches<B> {
     fn default() -> Self {
-        Batches { passes: Vec::new(), logits: Vec::new(), outputs: Vec::new() }
+        Batches { passes: Vec::new(), logits: Vec::new(), outputs: Vec::new(), last: 0 }
     }
 }
 
@@ -97,7 +99,7 @@ impl<B: Backend> Engine<B> {
         // As the single-frame path: logits resized (an exact copy when the
         // pass is the base scale) onto zeros at the base resolution.
         let resize = ResizeDims { batch: 1, src_h: sh, src_w: sw, dst_h: lh, dst_w: lw, channels: labels };
-        let Batches { passes, logits, outputs } = &mut self.batches;
+        let Batches { passes, logits, outputs, .. } = &mut self.batches;
         let pass = passes[n - 2].as_ref().expect("built by batch_pass");
         logits.resize(lw * lh * labels, 0.0);
         for (i, (frame, image_logits)) in frames.iter().zip(pass.logits.chunks_exact(pass.model.logits_len())).enumerate() {
@@ -109,7 +111,13 @@ impl<B: Backend> Engine<B> {
             self.postprocessor.run(logits, &spec, frame.width, frame.height, &mut outputs[i]);
         }
         self.timings.postprocess_ms = ms_since(t2);
+        self.batches.last = n;
         Ok(&self.batches.outputs[..n])
+    }
+
+    /// The segmentations of the last successful `run_batch`, in order.
+    pub fn batch_segmentations(&self) -> &[Segmentation] {
+        &self.batches.outputs[..self.batches.last]
     }
 
     /// The instance for `n` >= 2 images, built on first use.
@@ -142,6 +150,7 @@ impl<B: Backend> Engine<B> {
             self.batches.outputs[i].clone_from(&self.segmentation);
         }
         self.timings = total;
+        self.batches.last = frames.len();
         Ok(&self.batches.outputs[..frames.len()])
     }
 
@@ -152,6 +161,7 @@ impl<B: Backend> Engine<B> {
             self.batches.outputs.push(Segmentation::default());
         }
         self.batches.outputs[0].clone_from(&self.segmentation);
+        self.batches.last = 1;
         &self.batches.outputs[..1]
     }
 }

@@ -3,7 +3,11 @@
 //! Shapes are static per (model, input size): every layer allocates its output
 //! buffers when it is built and passes explicit dimensions to each op, so a GPU
 //! backend can capture the whole forward into a graph with no allocation inside.
-//! All activations are row-major "tokens x channels" (NHWC without the N).
+//! All activations are row-major "tokens x channels": NHWC, where a batch of
+//! N images is N maps one after another. Row-wise ops (GEMM, layer norm,
+//! element-wise) just see N times the rows; ops that look across pixels
+//! (convolutions, attention, resize) carry the image count in their dims and
+//! never mix images.
 
 pub mod cpu;
 #[cfg(feature = "cuda")]
@@ -86,10 +90,11 @@ pub struct GemmDims {
     pub n: usize,
 }
 
-/// A 2-D convolution over an `[h, w, c_in]` map with weights laid out
-/// `[kernel, kernel, c_in, c_out]`, producing `[out_h, out_w, c_out]`.
+/// A 2-D convolution over `batch` maps `[h, w, c_in]` with weights laid out
+/// `[kernel, kernel, c_in, c_out]`, producing `[batch, out_h, out_w, c_out]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConvDims {
+    pub batch: usize,
     pub h: usize,
     pub w: usize,
     pub c_in: usize,
@@ -110,23 +115,30 @@ impl ConvDims {
     pub fn is_valid(&self) -> bool {
         self.h + 2 * self.pad >= self.kernel && self.w + 2 * self.pad >= self.kernel && self.stride > 0
     }
+    /// Output rows of all images: `batch * out_h * out_w`.
+    pub fn out_rows(&self) -> usize {
+        self.batch * self.out_h() * self.out_w()
+    }
 }
 
-/// Multi-head attention of `queries` tokens against `keys` tokens.
-/// `q` is `[queries, heads*head_dim]`; `kv` is `[keys, 2*heads*head_dim]` with
-/// all keys' channels first, then all values' channels.
+/// Multi-head attention of `queries` tokens against `keys` tokens, per image:
+/// `q` is `[batch, queries, heads*head_dim]`; `kv` is `[batch, keys,
+/// 2*heads*head_dim]` with all keys' channels first, then all values'
+/// channels. Image i's queries only see image i's keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttnDims {
+    pub batch: usize,
     pub queries: usize,
     pub keys: usize,
     pub heads: usize,
     pub head_dim: usize,
 }
 
-/// Bilinear resize (half-pixel centres, align_corners=False, no antialias) of a
-/// `[src_h, src_w, channels]` map to `[dst_h, dst_w, channels]`.
+/// Bilinear resize (half-pixel centres, align_corners=False, no antialias) of
+/// `batch` maps `[src_h, src_w, channels]` to `[dst_h, dst_w, channels]` each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ResizeDims {
+    pub batch: usize,
     pub src_h: usize,
     pub src_w: usize,
     pub dst_h: usize,
@@ -134,10 +146,11 @@ pub struct ResizeDims {
     pub channels: usize,
 }
 
-/// The decode head's tail: stage maps of `hidden` channels summed at
-/// `[h0, w0]`, then `labels` classifier outputs per pixel.
+/// The decode head's tail for `batch` images: stage maps of `hidden`
+/// channels summed at `[h0, w0]`, then `labels` classifier outputs per pixel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DecodeDims {
+    pub batch: usize,
     pub h0: usize,
     pub w0: usize,
     pub hidden: usize,
@@ -148,14 +161,16 @@ pub struct DecodeDims {
 /// and added, ReLU in place, then the classifier.
 pub fn decode_tail_unfused<B: Backend>(b: &B, acc: &mut B::Tensor, stages: &[StageMap<'_, B::Tensor>], classifier: &Affine<B::Param>, logits: &mut B::Tensor, d: DecodeDims) -> OpResult {
     for s in stages {
-        // [h_i, w_i, D] -> bilinear -> += [h0, w0, D]
-        b.resize_bilinear(s.map, acc, ResizeDims { src_h: s.h, src_w: s.w, dst_h: d.h0, dst_w: d.w0, channels: d.hidden }, true)?;
+        // [batch, h_i, w_i, D] -> bilinear per image -> += [batch, h0, w0, D]
+        let resize = ResizeDims { batch: d.batch, src_h: s.h, src_w: s.w, dst_h: d.h0, dst_w: d.w0, channels: d.hidden };
+        b.resize_bilinear(s.map, acc, resize, true)?;
     }
-    b.relu(acc, d.h0 * d.w0 * d.hidden)?;
-    b.linear(acc, &classifier.weight, Some(&classifier.bias), logits, GemmDims { rows: d.h0 * d.w0, k: d.hidden, n: d.labels }, false)
+    let rows = d.batch * d.h0 * d.w0;
+    b.relu(acc, rows * d.hidden)?;
+    b.linear(acc, &classifier.weight, Some(&classifier.bias), logits, GemmDims { rows, k: d.hidden, n: d.labels }, false)
 }
 
-/// One stage's projected map `[h, w, hidden]` for [`Backend::decode_tail`].
+/// One stage's projected maps `[batch, h, w, hidden]` for [`Backend::decode_tail`].
 pub struct StageMap<'a, T> {
     pub map: &'a T,
     pub h: usize,
@@ -169,10 +184,11 @@ pub struct NormDims {
     pub dim: usize,
 }
 
-/// Depthwise 3x3 convolution (padding 1) of an `[h, w, channels]` map with
-/// weights laid out `[3, 3, channels]`, producing `[h, w, channels]`.
+/// Depthwise 3x3 convolution (padding 1) of `batch` maps `[h, w, channels]`
+/// with weights laid out `[3, 3, channels]`, producing the same shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DwConvDims {
+    pub batch: usize,
     pub h: usize,
     pub w: usize,
     pub channels: usize,

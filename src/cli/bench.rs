@@ -1,9 +1,12 @@
 //! `roadseg bench`: warm up, then time N full frames (preprocess, model,
-//! postprocess) and print one JSON line.
+//! postprocess) and print one JSON line. With `--batch N` each step runs N
+//! copies of the frame as one batched forward, as a worker does with frames
+//! from N streams.
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use clap::Args;
-use roadseg::engine::{FrameRef, PixelFormat};
+use roadseg::engine::{AnyEngine, FrameRef, PixelFormat};
+use roadseg::model::MAX_BATCH;
 use roadseg::temporal::{DEFAULT_WEIGHT, StreamTemporal, TemporalSettings};
 
 use roadseg::backend::cpu::CpuBackend;
@@ -20,10 +23,14 @@ pub struct BenchArgs {
     /// Source frame WxH that gets resized to --size (a typical camera).
     #[arg(long, value_parser = parse_size, default_value = "1280x720")]
     pub frame: (usize, usize),
-    /// Timed frames.
+    /// Timed frames (rounded up to whole batches).
     #[arg(long, default_value_t = 50)]
     pub frames: usize,
-    /// Untimed frames first.
+    /// Frames per batched forward, 1..=16: N copies of the frame run as one
+    /// batch; "fps" counts every frame, "median_ms" and "p90_ms" are per batch.
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
+    /// Untimed batches first.
     #[arg(long, default_value_t = 3)]
     pub warmup: usize,
     /// Print time per backend op (to stderr) after the run.
@@ -66,26 +73,43 @@ fn test_frame(w: usize, h: usize) -> Vec<u8> {
     px
 }
 
+/// One step of the benchmark: one frame, or `copies.len()` of them as a batch.
+fn step(engine: &mut AnyEngine, copies: &[FrameRef<'_>]) -> Result<()> {
+    match copies {
+        [frame] => engine.run_frame(frame).map(|_| ())?,
+        _ => engine.run_batch(copies, None).map(|_| ())?,
+    }
+    Ok(())
+}
+
 pub fn run(args: BenchArgs) -> Result<()> {
-    let frames = args.frames.max(1);
+    if !(1..=MAX_BATCH).contains(&args.batch) {
+        bail!("--batch {} is outside 1..={MAX_BATCH}", args.batch);
+    }
+    if args.temporal && args.batch > 1 {
+        bail!("--temporal times one stream's work: use it with --batch 1");
+    }
+    let batches = args.frames.max(1).div_ceil(args.batch);
+    let frames = batches * args.batch;
     let backend = if args.profile_ops { CpuBackend::with_profiling() } else { CpuBackend::new() };
     let mut loaded = load_engine_with(&args.model, args.size, args.model.threshold, backend)?;
     let (fw, fh) = args.frame;
     let pixels = test_frame(fw, fh);
     let frame = FrameRef::packed(&pixels, fw, fh, PixelFormat::Rgb);
+    let copies = vec![frame; args.batch];
     for _ in 0..args.warmup {
-        loaded.engine.run_frame(&frame)?;
+        step(&mut loaded.engine, &copies)?;
     }
     if let Some(b) = loaded.engine.cpu_backend() {
         b.take_profile();
     }
-    let mut total = Vec::with_capacity(frames);
-    let mut model = Vec::with_capacity(frames);
+    let mut total = Vec::with_capacity(batches);
+    let mut model = Vec::with_capacity(batches);
     let mut temporal_ms = Vec::with_capacity(frames);
     let temporal = args.temporal.then(|| StreamTemporal::new(TemporalSettings { smoothing: Some(DEFAULT_WEIGHT), hood: true }));
     let (mut rss_at_10, mut rss_peak) = (None, 0.0f64);
     let started = std::time::Instant::now();
-    for i in 0..frames {
+    for i in 0..batches {
         let t = std::time::Instant::now();
         match &temporal {
             Some(temporal) => {
@@ -103,13 +127,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 )?;
                 temporal_ms.push(spent.as_secs_f64() * 1e3);
             }
-            None => {
-                loaded.engine.run_frame(&frame)?;
-            }
+            None => step(&mut loaded.engine, &copies)?,
         }
         total.push(t.elapsed().as_secs_f64() * 1e3);
         model.push(loaded.engine.timings().inference_ms);
-        if i + 1 == 10.min(frames) {
+        if i + 1 == 10.min(batches) {
             rss_at_10 = rss_mib();
         }
         rss_peak = rss_peak.max(rss_mib().unwrap_or(0.0));
@@ -118,7 +140,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let backend = loaded.engine.describe();
     let profile = loaded.engine.cpu_backend().map(|b| b.take_profile()).unwrap_or_default();
     drop(loaded.engine);
-    let concurrent = if args.workers > 1 { Some(run_workers(&args, &frame, frames)?) } else { None };
+    let concurrent = if args.workers > 1 { Some(run_workers(&args, &copies, batches)?) } else { None };
     total.sort_by(f64::total_cmp);
     model.sort_by(f64::total_cmp);
     temporal_ms.sort_by(f64::total_cmp);
@@ -129,6 +151,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "frame": [fw, fh],
         "preset": args.model.preset,
         "frames": frames,
+        "batch": args.batch,
         "median_ms": round2(percentile(&total, 0.5)),
         "p90_ms": round2(percentile(&total, 0.9)),
         "fps": round2(frames as f64 / wall),
@@ -144,15 +167,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "temporal_median_ms": (!temporal_ms.is_empty()).then(|| round2(percentile(&temporal_ms, 0.5))),
     });
     for (op, ms, calls) in profile {
-        eprintln!("{op:<12} {:>9.2} ms/frame {:>6} calls/frame", ms / frames as f64, calls / frames as u64);
+        eprintln!("{op:<12} {:>9.2} ms/frame {:>6} calls/batch", ms / frames as f64, calls / batches as u64);
     }
     println!("{out}");
     Ok(())
 }
 
-/// Frames per second of `args.workers` engines each running `frames` frames
-/// at once after their warm-up (the daemon's worker pool without the video).
-fn run_workers(args: &BenchArgs, frame: &FrameRef<'_>, frames: usize) -> Result<f64> {
+/// Frames per second of `args.workers` engines each running `batches`
+/// batches of `copies` at once after their warm-up (the daemon's worker pool
+/// without the video).
+fn run_workers(args: &BenchArgs, copies: &[FrameRef<'_>], batches: usize) -> Result<f64> {
     let loaded = load_engines(&args.model, args.size, args.model.threshold, CpuBackend::new(), args.workers)?;
     let barrier = std::sync::Barrier::new(loaded.engines.len());
     let started = std::sync::Mutex::new(None::<std::time::Instant>);
@@ -164,13 +188,13 @@ fn run_workers(args: &BenchArgs, frame: &FrameRef<'_>, frames: usize) -> Result<
                 let (barrier, started) = (&barrier, &started);
                 scope.spawn(move || -> Result<()> {
                     for _ in 0..args.warmup.max(1) {
-                        engine.run_frame(frame)?;
+                        step(&mut engine, copies)?;
                     }
                     if barrier.wait().is_leader() {
                         *started.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now());
                     }
-                    for _ in 0..frames {
-                        engine.run_frame(frame)?;
+                    for _ in 0..batches {
+                        step(&mut engine, copies)?;
                     }
                     Ok(())
                 })
@@ -179,7 +203,7 @@ fn run_workers(args: &BenchArgs, frame: &FrameRef<'_>, frames: usize) -> Result<
         handles.into_iter().try_for_each(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a bench worker panicked"))))
     })?;
     let start = started.into_inner().unwrap_or_else(|e| e.into_inner()).expect("workers started");
-    Ok((frames * args.workers) as f64 / start.elapsed().as_secs_f64())
+    Ok((batches * copies.len() * args.workers) as f64 / start.elapsed().as_secs_f64())
 }
 
 fn round2(v: f64) -> f64 {

@@ -12,6 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use roadseg::backend::cpu::CpuBackend;
 use roadseg::images::{OverlayStyle, palette};
 use roadseg::input_size;
+use roadseg::model::MAX_BATCH;
 use roadseg::temporal::{DEFAULT_WEIGHT, TemporalSettings};
 use roadseg::video::annotate::{Annotator, FrameStats};
 use roadseg::video::output::StreamObserver;
@@ -44,6 +45,10 @@ pub struct ProcessArgs {
     /// Inference workers (each a model instance; weights are shared).
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
+    /// Frames a worker runs as one batched forward, 1..=16 (it takes up to
+    /// this many frames that are ready, never waiting for more).
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
     /// Tint every class with its palette colour, not only the road.
     #[arg(long)]
     pub full_palette: bool,
@@ -111,6 +116,9 @@ pub fn run(args: ProcessArgs) -> Result<()> {
     let uri = to_uri(&args.input)?;
     let output = args.output.clone().unwrap_or_else(|| default_output(&args.input));
     let workers = args.workers.clamp(1, 16);
+    if !(1..=MAX_BATCH).contains(&args.batch) {
+        bail!("--batch {} is outside 1..={MAX_BATCH}", args.batch);
+    }
     let source = SourceSettings { live: SourceUri::live_by_default(&uri), ..SourceSettings::new(uri) };
     let temporal = args.temporal(source.live)?;
     if let Some(dir) = &args.masks_out {
@@ -175,7 +183,7 @@ fn start_pool(args: &ProcessArgs, size: (usize, usize), workers: usize, gpu_time
             *gpu_time.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert(Duration::ZERO) += gpu;
         }
     });
-    Ok(WorkerPool::start(loaded.engines, annotator, Arc::new(|_, _, _| {}), on_busy))
+    Ok(WorkerPool::start(loaded.engines, args.batch, annotator, Arc::new(|_, _, _| {}), on_busy))
 }
 
 /// Waits for the source's end, its failure or an interrupt; the failure.

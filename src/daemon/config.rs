@@ -128,11 +128,17 @@ impl Default for ModelConfig {
 pub struct WorkersConfig {
     /// Inference workers, 1..=64; each owns an engine, weights are shared. Default 1.
     pub count: usize,
+    /// Frames a worker runs as one batched forward, 1..=16: it takes up to
+    /// this many frames that are ready now (round-robin over the streams,
+    /// never waiting to fill a batch). Each batch size used keeps its own
+    /// model instance (N images' activations) and, on CUDA, its own graph.
+    /// Per-stream order and timestamps are unchanged. Default 1.
+    pub batch: usize,
 }
 
 impl Default for WorkersConfig {
     fn default() -> Self {
-        WorkersConfig { count: 1 }
+        WorkersConfig { count: 1, batch: 1 }
     }
 }
 

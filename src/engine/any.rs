@@ -3,6 +3,7 @@
 
 #[cfg(feature = "cuda")]
 use super::cuda_engine::CudaEngine;
+use super::batch::BatchFilter;
 use super::pipeline::{Engine, EngineError, EngineOptions, FrameTimings, LogitsFilter};
 use crate::backend::Backend;
 use crate::backend::cpu::CpuBackend;
@@ -74,6 +75,18 @@ impl AnyEngine {
 
     pub fn run_frame_filtered(&mut self, frame: &FrameRef<'_>, filter: Option<LogitsFilter<'_>>) -> Result<&Segmentation, EngineError> {
         each!(self, e => e.run_frame_filtered(frame, filter))
+    }
+
+    /// Up to [`crate::model::MAX_BATCH`] frames as one batched forward, their
+    /// segmentations in order (see `engine/batch.rs`); `timings()` is then
+    /// the whole batch's.
+    pub fn run_batch(&mut self, frames: &[FrameRef<'_>], filter: Option<BatchFilter<'_>>) -> Result<&[Segmentation], EngineError> {
+        each!(self, e => e.run_batch(frames, filter))
+    }
+
+    /// The segmentations of the last successful `run_batch`.
+    pub fn batch_segmentations(&self) -> &[Segmentation] {
+        each!(self, e => e.batch_segmentations())
     }
 
     pub fn run_normalized(&mut self, hwc: &[f32]) -> Result<&[f32], EngineError> {

@@ -1,10 +1,12 @@
 //! The per-frame inference path: preprocess -> model (one instance per scale)
 //! -> logits averaged at the base resolution -> class/confidence per pixel.
-//! One `Engine` per worker; the model weights inside are shared.
+//! One `Engine` per worker; the model weights inside are shared. Frames from
+//! several streams can also run as one batched forward (`batch.rs`).
 //!
 //! This file only names the parts; none of them imports from it.
 
 mod any;
+mod batch;
 #[cfg(feature = "cuda")]
 mod cuda_engine;
 #[cfg(feature = "cuda")]
@@ -16,6 +18,7 @@ mod preprocess;
 mod spec;
 
 pub use any::AnyEngine;
+pub use batch::BatchFilter;
 #[cfg(feature = "cuda")]
 pub use cuda_engine::CudaEngine;
 pub use load::{load_cpu_engines, load_engines};

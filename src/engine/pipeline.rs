@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::batch::Batches;
 use super::postprocess::{PostprocessSpec, Postprocessor};
 use super::preprocess::preprocess;
 use crate::backend::cpu::resize_host;
@@ -114,16 +115,18 @@ pub(crate) struct DevicePass<'a, B: Backend> {
 }
 
 pub struct Engine<B: Backend> {
-    backend: Arc<B>,
-    options: EngineOptions,
+    pub(super) backend: Arc<B>,
+    pub(super) options: EngineOptions,
     passes: Vec<ScaledPass<B>>,
     /// Indices of the passes that run (all but an unrequested base pass).
-    active: Vec<usize>,
+    pub(super) active: Vec<usize>,
     /// Averaged logits `[lh, lw, labels]` at the base scale's resolution.
     logits: Vec<f32>,
-    segmentation: Segmentation,
-    postprocessor: Postprocessor,
-    timings: FrameTimings,
+    pub(super) segmentation: Segmentation,
+    pub(super) postprocessor: Postprocessor,
+    pub(super) timings: FrameTimings,
+    /// Batched model instances and their outputs ([`Engine::run_batch`]).
+    pub(super) batches: Batches<B>,
 }
 
 impl<B: Backend> Engine<B> {
@@ -144,7 +147,7 @@ impl<B: Backend> Engine<B> {
         // pass then only provides that size and is not run.
         let active = (usize::from(!base_requested)..passes.len()).collect();
         let logits = vec![0.0; passes[0].logits.len()];
-        Ok(Engine { backend, options, passes, active, logits, segmentation: Segmentation::default(), postprocessor: Postprocessor::default(), timings: FrameTimings::default() })
+        Ok(Engine { backend, options, passes, active, logits, segmentation: Segmentation::default(), postprocessor: Postprocessor::default(), timings: FrameTimings::default(), batches: Batches::default() })
     }
 
     pub fn options(&self) -> &EngineOptions {
@@ -230,7 +233,7 @@ impl<B: Backend> Engine<B> {
             let (w, h) = pass.model.input_size();
             // Normalisation is per-channel affine, so resizing normalised values
             // equals normalising resized ones.
-            let dims = ResizeDims { src_h: bh, src_w: bw, dst_h: h, dst_w: w, channels: 3 };
+            let dims = ResizeDims { batch: 1, src_h: bh, src_w: bw, dst_h: h, dst_w: w, channels: 3 };
             resize_host(hwc, &mut pass.input, dims, false);
         }
         self.infer_prepared()?;
@@ -250,7 +253,7 @@ impl<B: Backend> Engine<B> {
             b.run_recorded(i, &mut || model.forward(b))?;
             b.read(pass.model.logits(), &mut pass.logits)?;
             let (sw, sh) = pass.model.logits_size();
-            let dims = ResizeDims { src_h: sh, src_w: sw, dst_h: lh, dst_w: lw, channels: labels };
+            let dims = ResizeDims { batch: 1, src_h: sh, src_w: sw, dst_h: lh, dst_w: lw, channels: labels };
             resize_host(&pass.logits, &mut self.logits, dims, true);
         }
         if self.active.len() > 1 {
@@ -260,6 +263,11 @@ impl<B: Backend> Engine<B> {
         self.timings.inference_ms = ms_since(t0);
         self.timings.gpu_ms = b.take_device_ms();
         Ok(())
+    }
+
+    /// The model instance of the `i`th active pass (the one batches copy).
+    pub(super) fn active_model(&self, i: usize) -> &Segformer<B> {
+        &self.passes[self.active[i]].model
     }
 
     fn postprocess(&mut self, width: usize, height: usize) {
@@ -277,6 +285,6 @@ impl<B: Backend> Engine<B> {
     }
 }
 
-fn ms_since(t: Instant) -> f64 {
+pub(super) fn ms_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }

@@ -70,13 +70,14 @@ impl<B: Backend> Decoder<B> {
         })
     }
 
-    /// stage outputs `[h_i, w_i, C_i]` -> logits `[h_0, w_0, labels]`.
-    /// `acc` is `[h_0*w_0, D]`, `maps[i - 1]` `[h_i*w_i, D]` for i >= 1.
+    /// stage outputs `[batch, h_i, w_i, C_i]` -> logits `[batch, h_0, w_0, labels]`.
+    /// `acc` is `[batch*h_0*w_0, D]`, `maps[i - 1]` `[batch*h_i*w_i, D]` for
+    /// i >= 1; `sizes` holds each stage's `(h_i, w_i)`.
     pub fn forward<'t>(
         &self,
         b: &B,
         stages: impl Iterator<Item = &'t B::Tensor>,
-        sizes: &[(usize, usize)],
+        (batch, sizes): (usize, &[(usize, usize)]),
         acc: &mut B::Tensor,
         maps: &mut [B::Tensor],
         logits: &mut B::Tensor,
@@ -88,15 +89,15 @@ impl<B: Backend> Decoder<B> {
         let (h0, w0) = sizes[0];
         for (i, stage) in stages.enumerate() {
             let (h, w) = sizes[i];
-            // [h_i*w_i, C_i] x [C_i, D] -> [h_i*w_i, D]
-            let dims = GemmDims { rows: h * w, k: self.channels[i], n: d };
+            // [batch*h_i*w_i, C_i] x [C_i, D] -> [batch*h_i*w_i, D]
+            let dims = GemmDims { rows: batch * h * w, k: self.channels[i], n: d };
             match i {
                 0 => b.linear(stage, &self.projections[0], Some(&self.bias), acc, dims, false)?,
                 _ => b.linear(stage, &self.projections[i], None, &mut maps[i - 1], dims, false)?,
             }
         }
         let maps: Vec<StageMap<'_, B::Tensor>> = maps.iter().zip(&sizes[1..]).map(|(map, &(h, w))| StageMap { map, h, w }).collect();
-        let dims = DecodeDims { h0, w0, hidden: d, labels: self.labels };
+        let dims = DecodeDims { batch, h0, w0, hidden: d, labels: self.labels };
         Ok(b.decode_tail(acc, &maps, &self.classifier, logits, dims)?)
     }
 }

@@ -1,6 +1,8 @@
 //! SegFormer's encoder layers (Mix Transformer). Each holds only read-only
 //! parameters; activation buffers belong to the stage that runs them, sized
-//! once for a fixed input, so many model instances can share one set of layers.
+//! once for a fixed input size and batch, so many model instances can share
+//! one set of layers. A batch of N images is N maps one after another: every
+//! `[n, C]` below is `[N * tokens, C]`.
 
 use super::host::{concat_columns, conv_to_hwio, transpose};
 use super::params::{ModelError, Weights};
@@ -65,11 +67,11 @@ impl<B: Backend> Conv2d<B> {
         Ok(Conv2d { params, c_in, c_out, kernel, stride, pad })
     }
 
-    pub fn dims(&self, h: usize, w: usize) -> ConvDims {
-        ConvDims { h, w, c_in: self.c_in, c_out: self.c_out, kernel: self.kernel, stride: self.stride, pad: self.pad }
+    pub fn dims(&self, batch: usize, h: usize, w: usize) -> ConvDims {
+        ConvDims { batch, h, w, c_in: self.c_in, c_out: self.c_out, kernel: self.kernel, stride: self.stride, pad: self.pad }
     }
 
-    /// x: [h, w, c_in] -> y: [out_h, out_w, c_out]
+    /// x: [batch, h, w, c_in] -> y: [batch, out_h, out_w, c_out]
     pub fn forward(&self, b: &B, x: &B::Tensor, y: &mut B::Tensor, ws: &mut B::Tensor, dims: ConvDims) -> Result<(), ModelError> {
         Ok(b.conv2d(x, &self.params, y, ws, dims)?)
     }
@@ -137,22 +139,27 @@ impl<B: Backend> EfficientAttention<B> {
     /// h: normed tokens [n, C]; adds the attention output to the residual x [n, C].
     pub fn forward(&self, b: &B, h: &B::Tensor, x: &mut B::Tensor, s: &mut StageScratch<B>, d: &StageDims) -> Result<(), ModelError> {
         let c = self.dim;
-        self.query.forward(b, h, &mut s.q, d.tokens(), false)?;
-        // keys/values source: h itself, or h reshaped [h, w, C] -> sr conv -> [h/sr * w/sr, C] -> LN
+        self.query.forward(b, h, &mut s.q, d.rows(), false)?;
+        // keys/values source: h itself, or h reshaped [N, h, w, C] -> sr conv
+        // -> [N, h/sr * w/sr, C] -> LN
         let kv_src = match &self.reduction {
             Some((conv, norm)) => {
-                conv.forward(b, h, &mut s.reduced, &mut s.conv_ws, conv.dims(d.h, d.w))?;
-                norm.forward(b, &s.reduced, &mut s.reduced_norm, d.keys)?;
+                conv.forward(b, h, &mut s.reduced, &mut s.conv_ws, conv.dims(d.batch, d.h, d.w))?;
+                norm.forward(b, &s.reduced, &mut s.reduced_norm, d.key_rows())?;
                 &s.reduced_norm
             }
             None => h,
         };
-        // kv: [keys, 2C]
-        let dims = GemmDims { rows: d.keys, k: c, n: 2 * c };
+        // kv: [N * keys, 2C]
+        let dims = GemmDims { rows: d.key_rows(), k: c, n: 2 * c };
         b.linear(kv_src, &self.kv.weight, Some(&self.kv.bias), &mut s.kv, dims, false)?;
-        let attn = AttnDims { queries: d.tokens(), keys: d.keys, heads: self.heads, head_dim: c / self.heads };
-        b.attention(&s.q, &s.kv, &mut s.context, &mut s.attn_ws, attn)?;
-        self.output.forward(b, &s.context, x, d.tokens(), true)
+        b.attention(&s.q, &s.kv, &mut s.context, &mut s.attn_ws, self.dims(d))?;
+        self.output.forward(b, &s.context, x, d.rows(), true)
+    }
+
+    /// Per image: queries are the stage's tokens, keys the (reduced) map.
+    fn dims(&self, d: &StageDims) -> AttnDims {
+        AttnDims { batch: d.batch, queries: d.tokens(), keys: d.keys, heads: self.heads, head_dim: self.dim / self.heads }
     }
 }
 
@@ -177,10 +184,11 @@ impl<B: Backend> MixFfn<B> {
 
     /// h: normed tokens [n, C]; adds the FFN output to the residual x [n, C].
     pub fn forward(&self, b: &B, h: &B::Tensor, x: &mut B::Tensor, s: &mut StageScratch<B>, d: &StageDims) -> Result<(), ModelError> {
-        // [n, C] -> [n, 4C] == [h, w, 4C] for the depthwise conv
-        self.dense1.forward(b, h, &mut s.ffn_in, d.tokens(), false)?;
-        b.dwconv3x3_gelu(&s.ffn_in, &self.dw, &mut s.ffn_act, DwConvDims { h: d.h, w: d.w, channels: self.hidden })?;
-        self.dense2.forward(b, &s.ffn_act, x, d.tokens(), true)
+        // [n, C] -> [n, 4C] == [N, h, w, 4C] for the depthwise conv
+        self.dense1.forward(b, h, &mut s.ffn_in, d.rows(), false)?;
+        let dims = DwConvDims { batch: d.batch, h: d.h, w: d.w, channels: self.hidden };
+        b.dwconv3x3_gelu(&s.ffn_in, &self.dw, &mut s.ffn_act, dims)?;
+        self.dense2.forward(b, &s.ffn_act, x, d.rows(), true)
     }
 }
 
@@ -213,24 +221,38 @@ impl<B: Backend> Block<B> {
         s: &mut StageScratch<B>,
         d: &StageDims,
     ) -> Result<(), ModelError> {
-        self.norm1.forward(b, x, normed, d.tokens())?;
+        self.norm1.forward(b, x, normed, d.rows())?;
         self.attention.forward(b, normed, x, s, d)?;
-        self.norm2.forward(b, x, normed, d.tokens())?;
+        self.norm2.forward(b, x, normed, d.rows())?;
         self.ffn.forward(b, normed, x, s, d)
     }
 }
 
-/// Spatial sizes of one stage for one input size.
+/// Spatial sizes of one stage for one input size and batch.
 #[derive(Clone, Copy, Debug)]
 pub struct StageDims {
+    /// Images in the batch.
+    pub batch: usize,
     pub h: usize,
     pub w: usize,
+    /// Keys per image (the map after spatial reduction).
     pub keys: usize,
 }
 
 impl StageDims {
+    /// Tokens of one image.
     pub fn tokens(&self) -> usize {
         self.h * self.w
+    }
+
+    /// Token rows of the whole batch, as row-wise ops see them.
+    pub fn rows(&self) -> usize {
+        self.batch * self.tokens()
+    }
+
+    /// Key rows of the whole batch.
+    pub fn key_rows(&self) -> usize {
+        self.batch * self.keys
     }
 }
 
@@ -251,21 +273,20 @@ pub struct StageScratch<B: Backend> {
 impl<B: Backend> StageScratch<B> {
     pub fn new(b: &B, block: &Block<B>, d: &StageDims) -> Result<Self, ModelError> {
         let c = block.attention.dim;
-        let n = d.tokens();
-        let heads = block.attention.heads;
+        // Every buffer holds the whole batch: [N * tokens, .] or [N * keys, .].
+        let (n, keys) = (d.rows(), d.key_rows());
         let conv_ws = match &block.attention.reduction {
-            Some((conv, _)) => b.conv2d_workspace(conv.dims(d.h, d.w)),
+            Some((conv, _)) => b.conv2d_workspace(conv.dims(d.batch, d.h, d.w)),
             None => 0,
         };
-        let attn = AttnDims { queries: n, keys: d.keys, heads, head_dim: c / heads };
         Ok(StageScratch {
             q: b.tensor(n * c)?,
-            reduced: b.tensor(d.keys * c)?,
-            reduced_norm: b.tensor(d.keys * c)?,
+            reduced: b.tensor(keys * c)?,
+            reduced_norm: b.tensor(keys * c)?,
             conv_ws: b.tensor(conv_ws)?,
-            kv: b.tensor(d.keys * 2 * c)?,
+            kv: b.tensor(keys * 2 * c)?,
             context: b.tensor(n * c)?,
-            attn_ws: b.tensor(b.attention_workspace(attn))?,
+            attn_ws: b.tensor(b.attention_workspace(block.attention.dims(d)))?,
             ffn_in: b.tensor(n * block.ffn.hidden)?,
             ffn_act: b.tensor(n * block.ffn.hidden)?,
         })

@@ -12,7 +12,12 @@ pub enum ModelError {
     Backend(#[from] BackendError),
     #[error("input {width}x{height} is too small for this model: stage {stage} would be {h}x{w} (use a larger --size)")]
     InputTooSmall { width: usize, height: usize, stage: usize, h: usize, w: usize },
+    #[error("batch of {0} images: a model runs 1..={MAX_BATCH} at once")]
+    Batch(usize),
 }
+
+/// Most images one model instance runs at once (`workers.batch`'s bound).
+pub const MAX_BATCH: usize = 16;
 
 /// Checkpoint reader plus the backend parameters are uploaded to.
 pub struct Weights<'a, B: Backend> {

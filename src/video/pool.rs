@@ -1,7 +1,10 @@
 //! The inference worker pool: N threads, each owning an engine (weights
 //! shared), taking frames from every stream's ring in turn so no stream can
 //! starve another, and annotating the frame in place before handing it to its
-//! stream's output stage.
+//! stream's output stage. With `workers.batch` > 1 a worker takes up to that
+//! many ready frames at once and runs them as one batch (`pool/batch.rs`).
+
+mod batch;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -10,10 +13,11 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
+use self::batch::{Job, take_ready};
 use super::annotate::{Annotator, FrameStats};
 use super::ring::{Doorbell, FrameBuf, FrameRing};
-use crate::engine::{AnyEngine, UNKNOWN};
-use crate::temporal::{StreamTemporal, scene_coverage};
+use crate::engine::{AnyEngine, Segmentation, UNKNOWN};
+use crate::temporal::{HoodMask, StreamTemporal, scene_coverage};
 
 /// Why a frame never reached the output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,8 +120,9 @@ pub struct WorkerPool {
 
 impl WorkerPool {
     /// One worker thread per engine, before any stream is added: the model
-    /// (and so its input size) is settled first.
-    pub fn start(engines: Vec<AnyEngine>, annotator: Annotator, on_inference: InferenceObserver, on_busy: BusyObserver) -> Self {
+    /// (and so its input size) is settled first. Each worker runs up to
+    /// `batch` ready frames as one batched forward (1: one at a time).
+    pub fn start(engines: Vec<AnyEngine>, batch: usize, annotator: Annotator, on_inference: InferenceObserver, on_busy: BusyObserver) -> Self {
         let shared = Arc::new(Shared {
             streams: RwLock::new(Vec::new()),
             generation: AtomicU64::new(0),
@@ -131,6 +136,7 @@ impl WorkerPool {
                 let worker = Worker {
                     index,
                     stall_after: std::env::var(STALL_HOOK_ENV).ok().and_then(|v| v.parse().ok()),
+                    batch: batch.max(1),
                     engine,
                     annotator: annotator.clone(),
                     shared: shared.clone(),
@@ -188,6 +194,8 @@ struct Worker {
     index: usize,
     /// From [`STALL_HOOK_ENV`]; None in normal runs.
     stall_after: Option<u64>,
+    /// Most frames taken and run at once.
+    batch: usize,
     engine: AnyEngine,
     annotator: Annotator,
     shared: Arc<Shared>,
@@ -202,6 +210,7 @@ impl Worker {
         let mut next = 0usize;
         let (mut window_start, mut busy, mut gpu_ms) = (Instant::now(), Duration::ZERO, None::<f64>);
         let mut processed = 0u64;
+        let mut jobs: Vec<Job> = Vec::with_capacity(self.batch);
         while !self.shared.stop.load(Ordering::SeqCst) {
             if self.stall_after.is_some_and(|n| processed >= n) {
                 std::thread::sleep(Duration::from_millis(20));
@@ -212,33 +221,28 @@ impl Worker {
                 streams = self.shared.streams.read().unwrap_or_else(|e| e.into_inner()).clone();
                 seen_generation = generation;
             }
-            let mut job = None;
-            for k in 0..streams.len() {
-                let i = (next + k) % streams.len();
-                let counters = &streams[i].counters;
-                counters.in_flight.fetch_add(1, Ordering::SeqCst);
-                if let Some(buf) = streams[i].ring.pop() {
-                    next = i + 1;
-                    job = Some((streams[i].clone(), buf));
-                    break;
-                }
-                counters.in_flight.fetch_sub(1, Ordering::SeqCst);
-            }
-            match job {
-                Some((stream, buf)) => {
-                    processed += 1;
-                    let t = Instant::now();
-                    if self.process(&stream, buf)
-                        && let Some(ms) = self.engine.timings().gpu_ms
-                    {
-                        *gpu_ms.get_or_insert(0.0) += ms;
-                    }
+            // The stall hook counts frames: never take past it.
+            let room = self.stall_after.map_or(self.batch, |n| self.batch.min((n - processed) as usize));
+            take_ready(&streams, &mut next, room, &mut jobs);
+            if jobs.is_empty() {
+                self.shared.work.wait(Duration::from_millis(20));
+            } else {
+                processed += jobs.len() as u64;
+                let t = Instant::now();
+                let inferred = if jobs.len() == 1
+                    && let Some(Job { stream, buf }) = jobs.pop()
+                {
+                    // One frame: exactly the single-frame path.
+                    let inferred = self.process(&stream, buf);
                     stream.counters.in_flight.fetch_sub(1, Ordering::SeqCst);
-                    busy += t.elapsed();
+                    inferred
+                } else {
+                    self.process_batch(&mut jobs)
+                };
+                if inferred && let Some(ms) = self.engine.timings().gpu_ms {
+                    *gpu_ms.get_or_insert(0.0) += ms;
                 }
-                None => {
-                    self.shared.work.wait(Duration::from_millis(20));
-                }
+                busy += t.elapsed();
             }
             if window_start.elapsed() >= Duration::from_secs(1) {
                 let gpu = gpu_ms.map(|ms| Duration::from_secs_f64(ms / 1000.0));
@@ -266,18 +270,41 @@ impl Worker {
             self.engine.run_frame(&frame)
         };
         if let Err(err) = result {
-            tracing::warn!(stream = %stream.name, seq, "frame dropped: inference failed: {err}");
-            stream.counters.failed.fetch_add(1, Ordering::Relaxed);
-            stream.ring.recycle(buf);
-            let _ = stream.output.send(OutputItem::Skipped { seq, reason: SkipReason::InferenceError });
+            drop_failed(stream, buf, &err);
             return false;
         }
         buf.stages.inferred = Instant::now();
-        let seg = self.engine.segmentation();
         let t = self.engine.timings();
         let inference_ms = t.preprocess_ms + t.inference_ms + t.postprocess_ms;
-        let road = &self.engine.options().road_classes;
-        let hood = &observed.hood;
+        let done = Done { annotator: &self.annotator, on_inference: &self.on_inference, road: &self.engine.options().road_classes };
+        done.deliver(stream, buf, self.engine.segmentation(), &observed.hood, inference_ms);
+        true
+    }
+}
+
+/// A frame whose inference failed: counted, its buffer recycled, a gap sent.
+fn drop_failed(stream: &StreamInput, buf: FrameBuf, err: &dyn std::fmt::Display) {
+    let seq = buf.seq;
+    tracing::warn!(stream = %stream.name, seq, "frame dropped: inference failed: {err}");
+    stream.counters.failed.fetch_add(1, Ordering::Relaxed);
+    stream.ring.recycle(buf);
+    let _ = stream.output.send(OutputItem::Skipped { seq, reason: SkipReason::InferenceError });
+}
+
+/// What a worker does with an inferred frame, apart from the engine (so a
+/// batch's segmentations can stay borrowed from it).
+struct Done<'a> {
+    annotator: &'a Annotator,
+    on_inference: &'a InferenceObserver,
+    road: &'a [usize],
+}
+
+impl Done<'_> {
+    /// Stats, the metrics hook, the road mask, annotation, then the output
+    /// stage. `inference_ms` is what the frame waited for its segmentation
+    /// (its whole batch's time when batched).
+    fn deliver(&self, stream: &StreamInput, mut buf: FrameBuf, seg: &Segmentation, hood: &HoodMask, inference_ms: f64) {
+        let road = self.road;
         let (road_coverage, hood_coverage) = scene_coverage(seg, hood, road);
         let stats = FrameStats {
             road_coverage,
@@ -301,6 +328,5 @@ impl Worker {
                 stream.ring.recycle(buf);
             }
         }
-        true
     }
 }

@@ -102,6 +102,24 @@ fn bench_prints_one_json_line_with_timings_and_memory() {
 }
 
 #[test]
+fn bench_batch_prints_one_json_line_counting_every_frame() {
+    // Rule: bench --batch N runs N copies of the frame per batched forward, rounds --frames up to whole batches and reports fps over every frame in its one JSON line; a batch outside 1..=16 is refused with a message naming --batch.
+    let args = ["bench", "--model", MODEL, "--device", "cpu", "--size", "203x141", "--frames", "7", "--warmup", "1", "--batch", "3"];
+    let (code, stdout, stderr) = roadseg(&args);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout.lines().count(), 1, "one JSON line: {stdout}");
+    let json: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(json["batch"], 3);
+    assert_eq!(json["frames"], 9, "7 frames round up to 3 batches of 3");
+    assert!(json["fps"].as_f64().unwrap() > 0.0 && json["median_ms"].as_f64().unwrap() > 0.0, "{stdout}");
+    for bad in ["0", "17"] {
+        let (code, stdout, stderr) = roadseg(&["bench", "--model", MODEL, "--device", "cpu", "--size", "203x141", "--batch", bad]);
+        assert_ne!(code, 0, "--batch {bad} accepted: {stdout}");
+        assert!(stderr.contains("--batch"), "{stderr}");
+    }
+}
+
+#[test]
 fn bad_arguments_are_explained() {
     let (code, _, stderr) = roadseg(&["infer", "--model", MODEL, "--image", "/nonexistent.png", "--device", "cpu"]);
     assert_ne!(code, 0);

@@ -210,7 +210,7 @@ impl<B: Backend> OpRunner for Generic<'_, B> {
     }
     fn conv(&self, x: &[f32], w: &[f32], b: &[f32], d: ConvDims) -> Vec<f32> {
         let x = self.t(x);
-        let n = d.out_h() * d.out_w() * d.c_out;
+        let n = d.out_rows() * d.c_out;
         let (mut y, mut ws) = (self.0.tensor(n).unwrap(), self.0.tensor(self.0.conv2d_workspace(d)).unwrap());
         self.0.conv2d(&x, &self.affine(w, b), &mut y, &mut ws, d).unwrap();
         self.out(&y, n)
@@ -222,13 +222,13 @@ impl<B: Backend> OpRunner for Generic<'_, B> {
     }
     fn attention(&self, q: &[f32], kv: &[f32], d: AttnDims) -> Vec<f32> {
         let (q, kv) = (self.t(q), self.t(kv));
-        let n = d.queries * d.heads * d.head_dim;
+        let n = d.batch * d.queries * d.heads * d.head_dim;
         let (mut y, mut ws) = (self.0.tensor(n).unwrap(), self.0.tensor(self.0.attention_workspace(d)).unwrap());
         self.0.attention(&q, &kv, &mut y, &mut ws, d).unwrap();
         self.out(&y, n)
     }
     fn dwconv(&self, x: &[f32], w: &[f32], b: &[f32], d: DwConvDims) -> Vec<f32> {
-        let n = d.h * d.w * d.channels;
+        let n = d.batch * d.h * d.w * d.channels;
         let (x, mut y) = (self.t(x), self.0.tensor(n).unwrap());
         self.0.dwconv3x3_gelu(&x, &self.affine(w, b), &mut y, d).unwrap();
         self.out(&y, n)
@@ -236,7 +236,7 @@ impl<B: Backend> OpRunner for Generic<'_, B> {
     fn resize(&self, x: &[f32], y0: &[f32], d: ResizeDims, acc: bool) -> Vec<f32> {
         let (x, mut y) = (self.t(x), self.t(y0));
         self.0.resize_bilinear(&x, &mut y, d, acc).unwrap();
-        self.out(&y, d.dst_h * d.dst_w * d.channels)
+        self.out(&y, d.batch * d.dst_h * d.dst_w * d.channels)
     }
 }
 
@@ -249,35 +249,38 @@ fn each_op_matches_the_cpu_backend() {
     for acc in [false, true] {
         op_matches_cpu("linear", g.rows * g.n, &|r| r.linear(&x, &w, &b, &y0, g, acc), &d);
     }
+    // Batches of 2 and 3 too: per-image offsets in every op that looks across pixels.
     for cd in [
-        ConvDims { h: 37, w: 53, c_in: 3, c_out: 32, kernel: 7, stride: 4, pad: 3 },
-        ConvDims { h: 19, w: 23, c_in: 32, c_out: 64, kernel: 3, stride: 2, pad: 1 },
-        ConvDims { h: 24, w: 40, c_in: 64, c_out: 64, kernel: 8, stride: 8, pad: 0 },
+        ConvDims { batch: 1, h: 37, w: 53, c_in: 3, c_out: 32, kernel: 7, stride: 4, pad: 3 },
+        ConvDims { batch: 2, h: 19, w: 23, c_in: 32, c_out: 64, kernel: 3, stride: 2, pad: 1 },
+        ConvDims { batch: 3, h: 24, w: 40, c_in: 64, c_out: 64, kernel: 8, stride: 8, pad: 0 },
     ] {
-        let (x, w, b) = (values(cd.h * cd.w * cd.c_in, 5), values(cd.kernel * cd.kernel * cd.c_in * cd.c_out, 6), values(cd.c_out, 7));
-        op_matches_cpu("conv2d", cd.out_h() * cd.out_w() * cd.c_out, &|r| r.conv(&x, &w, &b, cd), &d);
+        let x = values(cd.batch * cd.h * cd.w * cd.c_in, 5);
+        let (w, b) = (values(cd.kernel * cd.kernel * cd.c_in * cd.c_out, 6), values(cd.c_out, 7));
+        op_matches_cpu("conv2d", cd.out_rows() * cd.c_out, &|r| r.conv(&x, &w, &b, cd), &d);
     }
     let nd = NormDims { rows: 173, dim: 160 };
     let (x, gm, bt) = (values(nd.rows * nd.dim, 8), values(nd.dim, 9), values(nd.dim, 10));
     op_matches_cpu("layer_norm", nd.rows * nd.dim, &|r| r.layer_norm(&x, &gm, &bt, nd), &d);
     for ad in [
-        AttnDims { queries: 1000, keys: 130, heads: 1, head_dim: 32 },
-        AttnDims { queries: 333, keys: 77, heads: 2, head_dim: 64 },
-        AttnDims { queries: 100, keys: 100, heads: 5, head_dim: 32 },
-        AttnDims { queries: 50, keys: 50, heads: 3, head_dim: 48 },
+        AttnDims { batch: 1, queries: 1000, keys: 130, heads: 1, head_dim: 32 },
+        AttnDims { batch: 2, queries: 333, keys: 77, heads: 2, head_dim: 64 },
+        AttnDims { batch: 3, queries: 100, keys: 100, heads: 5, head_dim: 32 },
+        AttnDims { batch: 2, queries: 50, keys: 50, heads: 3, head_dim: 48 },
     ] {
         let c = ad.heads * ad.head_dim;
-        let (q, kv) = (values(ad.queries * c, 11), values(ad.keys * 2 * c, 12));
-        op_matches_cpu("attention", ad.queries * c, &|r| r.attention(&q, &kv, ad), &d);
+        let (q, kv) = (values(ad.batch * ad.queries * c, 11), values(ad.batch * ad.keys * 2 * c, 12));
+        op_matches_cpu("attention", ad.batch * ad.queries * c, &|r| r.attention(&q, &kv, ad), &d);
     }
-    let dd = DwConvDims { h: 13, w: 29, channels: 96 };
-    let n = dd.h * dd.w * dd.channels;
+    let dd = DwConvDims { batch: 2, h: 13, w: 29, channels: 96 };
+    let n = dd.batch * dd.h * dd.w * dd.channels;
     let (x, w, b) = (values(n, 13), values(9 * dd.channels, 14), values(dd.channels, 15));
     op_matches_cpu("dwconv3x3_gelu", n, &|r| r.dwconv(&x, &w, &b, dd), &d);
-    let rd = ResizeDims { src_h: 9, src_w: 17, dst_h: 36, dst_w: 68, channels: 24 };
-    let (x, y0) = (values(rd.src_h * rd.src_w * rd.channels, 16), values(rd.dst_h * rd.dst_w * rd.channels, 17));
+    let rd = ResizeDims { batch: 3, src_h: 9, src_w: 17, dst_h: 36, dst_w: 68, channels: 24 };
+    let (src, dst) = (rd.batch * rd.src_h * rd.src_w * rd.channels, rd.batch * rd.dst_h * rd.dst_w * rd.channels);
+    let (x, y0) = (values(src, 16), values(dst, 17));
     for acc in [false, true] {
-        op_matches_cpu("resize_bilinear", rd.dst_h * rd.dst_w * rd.channels, &|r| r.resize(&x, &y0, rd, acc), &d);
+        op_matches_cpu("resize_bilinear", dst, &|r| r.resize(&x, &y0, rd, acc), &d);
     }
 }
 
@@ -295,7 +298,7 @@ fn tiled_dwconv_matches_the_cpu_at_every_shape_it_serves() {
     for (seed, (h, w_, c)) in shapes.into_iter().enumerate() {
         let seed = 100 + 3 * seed as u64;
         let (x, w, b) = (values(h * w_ * c, seed), values(9 * c, seed + 1), values(c, seed + 2));
-        let dd = DwConvDims { h, w: w_, channels: c };
+        let dd = DwConvDims { batch: 1, h, w: w_, channels: c };
         op_matches_cpu(&format!("dwconv3x3_gelu {h}x{w_}x{c}"), h * w_ * c, &|r| r.dwconv(&x, &w, &b, dd), &d);
     }
 }
@@ -384,5 +387,41 @@ fn fused_decoder_matches_the_separate_ops_and_hf_reference() {
         let (bf_fused, _) = fixture_logits(backend::<bf16>(&d, fused), &dir);
         let (rel, agree) = compare(&bf_fused, &bf_separate, labels);
         assert!(rel <= 4e-2 && agree >= 0.98, "{}: bf16 fused vs separate rel L2 {rel}, argmax {agree}", dir.display());
+    }
+}
+
+/// Batch-3 logits and classes against three single-frame runs on one engine.
+fn batch_matches_singles_on<T: GemmElem>(d: &Arc<CudaDevice>, dir: &Path, (w, h): (usize, usize), max_rel_l2: f64, min_agree: f64)
+where
+    CudaBlasLT: Matmul<T>,
+{
+    use crate::batch::{TestFrames, batch_vs_singles};
+    let owned = TestFrames::new();
+    let frames = owned.frames();
+    let mut e = engine(backend::<T>(d, CudaOptions::default()), dir, w, h, vec![1.0]);
+    // Twice: the first batch records the batch-3 graph, the second replays it.
+    for round in 0..2 {
+        let (batched, singles) = batch_vs_singles(&mut e, &frames);
+        for (i, ((bl, bs), (sl, ss))) in batched.iter().zip(&singles).enumerate() {
+            let (rel, _) = compare(bl, sl, 1);
+            let same = bs.classes.iter().zip(&ss.classes).filter(|(a, b)| a == b).count() as f64 / ss.classes.len() as f64;
+            eprintln!("{} {} round {round} frame {i}: relative L2 {rel:.3e}, classes agree {:.4}%", T::PRECISION, dir.display(), same * 100.0);
+            assert!(rel <= max_rel_l2, "frame {i}: batched logits off by relative L2 {rel}");
+            assert!(same >= min_agree, "frame {i}: classes agree on {same}");
+        }
+    }
+}
+
+#[test]
+fn batch_of_three_equals_three_single_frames() {
+    // Rule: batch-N output equals N single-frame runs on the GPU too. cuBLASLt
+    // may pick another GEMM algorithm for 3x the rows (another summation
+    // order), so f32 agrees to rounding and fp16 to its own precision.
+    let Some(d) = gpu_or_skip() else { return };
+    let mut cases = vec![(repo().join("tests/data/odd-bf16-203x141"), (224, 160))];
+    cases.extend(shared("fixtures/segformer/tiny-1024x576").map(|dir| (dir, (1024, 576))));
+    for (dir, size) in &cases {
+        batch_matches_singles_on::<f32>(&d, dir, *size, 1e-5, 0.9999);
+        batch_matches_singles_on::<f16>(&d, dir, *size, 5e-3, 0.995);
     }
 }

@@ -723,3 +723,56 @@ fn a_looped_file_plays_again_on_one_timeline_without_counting_a_loss() {
     let (frames, err) = probe_frames(files[0].to_str().unwrap(), &[]);
     assert!(frames >= 55 && err.is_empty(), "{frames} frames recorded, errors {err:?}");
 }
+
+#[test]
+fn two_streams_in_batches_of_four_keep_every_frame_in_order_with_its_timestamps() {
+    // Rule: with [workers] batch = 4 the daemon runs frames of two file streams in shared batches, and each stream's recording and stats hold every frame once, in order, with its own timestamps.
+    let dir = tempfile::tempdir().unwrap();
+    let make_clip = |name: &str, frames: u32, fps: u32| {
+        let clip = dir.path().join(name);
+        let mut gst = Command::new("gst-launch-1.0");
+        gst.args(["-q", "videotestsrc", &format!("num-buffers={frames}"), "!"])
+            .args([&format!("video/x-raw,width=320,height=180,framerate={fps}/1"), "!", "x264enc", "!", "mp4mux", "!", "filesink"])
+            .arg(format!("location={}", clip.display()));
+        assert!(common::run_with_timeout(&mut gst, Duration::from_secs(30)).0, "making the test clip {name}");
+        clip
+    };
+    let clips = [("a", make_clip("a.mp4", 40, 20), 40u64, 20.0f64), ("b", make_clip("b.mp4", 30, 25), 30, 25.0)];
+    let rec = dir.path().join("rec");
+    let mut config = header(free_port(), free_port()) + "\n[workers]\ncount = 1\nbatch = 4\n";
+    for (name, clip, _, _) in &clips {
+        config += &format!(
+            "\n[[streams]]\nname = \"{name}\"\nuri = \"file://{}\"\n\n[streams.output]\nfile = \"{}/{{stream}}.mp4\"\nstats = \"{}/{{stream}}.jsonl\"\n",
+            clip.display(),
+            rec.display(),
+            rec.display()
+        );
+    }
+    let path = dir.path().join("roadseg.toml");
+    std::fs::write(&path, config).unwrap();
+    let mut d = Daemon::start(&path, &dir.path().join("log"));
+    let log = d.log.clone();
+    d.wait_for("both clips finalised", Duration::from_secs(60), || {
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        log.contains("outputs finalised stream=a") && log.contains("outputs finalised stream=b")
+    });
+    for (name, _, frames, fps) in &clips {
+        let stats = std::fs::read_to_string(rec.join(format!("{name}.jsonl"))).unwrap();
+        let lines: Vec<serde_json::Value> = stats.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len() as u64, *frames, "{name}: one line per frame");
+        // The decoder's timeline starts where the clip's first frame does
+        // (x264's reordering delay shifts it); from there, one frame period each.
+        let first = lines[0]["pts"].as_f64().unwrap();
+        for (i, line) in lines.iter().enumerate() {
+            assert_eq!(line["frame"].as_u64(), Some(i as u64), "{name}: frames in order");
+            let pts = line["pts"].as_f64().unwrap();
+            assert!((pts - first - i as f64 / fps).abs() < 1e-3, "{name} frame {i}: pts {pts} (first {first})");
+        }
+        // Segment files are named after the template, the stream first.
+        let files: Vec<_> = mp4s(&rec).into_iter().filter(|f| f.file_name().is_some_and(|n| n.to_string_lossy().starts_with(name))).collect();
+        assert_eq!(files.len(), 1, "{name}: one recording in {:?}", mp4s(&rec));
+        let (count, err) = probe_frames(files[0].to_str().unwrap(), &[]);
+        assert!(count == *frames && err.is_empty(), "{name}: {count} frames, errors {err:?}");
+    }
+    d.stop_cleanly();
+}

@@ -7,6 +7,7 @@
 mod common;
 
 mod bad_checkpoint;
+mod batch;
 mod bundle;
 mod bundled_model;
 mod cli;

@@ -149,3 +149,27 @@ fn infer_fps_caps_inference_and_counts_the_rest_as_dropped() {
     assert!(pts.windows(2).all(|w| (w[1] - w[0] - 0.2).abs() < 1e-6), "evenly spread: {pts:?}");
     assert_eq!(ffprobe_stream(&out)["nb_read_frames"].as_str(), Some("10"));
 }
+
+#[test]
+fn batched_workers_keep_every_frame_in_order_with_its_timestamps() {
+    // Rule: process --batch 4 (two workers) still writes every frame once, in order, with the input's timestamps; a batch outside 1..=16 fails clearly.
+    let tmp = tempfile::tempdir().unwrap();
+    let clip = tmp.path().join("drive.mp4");
+    let (code, _, stderr) = roadseg(&["synth", "-o", clip.to_str().unwrap(), "--frames", "30", "--size", "320x180", "--fps", "25"]);
+    assert_eq!(code, 0, "{stderr}");
+    let out = tmp.path().join("out.mp4");
+    let stats = tmp.path().join("stats.jsonl");
+    let args = [clip.to_str().unwrap(), "-o", out.to_str().unwrap(), "--stats-out", stats.to_str().unwrap(), "--batch", "4", "--workers", "2"];
+    let (code, stdout, stderr) = process(&args);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("30 frames"), "{stdout}");
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&stats).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 30);
+    for (i, line) in lines.iter().enumerate() {
+        assert_eq!(line["frame"].as_u64(), Some(i as u64), "frames in order");
+        let pts = line["pts"].as_f64().unwrap();
+        assert!((pts - i as f64 * 0.04).abs() < 1e-3, "frame {i} pts {pts}: input timestamps kept");
+    }
+    assert_eq!(ffprobe_stream(&out)["nb_read_frames"].as_str(), Some("30"));
+    assert_clean_failure(&[clip.to_str().unwrap(), "-o", out.to_str().unwrap(), "--batch", "17"], "--batch");
+}

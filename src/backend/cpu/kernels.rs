@@ -48,9 +48,9 @@ pub fn relu(y: &mut [f32], len: usize) {
 }
 
 multiversion! {
-    /// One output row of a depthwise 3x3 conv (padding 1) + bias + GELU.
+    /// One output row of one image's depthwise 3x3 conv (padding 1) + bias + GELU.
     fn dwconv_row(x: &[f32], w: &[f32], bias: &[f32], out: &mut [f32], row: usize, d: DwConvDims) {
-        let DwConvDims { h, w: width, channels: c } = d;
+        let DwConvDims { h, w: width, channels: c, .. } = d;
         for col in 0..width {
             let o = &mut out[col * c..(col + 1) * c];
             o.copy_from_slice(bias);

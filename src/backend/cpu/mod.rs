@@ -16,7 +16,10 @@ pub use kernels::bilinear_source;
 
 /// Bilinear resize of host memory (multi-scale averaging, input rescaling).
 pub fn resize_host(x: &[f32], y: &mut [f32], dims: ResizeDims, accumulate: bool) {
-    kernels::resize_bilinear(x, y, dims, accumulate);
+    let (src, dst) = (dims.src_h * dims.src_w * dims.channels, dims.dst_h * dims.dst_w * dims.channels);
+    for i in 0..dims.batch {
+        kernels::resize_bilinear(&x[i * src..], &mut y[i * dst..], dims, accumulate);
+    }
 }
 
 #[derive(Debug, Default)]
@@ -107,7 +110,8 @@ impl Backend for CpuBackend {
     }
 
     fn conv2d_workspace(&self, d: ConvDims) -> usize {
-        d.out_h() * d.out_w() * d.kernel * d.kernel * d.c_in
+        // Every image's patches, so the GEMM after im2col runs over all of them.
+        d.out_rows() * d.kernel * d.kernel * d.c_in
     }
 
     fn attention_workspace(&self, d: AttnDims) -> usize {
@@ -138,14 +142,22 @@ impl Backend for CpuBackend {
     }
 
     fn conv2d(&self, x: &Self::Tensor, p: &Affine<Self::Param>, y: &mut Self::Tensor, workspace: &mut Self::Tensor, d: ConvDims) -> OpResult {
-        check("conv2d x", d.h * d.w * d.c_in, x.len())?;
+        let image_in = d.h * d.w * d.c_in;
+        check("conv2d x", d.batch * image_in, x.len())?;
         check("conv2d workspace", self.conv2d_workspace(d), workspace.len())?;
         let patch = d.kernel * d.kernel * d.c_in;
-        let rows = d.out_h() * d.out_w();
+        // [batch, out_h, out_w] output pixels become GEMM rows; images only
+        // meet in the GEMM, which treats every row on its own.
+        let rows = d.out_rows();
         let unfolded: &[f32] = if d.kernel == 1 && d.stride == 1 && d.pad == 0 {
             x
         } else {
-            self.timed("im2col", || kernels::im2col(x, workspace, d));
+            let image_cols = d.out_h() * d.out_w() * patch;
+            self.timed("im2col", || {
+                for i in 0..d.batch {
+                    kernels::im2col(&x[i * image_in..], &mut workspace[i * image_cols..], d);
+                }
+            });
             workspace
         };
         check("conv2d y", rows * d.c_out, y.len())?;
@@ -172,26 +184,44 @@ impl Backend for CpuBackend {
 
     fn attention(&self, q: &Self::Tensor, kv: &Self::Tensor, y: &mut Self::Tensor, workspace: &mut Self::Tensor, d: AttnDims) -> OpResult {
         let channels = d.heads * d.head_dim;
-        check("attention q", d.queries * channels, q.len())?;
-        check("attention kv", d.keys * 2 * channels, kv.len())?;
-        check("attention y", d.queries * channels, y.len())?;
+        let (q_len, kv_len) = (d.queries * channels, d.keys * 2 * channels);
+        check("attention q", d.batch * q_len, q.len())?;
+        check("attention kv", d.batch * kv_len, kv.len())?;
+        check("attention y", d.batch * q_len, y.len())?;
         check("attention workspace", self.attention_workspace(d), workspace.len())?;
-        self.timed("attention", || attention::attention(q, kv, y, workspace, d));
+        // One image after another: each already fills every core, and the
+        // score scratch is reused, so the workspace does not grow with batch.
+        self.timed("attention", || {
+            for i in 0..d.batch {
+                let (q, kv) = (&q[i * q_len..(i + 1) * q_len], &kv[i * kv_len..(i + 1) * kv_len]);
+                attention::attention(q, kv, &mut y[i * q_len..(i + 1) * q_len], workspace, d);
+            }
+        });
         Ok(())
     }
 
     fn dwconv3x3_gelu(&self, x: &Self::Tensor, p: &Affine<Self::Param>, y: &mut Self::Tensor, d: DwConvDims) -> OpResult {
-        check("dwconv x", d.h * d.w * d.channels, x.len())?;
-        check("dwconv y", d.h * d.w * d.channels, y.len())?;
+        let image = d.h * d.w * d.channels;
+        check("dwconv x", d.batch * image, x.len())?;
+        check("dwconv y", d.batch * image, y.len())?;
         check("dwconv w", 9 * d.channels, p.weight.len())?;
-        self.timed("dwconv_gelu", || kernels::dwconv3x3_gelu(x, &p.weight, &p.bias, y, d));
+        self.timed("dwconv_gelu", || {
+            for i in 0..d.batch {
+                kernels::dwconv3x3_gelu(&x[i * image..], &p.weight, &p.bias, &mut y[i * image..], d);
+            }
+        });
         Ok(())
     }
 
     fn resize_bilinear(&self, x: &Self::Tensor, y: &mut Self::Tensor, d: ResizeDims, accumulate: bool) -> OpResult {
-        check("resize x", d.src_h * d.src_w * d.channels, x.len())?;
-        check("resize y", d.dst_h * d.dst_w * d.channels, y.len())?;
-        self.timed("resize", || kernels::resize_bilinear(x, y, d, accumulate));
+        let (src, dst) = (d.src_h * d.src_w * d.channels, d.dst_h * d.dst_w * d.channels);
+        check("resize x", d.batch * src, x.len())?;
+        check("resize y", d.batch * dst, y.len())?;
+        self.timed("resize", || {
+            for i in 0..d.batch {
+                kernels::resize_bilinear(&x[i * src..], &mut y[i * dst..], d, accumulate);
+            }
+        });
         Ok(())
     }
 

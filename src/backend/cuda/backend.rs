@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
 use cudarc::cublaslt::{CudaBlasLT, Matmul, MatmulConfig};
-use cudarc::driver::{CudaGraph, CudaSlice, CudaStream, LaunchConfig, PushKernelArg, sys};
+use cudarc::driver::{CudaGraph, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg, sys};
 
 use super::busy::BusyClock;
 use super::device::CudaDevice;
@@ -175,6 +175,25 @@ where
         // SAFETY: lengths checked above against the dimensions cuBLASLt reads.
         Ok(unsafe { self.blas.matmul(cfg, w, x, y, bias, None) }?)
     }
+
+    /// One image's attention: `q`, `y` `[queries, C]`, `kv` `[keys, 2C]`.
+    fn attention_one(&self, q: &CudaView<'_, T>, kv: &CudaView<'_, T>, y: &mut CudaViewMut<'_, T>, d: AttnDims) -> OpResult {
+        let (nq, nk, heads) = (d.queries as i32, d.keys as i32, d.heads as i32);
+        let flash = match d.head_dim {
+            32 => self.ops.flash_hd32.as_ref(),
+            64 => self.ops.flash_hd64.as_ref(),
+            _ => None,
+        };
+        if let Some(f) = flash {
+            // 4 warps x 16 queries per block, one block column per head.
+            let cfg = LaunchConfig { grid_dim: (d.queries.div_ceil(64) as u32, d.heads as u32, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
+            let scale_log2 = std::f32::consts::LOG2_E / (d.head_dim as f32).sqrt();
+            return launch!(self, f, cfg, q, kv, y, &nq, &nk, &heads, &scale_log2);
+        }
+        let (hd, scale) = (d.head_dim as i32, 1.0 / (d.head_dim as f32).sqrt());
+        let cfg = LaunchConfig { grid_dim: ((d.queries * d.heads).div_ceil(128) as u32, 1, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
+        launch!(self, &self.ops.attention_simple, cfg, q, kv, y, &nq, &nk, &heads, &hd, &scale)
+    }
 }
 
 impl<T: GemmElem> Backend for CudaBackend<T>
@@ -229,7 +248,8 @@ where
     }
 
     fn conv2d_workspace(&self, d: ConvDims) -> usize {
-        d.out_h() * d.out_w() * im2col_ld(d)
+        // Every image's patches, so one GEMM after im2col covers the batch.
+        d.out_rows() * im2col_ld(d)
     }
 
     fn attention_workspace(&self, _: AttnDims) -> usize {
@@ -243,12 +263,19 @@ where
     fn conv2d(&self, x: &Self::Tensor, p: &Affine<Self::Param>, y: &mut Self::Tensor, ws: &mut Self::Tensor, d: ConvDims) -> OpResult {
         let (oh, ow) = (d.out_h(), d.out_w());
         let cols = self.conv2d_workspace(d);
-        check_len("conv2d x", d.h * d.w * d.c_in, x.len())?;
+        let (image_in, image_cols) = (d.h * d.w * d.c_in, oh * ow * im2col_ld(d));
+        check_len("conv2d x", d.batch * image_in, x.len())?;
         check_len("conv2d workspace", cols, ws.len())?;
         let (h, wd, c_in, k, stride, pad) = (d.h as i32, d.w as i32, d.c_in as i32, d.kernel as i32, d.stride as i32, d.pad as i32);
         let (oh_i, ow_i, ld) = (oh as i32, ow as i32, im2col_ld(d) as i32);
-        launch!(self, &self.ops.im2col, grid_for(cols), x, &mut *ws, &h, &wd, &c_in, &k, &stride, &pad, &oh_i, &ow_i, &ld)?;
-        let gemm = GemmDims { rows: oh * ow, k: d.kernel * d.kernel * d.c_in, n: d.c_out };
+        // One im2col launch per image at its offsets (the kernel knows one
+        // map); the rows land one image after another, so one GEMM follows.
+        for i in 0..d.batch {
+            let src = x.slice(i * image_in..(i + 1) * image_in);
+            let mut dst = ws.slice_mut(i * image_cols..(i + 1) * image_cols);
+            launch!(self, &self.ops.im2col, grid_for(image_cols), &src, &mut dst, &h, &wd, &c_in, &k, &stride, &pad, &oh_i, &ow_i, &ld)?;
+        }
+        let gemm = GemmDims { rows: d.out_rows(), k: d.kernel * d.kernel * d.c_in, n: d.c_out };
         self.gemm_ld(ws, &p.weight, Some(&p.bias), y, gemm, false, im2col_ld(d))
     }
 
@@ -269,55 +296,62 @@ where
 
     fn attention(&self, q: &Self::Tensor, kv: &Self::Tensor, y: &mut Self::Tensor, _ws: &mut Self::Tensor, d: AttnDims) -> OpResult {
         let c = d.heads * d.head_dim;
-        check_len("attention q", d.queries * c, q.len())?;
-        check_len("attention kv", d.keys * 2 * c, kv.len())?;
-        check_len("attention y", d.queries * c, y.len())?;
-        let (nq, nk, heads) = (d.queries as i32, d.keys as i32, d.heads as i32);
-        let flash = match d.head_dim {
-            32 => self.ops.flash_hd32.as_ref(),
-            64 => self.ops.flash_hd64.as_ref(),
-            _ => None,
-        };
-        if let Some(f) = flash {
-            // 4 warps x 16 queries per block, one block column per head.
-            let cfg = LaunchConfig { grid_dim: (d.queries.div_ceil(64) as u32, d.heads as u32, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
-            let scale_log2 = std::f32::consts::LOG2_E / (d.head_dim as f32).sqrt();
-            return launch!(self, f, cfg, q, kv, y, &nq, &nk, &heads, &scale_log2);
-        }
-        let (hd, scale) = (d.head_dim as i32, 1.0 / (d.head_dim as f32).sqrt());
+        let (q_len, kv_len) = (d.queries * c, d.keys * 2 * c);
+        check_len("attention q", d.batch * q_len, q.len())?;
+        check_len("attention kv", d.batch * kv_len, kv.len())?;
+        check_len("attention y", d.batch * q_len, y.len())?;
         if d.head_dim > 256 {
             return Err(BackendError::HeadDim { head_dim: d.head_dim, max: 256 });
         }
-        let cfg = LaunchConfig { grid_dim: ((d.queries * d.heads).div_ceil(128) as u32, 1, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
-        launch!(self, &self.ops.attention_simple, cfg, q, kv, y, &nq, &nk, &heads, &hd, &scale)
+        // One launch per image on its slices: image i's queries only see
+        // image i's keys, with the kernels unchanged.
+        for i in 0..d.batch {
+            let (qi, kvi) = (q.slice(i * q_len..(i + 1) * q_len), kv.slice(i * kv_len..(i + 1) * kv_len));
+            let mut yi = y.slice_mut(i * q_len..(i + 1) * q_len);
+            self.attention_one(&qi, &kvi, &mut yi, d)?;
+        }
+        Ok(())
     }
 
     fn dwconv3x3_gelu(&self, x: &Self::Tensor, p: &Affine<Self::Param>, y: &mut Self::Tensor, d: DwConvDims) -> OpResult {
         let (n, c) = (d.h * d.w * d.channels, d.channels);
-        check_len("dwconv x", n, x.len())?;
-        check_len("dwconv y", n, y.len())?;
+        check_len("dwconv x", d.batch * n, x.len())?;
+        check_len("dwconv y", d.batch * n, y.len())?;
         check_len("dwconv w", 9 * c, p.weight.len())?;
         let (h_i, w_i, c_i) = (d.h as i32, d.w as i32, c as i32);
         let (w, bias) = (&*p.weight, &*p.bias);
-        // Every SegFormer's Mix-FFN width is a multiple of 4, and each buffer is
-        // its own allocation (256-byte aligned), as the vector loads need.
-        if c % 4 == 0 && !naive_dwconv() {
-            let cfg = LaunchConfig {
-                grid_dim: ((c / 4 * d.w).div_ceil(DW_BLOCK) as u32, d.h.div_ceil(DW_ROWS) as u32, 1),
-                block_dim: (DW_BLOCK as u32, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            return launch!(self, &self.ops.dwconv3x3_gelu_tiled, cfg, x, w, bias, y, &h_i, &w_i, &c_i);
+        // Every SegFormer's Mix-FFN width is a multiple of 4, and each image's
+        // map starts at a multiple of 4 elements of a 256-byte aligned buffer
+        // (n = h*w*c), as the vector loads need.
+        let tiled = c % 4 == 0 && !naive_dwconv();
+        for i in 0..d.batch {
+            let xi = x.slice(i * n..(i + 1) * n);
+            let mut yi = y.slice_mut(i * n..(i + 1) * n);
+            if tiled {
+                let cfg = LaunchConfig {
+                    grid_dim: ((c / 4 * d.w).div_ceil(DW_BLOCK) as u32, d.h.div_ceil(DW_ROWS) as u32, 1),
+                    block_dim: (DW_BLOCK as u32, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                launch!(self, &self.ops.dwconv3x3_gelu_tiled, cfg, &xi, w, bias, &mut yi, &h_i, &w_i, &c_i)?;
+            } else {
+                launch!(self, &self.ops.dwconv3x3_gelu, grid_for(n), &xi, w, bias, &mut yi, &h_i, &w_i, &c_i)?;
+            }
         }
-        launch!(self, &self.ops.dwconv3x3_gelu, grid_for(n), x, w, bias, y, &h_i, &w_i, &c_i)
+        Ok(())
     }
 
     fn resize_bilinear(&self, x: &Self::Tensor, y: &mut Self::Tensor, d: ResizeDims, accumulate: bool) -> OpResult {
-        check_len("resize x", d.src_h * d.src_w * d.channels, x.len())?;
-        let n = d.dst_h * d.dst_w * d.channels;
-        check_len("resize y", n, y.len())?;
+        let (src, n) = (d.src_h * d.src_w * d.channels, d.dst_h * d.dst_w * d.channels);
+        check_len("resize x", d.batch * src, x.len())?;
+        check_len("resize y", d.batch * n, y.len())?;
         let [sh, sw, dh, dw, ch, acc] = [d.src_h as i32, d.src_w as i32, d.dst_h as i32, d.dst_w as i32, d.channels as i32, i32::from(accumulate)];
-        launch!(self, &self.ops.resize_bilinear, grid_for(n), x, y, &sh, &sw, &dh, &dw, &ch, &acc)
+        for i in 0..d.batch {
+            let xi = x.slice(i * src..(i + 1) * src);
+            let mut yi = y.slice_mut(i * n..(i + 1) * n);
+            launch!(self, &self.ops.resize_bilinear, grid_for(n), &xi, &mut yi, &sh, &sw, &dh, &dw, &ch, &acc)?;
+        }
+        Ok(())
     }
 
     fn decode_tail(&self, acc: &mut Self::Tensor, stages: &[StageMap<'_, Self::Tensor>], classifier: &Affine<Self::Param>, logits: &mut Self::Tensor, d: DecodeDims) -> OpResult {
@@ -325,16 +359,16 @@ where
         if !self.options.fused_decoder || d.hidden > DEC_MAX_HIDDEN {
             return decode_tail_unfused(self, acc, stages, classifier, logits, d);
         }
-        let pixels = d.h0 * d.w0;
+        let pixels = d.batch * d.h0 * d.w0;
         check_len("decode acc", pixels * d.hidden, acc.len())?;
         for s in stages {
-            check_len("decode stage map", s.h * s.w * d.hidden, s.map.len())?;
+            check_len("decode stage map", d.batch * s.h * s.w * d.hidden, s.map.len())?;
         }
         check_len("decode classifier", d.hidden * d.labels, classifier.weight.len())?;
         check_len("decode logits", pixels * d.labels, logits.len())?;
         let cfg = LaunchConfig { grid_dim: (pixels.div_ceil(DEC_PIXELS) as u32, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 };
         let [h1, w1, h2, w2, h3, w3] = [s1.h, s1.w, s2.h, s2.w, s3.h, s3.w].map(|v| v as i32);
-        let [batch, h0, w0, hidden, labels] = [1, d.h0 as i32, d.w0 as i32, d.hidden as i32, d.labels as i32];
+        let [batch, h0, w0, hidden, labels] = [d.batch as i32, d.h0 as i32, d.w0 as i32, d.hidden as i32, d.labels as i32];
         let (w, b) = (&*classifier.weight, &*classifier.bias);
         launch!(self, &self.ops.decode_tail, cfg, &*acc, s1.map, &h1, &w1, s2.map, &h2, &w2, s3.map, &h3, &w3, w, b, logits, &batch, &h0, &w0, &hidden, &labels)
     }

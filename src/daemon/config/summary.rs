@@ -53,7 +53,7 @@ impl Summary {
         let preset = format!("{:?}", m.preset).to_lowercase();
         writeln!(f, "model: {} (width {}, height {height}, device {}, precision {precision}, preset {preset})", m.path.display(), m.width, m.device)?;
         writeln!(f, "  road classes {:?}, confidence threshold {}", m.road_classes, m.confidence_threshold)?;
-        writeln!(f, "workers: {}", c.workers.count)?;
+        writeln!(f, "workers: {} (batch {})", c.workers.count, c.workers.batch)?;
         match c.metrics.listen_addr() {
             Some(a) => writeln!(
                 f,

@@ -111,6 +111,7 @@ fn empty_file_gives_documented_defaults() {
     assert_eq!(c.model.precision, None);
     assert_eq!(c.model.road_classes, vec!["road".to_string()]);
     assert_eq!(c.workers.count, 1);
+    assert_eq!(c.workers.batch, 1);
     assert_eq!(c.metrics.listen, "127.0.0.1:9464");
     assert_eq!(c.rtsp.listen, "127.0.0.1:8554");
     assert_eq!(c.annotate.road_colour, [255, 0, 200]);
@@ -282,6 +283,8 @@ fn validation_rules_for_global_sections() {
     check(|c| c.annotate.road_alpha = -0.1, "annotate.road_alpha", "0..=1");
     check(|c| c.workers.count = 0, "workers.count", "1..=64");
     check(|c| c.workers.count = 65, "workers.count", "1..=64");
+    check(|c| c.workers.batch = 0, "workers.batch", "1..=16");
+    check(|c| c.workers.batch = 17, "workers.batch", "1..=16");
     check(|c| c.metrics.listen = "localhost:9464".into(), "metrics.listen", "IP:port");
     check(|c| c.rtsp.listen = "8554".into(), "rtsp.listen", "IP:port");
     check(|c| c.rtsp.listen = c.metrics.listen.clone(), "rtsp.listen", "also metrics.listen");

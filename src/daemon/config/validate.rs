@@ -8,6 +8,7 @@ use std::path::Path;
 use std::time::UNIX_EPOCH;
 
 use super::template::{expand_lossy, unknown_placeholder};
+use crate::model::MAX_BATCH;
 use crate::video::uri::redact_text;
 use super::{ConfigError, DaemonConfig, OutputConfig, SourceUri, StreamConfig};
 
@@ -71,6 +72,8 @@ pub(super) fn problems(config: &DaemonConfig) -> Vec<Problem> {
     c.check((1..=64).contains(&config.workers.count), "workers.count", || {
         format!("{} is outside 1..=64", config.workers.count)
     });
+    let batch = config.workers.batch;
+    c.check((1..=MAX_BATCH).contains(&batch), "workers.batch", || format!("{batch} is outside 1..={MAX_BATCH}"));
     listeners(&mut c, config);
     let a = &config.annotate;
     c.check((0.0..=1.0).contains(&a.road_alpha), "annotate.road_alpha", || format!("{} is outside 0..=1", a.road_alpha));

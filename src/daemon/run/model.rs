@@ -85,7 +85,7 @@ pub(super) fn start_pool(config: &DaemonConfig, height: u32, resolved: &Resolved
             gpu_busy.set(w.worker, gpu_share);
         }
     });
-    Ok(WorkerPool::start(engines, annotator, on_inference, on_busy))
+    Ok(WorkerPool::start(engines, config.workers.batch, annotator, on_inference, on_busy))
 }
 
 fn annotator(a: &AnnotateConfig, road_classes: Vec<usize>, labels: &[String]) -> Annotator {

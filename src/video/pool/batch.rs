@@ -1,0 +1,191 @@
+//! A worker's batches: up to `workers.batch` frames that are ready now, from
+//! any streams, through one batched forward, then each frame handled as a
+//! single one would be. Order per stream is restored downstream by the output
+//! stage (by `seq`); timestamps travel in each `FrameBuf`.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::{Done, StreamInput, Worker, drop_failed};
+use crate::engine::FrameRef;
+use crate::video::ring::FrameBuf;
+
+/// A frame taken from a stream's ring, the stream's in-flight count raised.
+pub(super) struct Job {
+    pub stream: Arc<StreamInput>,
+    pub buf: FrameBuf,
+}
+
+/// Takes up to `max` frames that are ready now into `jobs`, round-robin from
+/// stream `next`: one frame per stream per sweep, sweeping again while the
+/// last sweep found any, so a busy stream cannot crowd out the others and
+/// nothing waits for a batch to fill. Raises a stream's in-flight count before
+/// looking in its ring (lowered again when the ring is empty), as the drain
+/// check needs; each taken frame's count stays raised until it is handed on.
+pub(super) fn take_ready(streams: &[Arc<StreamInput>], next: &mut usize, max: usize, jobs: &mut Vec<Job>) {
+    let mut found = true;
+    while found && jobs.len() < max {
+        found = false;
+        let start = *next;
+        for k in 0..streams.len() {
+            if jobs.len() >= max {
+                break;
+            }
+            let i = (start + k) % streams.len();
+            let counters = &streams[i].counters;
+            counters.in_flight.fetch_add(1, Ordering::SeqCst);
+            match streams[i].ring.pop() {
+                Some(buf) => {
+                    jobs.push(Job { stream: streams[i].clone(), buf });
+                    *next = i + 1;
+                    found = true;
+                }
+                None => {
+                    counters.in_flight.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+        }
+    }
+}
+
+impl Worker {
+    /// Runs every job as one batch and hands each frame on (or drops them all
+    /// when inference fails: false), lowering each stream's in-flight count
+    /// per frame.
+    pub(super) fn process_batch(&mut self, jobs: &mut Vec<Job>) -> bool {
+        // Hood estimates first, per frame, as the single-frame path does.
+        let observed: Vec<_> = jobs.iter().map(|j| j.stream.temporal.observe(j.buf.seq, j.buf.timing.pts, &j.buf.frame())).collect();
+        let frames: Vec<FrameRef<'_>> = jobs.iter().map(|j| j.buf.frame()).collect();
+        // Smoothing streams get their own frames' logits, in batch (so seq) order.
+        let mut smooth = |i: usize, logits: &mut [f32]| {
+            let j: &Job = &jobs[i];
+            if j.stream.temporal.smooths() {
+                j.stream.temporal.smooth(j.buf.seq, logits);
+            }
+        };
+        let any_smooths = jobs.iter().any(|j| j.stream.temporal.smooths());
+        let result = self.engine.run_batch(&frames, if any_smooths { Some(&mut smooth) } else { None }).map(|_| ());
+        drop(frames);
+        if let Err(err) = result {
+            for Job { stream, buf } in jobs.drain(..) {
+                drop_failed(&stream, buf, &err);
+                stream.counters.in_flight.fetch_sub(1, Ordering::SeqCst);
+            }
+            return false;
+        }
+        let inferred = Instant::now();
+        let t = self.engine.timings();
+        let inference_ms = t.preprocess_ms + t.inference_ms + t.postprocess_ms;
+        let done = Done { annotator: &self.annotator, on_inference: &self.on_inference, road: &self.engine.options().road_classes };
+        let segs = self.engine.batch_segmentations();
+        for ((Job { stream, mut buf }, seg), observed) in jobs.drain(..).zip(segs).zip(observed) {
+            buf.stages.inferred = inferred;
+            done.deliver(&stream, buf, seg, &observed.hood, inference_ms);
+            stream.counters.in_flight.fetch_sub(1, Ordering::SeqCst);
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::path::Path;
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
+
+    use crossbeam_channel::{Receiver, unbounded};
+
+    use super::{Job, take_ready};
+    use crate::backend::cpu::CpuBackend;
+    use crate::engine::{AnyEngine, ModelSpec, Preset, load_cpu_engines};
+    use crate::frame::PixelFormat;
+    use crate::temporal::{DEFAULT_WEIGHT, StreamTemporal, TemporalSettings};
+    use crate::video::annotate::Annotator;
+    use crate::video::frame::DecodedFrame;
+    use crate::video::pool::{OutputItem, StreamCounters, StreamInput, WorkerPool};
+    use crate::video::ring::FrameRing;
+
+    const FRAME_NS: u64 = 40_000_000;
+
+    /// A file-like stream whose ring already holds `frames` distinct 64x48
+    /// RGBA frames, pts `i * FRAME_NS + offset`.
+    fn stream(name: &str, frames: u64, offset: u64, smoothing: bool) -> (Arc<StreamInput>, Receiver<OutputItem>) {
+        let ring = Arc::new(FrameRing::new(16, 16, false));
+        for i in 0..frames {
+            let data: Vec<u8> = (0..64 * 48 * 4).map(|p| (p as u64 * (i + 3) + offset) as u8).collect();
+            let pts = Some(i * FRAME_NS + offset);
+            ring.push(&DecodedFrame { data: &data, width: 64, height: 48, stride: 256, format: PixelFormat::Rgba, chroma: None, pts, duration: None });
+        }
+        let (output, rx) = unbounded();
+        let smoothing = smoothing.then_some(DEFAULT_WEIGHT);
+        let temporal = StreamTemporal::new(TemporalSettings { smoothing, hood: false });
+        let input = StreamInput { name: name.into(), ring, output, counters: Arc::new(StreamCounters::default()), want_masks: true, temporal };
+        (Arc::new(input), rx)
+    }
+
+    #[test]
+    fn ready_frames_are_taken_round_robin_up_to_the_batch() {
+        // Rule: a worker takes one ready frame per stream per sweep until the batch is full or nothing is ready, never waiting, and counts each taken frame in flight (and nothing else).
+        let (a, _ra) = stream("a", 3, 0, false);
+        let (b, _rb) = stream("b", 1, 7, false);
+        let streams = [a.clone(), b.clone()];
+        let (mut next, mut jobs) = (0, Vec::new());
+        take_ready(&streams, &mut next, 4, &mut jobs);
+        let taken: Vec<_> = jobs.iter().map(|j: &Job| (j.stream.name.as_str(), j.buf.seq)).collect();
+        assert_eq!(taken, [("a", 0), ("b", 0), ("a", 1), ("a", 2)]);
+        assert_eq!((a.in_flight(), b.in_flight()), (3, 1));
+        jobs.clear();
+        take_ready(&streams, &mut next, 4, &mut jobs);
+        assert!(jobs.is_empty());
+        assert_eq!((a.in_flight(), b.in_flight()), (3, 1), "empty rings leave the counts alone");
+        // A batch of 2 from a fuller stream stops at 2.
+        let (c, _rc) = stream("c", 5, 0, false);
+        take_ready(std::slice::from_ref(&c), &mut 0, 2, &mut jobs);
+        assert_eq!(jobs.iter().map(|j| j.buf.seq).collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(c.in_flight(), 2);
+    }
+
+    #[test]
+    fn two_streams_in_batches_of_four_keep_every_frame_in_order_with_its_timestamps() {
+        // Rule: with workers.batch = 4, frames from two streams (one smoothing its logits) run in shared batches, and each stream's output gets every frame once, in order, with its own pts and a frame-sized mask; the in-flight counts return to 0.
+        let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/odd-bf16-203x141");
+        let road = ["label_0".to_string()];
+        let spec = ModelSpec { path: &model, size: (96, 64), preset: Preset::Fast, road_classes: &road, confidence_threshold: 0.3, cuda_graphs: false };
+        let (engines, _) = load_cpu_engines(&spec, CpuBackend::new(), 1).expect("the test model loads");
+        let engines = engines.into_iter().map(AnyEngine::from).collect();
+        let annotator = Annotator { style: Default::default(), show_text: true };
+        let pool = WorkerPool::start(engines, 4, annotator, Arc::new(|_, _, _| {}), Arc::new(|_| {}));
+        // Every frame is queued before its stream is added, so the first take
+        // finds at least four frames ready.
+        let (a, ra) = stream("a", 7, 0, true);
+        let (b, rb) = stream("b", 6, 1_000, false);
+        pool.add_stream(a.clone());
+        pool.add_stream(b.clone());
+        pool.notify();
+        let mut inferred_at: HashMap<Instant, usize> = HashMap::new();
+        for (input, rx, count, offset) in [(&a, &ra, 7, 0), (&b, &rb, 6, 1_000)] {
+            for i in 0..count {
+                match rx.recv_timeout(Duration::from_secs(60)) {
+                    Ok(OutputItem::Frame { buf, .. }) => {
+                        assert_eq!(buf.seq, i, "{}: frames in order", input.name);
+                        assert_eq!(buf.timing.pts, Some(i * FRAME_NS + offset), "{} frame {i}: its own pts", input.name);
+                        assert_eq!(buf.road_mask.len(), 64 * 48);
+                        *inferred_at.entry(buf.stages.inferred).or_default() += 1;
+                        input.ring.recycle(buf);
+                    }
+                    other => panic!("{} frame {i}: {other:?}", input.name),
+                }
+            }
+        }
+        assert!(ra.is_empty() && rb.is_empty(), "nothing more than the frames");
+        // Frames of one batch share its inference instant; single runs never do.
+        assert!(inferred_at.values().any(|&n| n >= 2), "some frames ran as a batch: {inferred_at:?}");
+        assert!(inferred_at.values().all(|&n| n <= 4), "no batch over 4: {inferred_at:?}");
+        assert_eq!((a.counters.in_flight.load(Ordering::SeqCst), b.counters.in_flight.load(Ordering::SeqCst)), (0, 0));
+        assert_eq!((a.counters.inferred.load(Ordering::SeqCst), b.counters.inferred.load(Ordering::SeqCst)), (7, 6));
+        pool.shutdown();
+    }
+}

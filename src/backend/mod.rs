@@ -134,6 +134,25 @@ pub struct AttnDims {
     pub head_dim: usize,
 }
 
+impl AttnDims {
+    /// Elements of one image's queries `[queries, heads*head_dim]` and keys
+    /// and values `[keys, 2*heads*head_dim]`, after checking that `q`, `kv`
+    /// and `y` (of those lengths) hold the whole batch.
+    pub fn image_lens(&self, q: usize, kv: usize, y: usize) -> Result<(usize, usize), BackendError> {
+        let channels = self.heads * self.head_dim;
+        let (q_len, kv_len) = (self.queries * channels, self.keys * 2 * channels);
+        check_len("attention q", self.batch * q_len, q)?;
+        check_len("attention kv", self.batch * kv_len, kv)?;
+        check_len("attention y", self.batch * q_len, y)?;
+        Ok((q_len, kv_len))
+    }
+}
+
+/// A [`BackendError::Size`] unless `actual` holds `expected` elements.
+pub(crate) fn check_len(op: &'static str, expected: usize, actual: usize) -> OpResult {
+    if actual < expected { Err(BackendError::Size { op, expected, actual }) } else { Ok(()) }
+}
+
 /// Bilinear resize (half-pixel centres, align_corners=False, no antialias) of
 /// `batch` maps `[src_h, src_w, channels]` to `[dst_h, dst_w, channels]` each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

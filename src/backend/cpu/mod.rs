@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use self::gemm::{MatRef, matmul};
+use super::check_len as check;
 use super::{Affine, AttnDims, Backend, BackendError, ConvDims, DwConvDims, GemmDims, NormDims, OpResult, Precision, ResizeDims};
 
 pub use kernels::bilinear_source;
@@ -57,13 +58,6 @@ impl CpuBackend {
         rows.sort_by(|a, b| b.1.total_cmp(&a.1));
         rows
     }
-}
-
-fn check(op: &'static str, expected: usize, actual: usize) -> OpResult {
-    if actual < expected {
-        return Err(BackendError::Size { op, expected, actual });
-    }
-    Ok(())
 }
 
 fn fill_rows(y: &mut [f32], bias: &[f32], rows: usize) {
@@ -183,11 +177,7 @@ impl Backend for CpuBackend {
     }
 
     fn attention(&self, q: &Self::Tensor, kv: &Self::Tensor, y: &mut Self::Tensor, workspace: &mut Self::Tensor, d: AttnDims) -> OpResult {
-        let channels = d.heads * d.head_dim;
-        let (q_len, kv_len) = (d.queries * channels, d.keys * 2 * channels);
-        check("attention q", d.batch * q_len, q.len())?;
-        check("attention kv", d.batch * kv_len, kv.len())?;
-        check("attention y", d.batch * q_len, y.len())?;
+        let (q_len, kv_len) = d.image_lens(q.len(), kv.len(), y.len())?;
         check("attention workspace", self.attention_workspace(d), workspace.len())?;
         // One image after another: each already fills every core, and the
         // score scratch is reused, so the workspace does not grow with batch.

@@ -15,7 +15,7 @@ use super::error::CudaError;
 use super::kernels::Ops;
 use crate::backend::{
     Affine, AttnDims, Backend, BackendError, ConvDims, DecodeDims, DwConvDims, GemmDims, NormDims, OpResult, Precision, ResizeDims, StageMap,
-    decode_tail_unfused,
+    check_len, decode_tail_unfused,
 };
 
 /// Switches that change how work is issued, not what is computed.
@@ -97,10 +97,6 @@ const DW_BLOCK: usize = 128;
 fn naive_dwconv() -> bool {
     static NAIVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *NAIVE.get_or_init(|| std::env::var("ROADSEG_CUDA_DWCONV").is_ok_and(|v| v == "naive"))
-}
-
-fn check_len(op: &'static str, expected: usize, actual: usize) -> OpResult {
-    if actual < expected { Err(BackendError::Size { op, expected, actual }) } else { Ok(()) }
 }
 
 impl<T: GemmElem> CudaBackend<T>
@@ -295,11 +291,7 @@ where
     }
 
     fn attention(&self, q: &Self::Tensor, kv: &Self::Tensor, y: &mut Self::Tensor, _ws: &mut Self::Tensor, d: AttnDims) -> OpResult {
-        let c = d.heads * d.head_dim;
-        let (q_len, kv_len) = (d.queries * c, d.keys * 2 * c);
-        check_len("attention q", d.batch * q_len, q.len())?;
-        check_len("attention kv", d.batch * kv_len, kv.len())?;
-        check_len("attention y", d.batch * q_len, y.len())?;
+        let (q_len, kv_len) = d.image_lens(q.len(), kv.len(), y.len())?;
         if d.head_dim > 256 {
             return Err(BackendError::HeadDim { head_dim: d.head_dim, max: 256 });
         }

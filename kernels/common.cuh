@@ -83,6 +83,20 @@ __device__ __forceinline__ void bilinear_source(int dst, int src_len, int dst_le
     *frac = real - (float)a;
 }
 
+// Channel `ch` of a `[src_h, src_w, c]` map sampled for destination pixel
+// (dx, dy) of a `[dst_h, dst_w]` resize, as the CPU backend's bilinear does.
+template <class T>
+__device__ __forceinline__ float bilinear_sample(const typename T::S* __restrict__ x, int src_h, int src_w, int dst_h,
+                                                 int dst_w, int dx, int dy, int c, int ch) {
+    int x0, x1, y0, y1;
+    float lx, ly;
+    bilinear_source(dx, src_w, dst_w, &x0, &x1, &lx);
+    bilinear_source(dy, src_h, dst_h, &y0, &y1, &ly);
+    float a = T::ld(x[((long)y0 * src_w + x0) * c + ch]), b = T::ld(x[((long)y0 * src_w + x1) * c + ch]);
+    float d = T::ld(x[((long)y1 * src_w + x0) * c + ch]), e = T::ld(x[((long)y1 * src_w + x1) * c + ch]);
+    return (1.0f - ly) * ((1.0f - lx) * a + lx * b) + ly * ((1.0f - lx) * d + lx * e);
+}
+
 // One kernel entry point per element type, named `<name>_<suffix>`.
 #define FOR_EACH_TYPE(M) M(F32, f32) M(F16, f16) M(BF16, bf16)
 #define FOR_EACH_HALF_TYPE(M) M(F16, f16) M(BF16, bf16)

@@ -16,18 +16,6 @@
 #define DEC_PIXELS 8
 #define DEC_MAX_HIDDEN 1024
 
-template <class T>
-__device__ __forceinline__ float dec_sample(const typename T::S* __restrict__ s, int sh, int sw, int h0, int w0, int dx,
-                                            int dy, int d, int ch) {
-    int x0, x1, y0, y1;
-    float lx, ly;
-    bilinear_source(dx, sw, w0, &x0, &x1, &lx);
-    bilinear_source(dy, sh, h0, &y0, &y1, &ly);
-    float a = T::ld(s[((long)y0 * sw + x0) * d + ch]), b = T::ld(s[((long)y0 * sw + x1) * d + ch]);
-    float c = T::ld(s[((long)y1 * sw + x0) * d + ch]), e = T::ld(s[((long)y1 * sw + x1) * d + ch]);
-    return (1.0f - ly) * ((1.0f - lx) * a + lx * b) + ly * ((1.0f - lx) * c + lx * e);
-}
-
 // For `batch` images: acc [batch*h0*w0, d]; s1..s3 [batch*h_i*w_i, d];
 // cls_w [d, labels]; cls_b [labels]; logits [batch*h0*w0, labels].
 // Needs d <= DEC_MAX_HIDDEN; grid: ceil(batch*h0*w0 / DEC_PIXELS).
@@ -50,9 +38,9 @@ __device__ void decode_tail_impl(const typename T::S* __restrict__ acc, const ty
         int dx = (int)(q % w0), dy = (int)(q / w0);
         float v = T::ld(acc[p * d + ch]);
         // Each image samples only its own stage maps.
-        v += dec_sample<T>(s1 + img * h1 * w1 * d, h1, w1, h0, w0, dx, dy, d, ch);
-        v += dec_sample<T>(s2 + img * h2 * w2 * d, h2, w2, h0, w0, dx, dy, d, ch);
-        v += dec_sample<T>(s3 + img * h3 * w3 * d, h3, w3, h0, w0, dx, dy, d, ch);
+        v += bilinear_sample<T>(s1 + img * h1 * w1 * d, h1, w1, h0, w0, dx, dy, d, ch);
+        v += bilinear_sample<T>(s2 + img * h2 * w2 * d, h2, w2, h0, w0, dx, dy, d, ch);
+        v += bilinear_sample<T>(s3 + img * h3 * w3 * d, h3, w3, h0, w0, dx, dy, d, ch);
         hidden[j * d + ch] = fmaxf(v, 0.0f);
     }
     __syncthreads();

@@ -10,13 +10,7 @@ __device__ void resize_bilinear_impl(const typename T::S* __restrict__ x, typena
         int ch = (int)(i % c);
         long p = i / c;
         int dx = (int)(p % dst_w), dy = (int)(p / dst_w);
-        int x0, x1, y0, y1;
-        float lx, ly;
-        bilinear_source(dx, src_w, dst_w, &x0, &x1, &lx);
-        bilinear_source(dy, src_h, dst_h, &y0, &y1, &ly);
-        float a = T::ld(x[((long)y0 * src_w + x0) * c + ch]), b = T::ld(x[((long)y0 * src_w + x1) * c + ch]);
-        float d = T::ld(x[((long)y1 * src_w + x0) * c + ch]), e = T::ld(x[((long)y1 * src_w + x1) * c + ch]);
-        float v = (1.0f - ly) * ((1.0f - lx) * a + lx * b) + ly * ((1.0f - lx) * d + lx * e);
+        float v = bilinear_sample<T>(x, src_h, src_w, dst_h, dst_w, dx, dy, c, ch);
         if (accumulate) v += T::ld(y[i]);
         y[i] = T::st(v);
     }

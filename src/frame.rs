@@ -15,7 +15,8 @@ pub enum PixelFormat {
 }
 
 impl PixelFormat {
-    fn bytes_per_pixel(self) -> usize {
+    /// Bytes of one pixel in the first plane (NV12: its Y plane).
+    pub fn bytes_per_pixel(self) -> usize {
         match self {
             PixelFormat::Rgb => 3,
             PixelFormat::Rgba => 4,

@@ -56,7 +56,6 @@ def emulate(acc, stages, cls_w, cls_b, batch, h0, w0, d, labels):
     pixels = per_image * batch
     grid = (pixels + DEC_PIXELS - 1) // DEC_PIXELS
     logits = np.full(pixels * labels, np.nan)
-    # Per-stage sample tables, as dec_sample computes them for (dx, dy).
     for block in range(grid):
         hidden = np.full(DEC_PIXELS * DEC_MAX_HIDDEN, np.nan)
         first = block * DEC_PIXELS

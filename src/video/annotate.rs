@@ -86,16 +86,25 @@ fn blend(under: u8, over: f32, alpha: f32) -> u8 {
 /// Tints NV12 in place, as `draw_overlay` tints RGB: luma per pixel, and each
 /// 2x2 block's shared chroma by the tint of its top-left pixel.
 fn tint_nv12(pixels: &mut [u8], w: usize, h: usize, tint: impl Fn(usize) -> Option<([u8; 3], f32)>) {
+    // The tint is one of a few colours, mostly the same as the pixel before:
+    // convert each only when it changes, not once per pixel.
+    let mut last = ([0u8; 3], yuv([0; 3]));
+    let mut yuv_of = |colour: [u8; 3]| {
+        if last.0 != colour {
+            last = (colour, yuv(colour));
+        }
+        last.1
+    };
     let (luma, chroma) = pixels.split_at_mut(w * h);
     for (i, y) in luma.iter_mut().enumerate() {
         if let Some((colour, alpha)) = tint(i) {
-            *y = blend(*y, yuv(colour)[0], alpha);
+            *y = blend(*y, yuv_of(colour)[0], alpha);
         }
     }
     for (by, row) in chroma.chunks_exact_mut(w).take(h / 2).enumerate() {
         for (bx, uv) in row.chunks_exact_mut(2).enumerate() {
             if let Some((colour, alpha)) = tint(2 * by * w + 2 * bx) {
-                let [_, u, v] = yuv(colour);
+                let [_, u, v] = yuv_of(colour);
                 uv[0] = blend(uv[0], u, alpha);
                 uv[1] = blend(uv[1], v, alpha);
             }

@@ -40,11 +40,7 @@ impl Packed {
 
     /// Bytes of one row of the first plane, unpadded.
     pub(crate) fn row(self) -> usize {
-        match self.format {
-            PixelFormat::Rgba => self.width as usize * 4,
-            PixelFormat::Rgb => self.width as usize * 3,
-            PixelFormat::Nv12 => self.width as usize,
-        }
+        self.width as usize * self.format.bytes_per_pixel()
     }
 
     /// Rows of every plane together (NV12: Y rows then half as many UV rows).

@@ -48,11 +48,7 @@ impl FrameBuf {
 
     /// Bytes per row (of the Y plane, for NV12).
     pub fn stride(&self) -> usize {
-        self.width as usize * match self.format {
-            PixelFormat::Nv12 => 1,
-            PixelFormat::Rgb => 3,
-            PixelFormat::Rgba => 4,
-        }
+        self.width as usize * self.format.bytes_per_pixel()
     }
 
     /// The pixels as the engine reads them.

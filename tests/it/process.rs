@@ -24,6 +24,15 @@ fn ffprobe_stream(path: &Path) -> serde_json::Value {
     json["streams"][0].clone()
 }
 
+/// A synthetic 320x180 drive of `frames` frames at 25 fps, in `dir`.
+fn synth_drive(dir: &Path, frames: u32) -> std::path::PathBuf {
+    let clip = dir.join("drive.mp4");
+    let frames = frames.to_string();
+    let (code, _, stderr) = roadseg(&["synth", "-o", clip.to_str().unwrap(), "--frames", &frames, "--size", "320x180", "--fps", "25"]);
+    assert_eq!(code, 0, "{stderr}");
+    clip
+}
+
 fn process(args: &[&str]) -> (i32, String, String) {
     let mut all = vec!["process", "--model", MODEL, "--device", "cpu", "--size", "224x128"];
     all.extend_from_slice(args);
@@ -64,9 +73,7 @@ fn every_frame_of_the_dashcam_clip_comes_out_in_order_with_its_timestamps() {
 #[test]
 fn a_synthetic_clip_goes_through_and_masks_match_the_frames() {
     let tmp = tempfile::tempdir().unwrap();
-    let clip = tmp.path().join("synth.mp4");
-    let (code, _, stderr) = roadseg(&["synth", "-o", clip.to_str().unwrap(), "--frames", "20", "--size", "320x180"]);
-    assert_eq!(code, 0, "{stderr}");
+    let clip = synth_drive(tmp.path(), 20);
     let out = tmp.path().join("out.mp4");
     let masks = tmp.path().join("masks");
     let (code, _, stderr) =
@@ -134,9 +141,7 @@ fn a_truncated_clip_keeps_what_could_be_decoded() {
 fn infer_fps_caps_inference_and_counts_the_rest_as_dropped() {
     // Rule: --infer-fps N sends at most N frames a second (by timestamp) to inference; the rest are dropped and counted, and the output holds only inferred frames.
     let tmp = tempfile::tempdir().unwrap();
-    let clip = tmp.path().join("drive.mp4");
-    let (code, _, stderr) = roadseg(&["synth", "-o", clip.to_str().unwrap(), "--frames", "50", "--size", "320x180", "--fps", "25"]);
-    assert_eq!(code, 0, "{stderr}");
+    let clip = synth_drive(tmp.path(), 50);
     let out = tmp.path().join("out.mp4");
     let stats = tmp.path().join("stats.jsonl");
     let (code, stdout, stderr) =
@@ -154,9 +159,7 @@ fn infer_fps_caps_inference_and_counts_the_rest_as_dropped() {
 fn batched_workers_keep_every_frame_in_order_with_its_timestamps() {
     // Rule: process --batch 4 (two workers) still writes every frame once, in order, with the input's timestamps; a batch outside 1..=16 fails clearly.
     let tmp = tempfile::tempdir().unwrap();
-    let clip = tmp.path().join("drive.mp4");
-    let (code, _, stderr) = roadseg(&["synth", "-o", clip.to_str().unwrap(), "--frames", "30", "--size", "320x180", "--fps", "25"]);
-    assert_eq!(code, 0, "{stderr}");
+    let clip = synth_drive(tmp.path(), 30);
     let out = tmp.path().join("out.mp4");
     let stats = tmp.path().join("stats.jsonl");
     let args = [clip.to_str().unwrap(), "-o", out.to_str().unwrap(), "--stats-out", stats.to_str().unwrap(), "--batch", "4", "--workers", "2"];

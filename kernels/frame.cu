@@ -1,6 +1,6 @@
 // The frame path's ends on the GPU: uint8 frame -> normalised model input, and
 // logits -> per-pixel class, confidence and road statistics at frame size.
-// Both replicate the CPU path (engine/preprocess.rs, engine/postprocess.rs).
+// Both replicate the CPU's (backend/cpu/preprocess.rs, backend/cpu/postprocess.rs).
 
 #define FMT_RGB 0
 #define FMT_RGBA 1
@@ -55,7 +55,8 @@ __device__ void preprocess_impl(const u8* __restrict__ frame, int fw, int fh, in
 // 255 below `threshold`. Road pixels and the confidence sum are reduced per
 // warp, then added atomically into totals (u32 road count, f32 confidence sum).
 template <class T>
-__device__ void postprocess_impl(const typename T::S* __restrict__ logits, int lw, int lh, int labels, int fw, int fh,
+__device__ void postprocess_impl(const typename T::S* __restrict__ logits, int lw, int lh, int labels, float scale,
+                                 int fw, int fh,
                                  const u8* __restrict__ road_is, float threshold, u8* __restrict__ classes,
                                  float* __restrict__ confidence, u32* road_total, float* confidence_total) {
     long total = (long)fw * fh;
@@ -72,7 +73,9 @@ __device__ void postprocess_impl(const typename T::S* __restrict__ logits, int l
         const typename T::S* p01 = logits + ((long)y0 * lw + x1) * labels;
         const typename T::S* p10 = logits + ((long)y1 * lw + x0) * labels;
         const typename T::S* p11 = logits + ((long)y1 * lw + x1) * labels;
-        float w00 = (1.0f - ly) * (1.0f - lx), w01 = (1.0f - ly) * lx, w10 = ly * (1.0f - lx), w11 = ly * lx;
+        // `scale` (1 / passes summed) folded into the bilinear weights.
+        float w00 = (1.0f - ly) * (1.0f - lx) * scale, w01 = (1.0f - ly) * lx * scale, w10 = ly * (1.0f - lx) * scale,
+              w11 = ly * lx * scale;
         float best = NEG_INF;
         int arg = 0;
         for (int k = 0; k < labels; k++) {
@@ -109,10 +112,11 @@ __device__ void postprocess_impl(const typename T::S* __restrict__ logits, int l
                                                 int w, int h) {                                                  \
         preprocess_impl<T>(frame, fw, fh, stride, fmt, out, w, h);                                              \
     }                                                                                                            \
-    extern "C" __global__ void postprocess_##sfx(const T::S* logits, int lw, int lh, int labels, int fw, int fh,  \
+    extern "C" __global__ void postprocess_##sfx(const T::S* logits, int lw, int lh, int labels, float scale,     \
+                                                 int fw, int fh,                                                 \
                                                  const u8* road_is, float threshold, u8* classes,                \
                                                  float* confidence, u32* road_total, float* confidence_total) {  \
-        postprocess_impl<T>(logits, lw, lh, labels, fw, fh, road_is, threshold, classes, confidence, road_total, \
-                            confidence_total);                                                                   \
+        postprocess_impl<T>(logits, lw, lh, labels, scale, fw, fh, road_is, threshold, classes, confidence,      \
+                            road_total, confidence_total);                                                       \
     }
 FOR_EACH_TYPE(FRAME)

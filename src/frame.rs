@@ -36,6 +36,26 @@ pub struct FrameRef<'a> {
     pub format: PixelFormat,
 }
 
+/// What a frame's buffers depend on: frames of one geometry share the
+/// buffers (and recorded work) of a backend's frame slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameGeometry {
+    pub width: usize,
+    pub height: usize,
+    pub stride: usize,
+    pub format: PixelFormat,
+}
+
+impl FrameGeometry {
+    /// Bytes a frame of this geometry spans (NV12: both planes, full rows).
+    pub fn bytes(&self) -> usize {
+        match self.format {
+            PixelFormat::Nv12 => self.stride * self.height * 3 / 2,
+            _ => self.stride * self.height,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("bad frame: {0}")]
 pub struct FrameError(pub String);
@@ -43,6 +63,10 @@ pub struct FrameError(pub String);
 impl<'a> FrameRef<'a> {
     pub fn packed(data: &'a [u8], width: usize, height: usize, format: PixelFormat) -> Self {
         FrameRef { data, width, height, stride: width * format.bytes_per_pixel(), format }
+    }
+
+    pub fn geometry(&self) -> FrameGeometry {
+        FrameGeometry { width: self.width, height: self.height, stride: self.stride, format: self.format }
     }
 
     pub fn validate(&self) -> Result<(), FrameError> {

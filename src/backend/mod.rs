@@ -15,6 +15,8 @@ pub mod cuda;
 
 use std::fmt;
 
+use crate::frame::{FrameError, FrameGeometry, FrameRef, Segmentation};
+
 /// Numeric precision a backend computes in. The CPU backend is always `F32`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -54,6 +56,8 @@ impl std::str::FromStr for Precision {
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
+    #[error(transparent)]
+    Frame(#[from] FrameError),
     #[error("buffer size mismatch in {op}: expected {expected} elements, got {actual}")]
     Size { op: &'static str, expected: usize, actual: usize },
     /// The CUDA driver, cuBLASLt, or setting up the device: kernels (NVRTC),
@@ -224,12 +228,39 @@ pub struct Affine<P> {
 
 pub type OpResult = Result<(), BackendError>;
 
+/// Logits `[logits_h, logits_w, labels]` -> a frame slot's segmentation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FrameOutDims {
+    pub logits_w: usize,
+    pub logits_h: usize,
+    pub labels: usize,
+    /// Factor on every logit: 1 / passes, when several passes were summed.
+    pub logit_scale: f32,
+    /// Confidence below which a pixel is [`crate::frame::UNKNOWN`].
+    pub threshold: f32,
+}
+
+/// Time a backend spent pre- and postprocessing a frame on the host, which
+/// the engine cannot see from outside the recorded work.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct HostPhases {
+    pub preprocess_ms: f64,
+    pub postprocess_ms: f64,
+}
+
 /// What a backend provides. `Param`s are read-only weights shared by every
 /// model instance (and worker) built on this backend; `Tensor`s are activation
 /// buffers owned by exactly one model instance.
 pub trait Backend: Send + Sync + 'static {
     type Param: Clone + Send + Sync;
     type Tensor: Send;
+    /// The buffers for frames of one geometry: the frame as it came, and its
+    /// segmentation on the way out.
+    type FrameSlot: Send;
+    /// A handle to recorded work ([`Backend::run_recorded`]). Whoever owns the
+    /// buffers a recording uses owns the handle, and dropping it drops the
+    /// recording.
+    type Recording: Send;
 
     fn describe(&self) -> String;
     fn precision(&self) -> Precision;
@@ -270,14 +301,38 @@ pub trait Backend: Send + Sync + 'static {
     /// `y = max(y, 0)` over `len` elements.
     fn relu(&self, y: &mut Self::Tensor, len: usize) -> OpResult;
 
+    /// A new, empty recording handle.
+    fn recording(&self) -> Self::Recording;
+
     /// Runs `forward`, which must only enqueue this backend's ops on buffers
-    /// that outlive the backend's use of them. A backend may record the first
-    /// run under `key` and replay the recording on later calls instead of
-    /// calling `forward` (the CUDA backend's graphs); others just call it.
-    fn run_recorded<E: From<BackendError>>(&self, key: usize, forward: &mut dyn FnMut() -> Result<(), E>) -> Result<(), E> {
-        let _ = key;
-        forward()
-    }
+    /// that live as long as `recording`. A backend may record the first run
+    /// into `recording` and replay it on later calls instead of calling
+    /// `forward` (the CUDA backend's graphs); others just call it.
+    fn run_recorded<E: From<BackendError>>(&self, recording: &Self::Recording, forward: &mut dyn FnMut() -> Result<(), E>) -> Result<(), E>;
+
+    /// Buffers for frames of `geometry`; `road_classes` are counted in the
+    /// segmentation's road coverage.
+    fn frame_slot(&self, geometry: FrameGeometry, road_classes: &[usize]) -> Result<Self::FrameSlot, BackendError>;
+
+    /// Host work before the recorded work: takes the frame's pixels, which
+    /// must have the slot's geometry.
+    fn stage_frame(&self, slot: &mut Self::FrameSlot, frame: &FrameRef<'_>) -> OpResult;
+
+    /// Recorded: makes the staged frame visible to the ops (a copy to the
+    /// device; nothing on the host). Once per frame, before `frame_to_input`.
+    fn upload_frame(&self, slot: &mut Self::FrameSlot) -> OpResult;
+
+    /// Recorded: the frame resized (bilinear, half-pixel centres) to `w` x `h`
+    /// and normalised (/255, ImageNet mean and std) into `input` `[h, w, 3]`.
+    fn frame_to_input(&self, slot: &mut Self::FrameSlot, input: &mut Self::Tensor, w: usize, h: usize) -> OpResult;
+
+    /// Recorded: logits upsampled to the frame's size, soft-maxed, and turned
+    /// into the slot's class, confidence and road coverage per pixel.
+    fn frame_from_logits(&self, slot: &mut Self::FrameSlot, logits: &Self::Tensor, d: FrameOutDims) -> OpResult;
+
+    /// Host work after the recorded work (waits for it): the segmentation
+    /// into `out`, and the host phases' times where the backend has them.
+    fn collect_frame(&self, slot: &mut Self::FrameSlot, out: &mut Segmentation) -> Result<Option<HostPhases>, BackendError>;
 
     /// `logits = relu(acc + sum_i resize(stages_i)) W + b` (the decode head after
     /// its projections; `acc` is `[h0, w0, hidden]` and may be overwritten).

@@ -1,12 +1,12 @@
 //! An engine on whichever backend the device resolved to, so commands, the
 //! worker pool and the daemon are written once.
 
-#[cfg(feature = "cuda")]
-use super::cuda_engine::CudaEngine;
 use super::batch::BatchFilter;
 use super::pipeline::{Engine, EngineError, EngineOptions, FrameTimings, LogitsFilter};
 use crate::backend::Backend;
 use crate::backend::cpu::CpuBackend;
+#[cfg(feature = "cuda")]
+use crate::backend::cuda::CudaBackend;
 use crate::frame::{FrameRef, Segmentation};
 #[cfg(feature = "cuda")]
 use half::{bf16, f16};
@@ -14,11 +14,11 @@ use half::{bf16, f16};
 pub enum AnyEngine {
     Cpu(Engine<CpuBackend>),
     #[cfg(feature = "cuda")]
-    CudaF16(CudaEngine<f16>),
+    CudaF16(Engine<CudaBackend<f16>>),
     #[cfg(feature = "cuda")]
-    CudaBf16(CudaEngine<bf16>),
+    CudaBf16(Engine<CudaBackend<bf16>>),
     #[cfg(feature = "cuda")]
-    CudaF32(CudaEngine<f32>),
+    CudaF32(Engine<CudaBackend<f32>>),
 }
 
 macro_rules! each {
@@ -93,19 +93,10 @@ impl AnyEngine {
         each!(self, e => e.run_normalized(hwc))
     }
 
-    /// Keeps each frame's logits on the host (`logits()`), at the cost of the
-    /// GPU frame path; the CPU always keeps them.
+    /// Keeps each frame's averaged logits on the host (`logits()`), at the
+    /// cost of a round trip between the model and postprocessing.
     pub fn keep_logits(&mut self, keep: bool) {
-        let _ = keep; // unused when built without CUDA
-        match self {
-            AnyEngine::Cpu(_) => {}
-            #[cfg(feature = "cuda")]
-            AnyEngine::CudaF16(e) => e.keep_logits = keep,
-            #[cfg(feature = "cuda")]
-            AnyEngine::CudaBf16(e) => e.keep_logits = keep,
-            #[cfg(feature = "cuda")]
-            AnyEngine::CudaF32(e) => e.keep_logits = keep,
-        }
+        each!(self, e => e.set_keep_logits(keep))
     }
 
     /// The CPU backend, for its op profile (`roadseg bench --profile-ops`).

@@ -13,9 +13,7 @@
 use std::time::Instant;
 
 use super::pipeline::{Engine, EngineError, ms_since};
-use super::postprocess::PostprocessSpec;
-use super::preprocess::preprocess;
-use crate::backend::cpu::resize_host;
+use crate::backend::cpu::{PostprocessSpec, Postprocessor, preprocess, resize_host};
 use crate::backend::{Backend, ResizeDims};
 use crate::frame::{FrameRef, Segmentation};
 use crate::model::{MAX_BATCH, Segformer};
@@ -24,12 +22,10 @@ use crate::model::{MAX_BATCH, Segformer};
 /// called with the frame's index in the batch (temporal smoothing per stream).
 pub type BatchFilter<'a> = &'a mut dyn FnMut(usize, &mut [f32]);
 
-/// Recording keys of batched forwards: this plus the batch size (the single-
-/// frame passes use 0.., CUDA frame arenas 1 << 32..).
-const BATCH_KEY_BASE: usize = 1 << 31;
-
 struct BatchPass<B: Backend> {
     model: Segformer<B>,
+    /// The batched forward, recorded on first use.
+    recording: B::Recording,
     /// Host staging of the input `[N, h, w, 3]` and the logits `[N, sh, sw, labels]`.
     input: Vec<f32>,
     logits: Vec<f32>,
@@ -44,11 +40,12 @@ pub(crate) struct Batches<B: Backend> {
     outputs: Vec<Segmentation>,
     /// Frames in the last batch.
     last: usize,
+    postprocessor: Postprocessor,
 }
 
 impl<B: Backend> Default for Batches<B> {
     fn default() -> Self {
-        Batches { passes: Vec::new(), logits: Vec::new(), outputs: Vec::new(), last: 0 }
+        Batches { passes: Vec::new(), logits: Vec::new(), outputs: Vec::new(), last: 0, postprocessor: Postprocessor::default() }
     }
 }
 
@@ -80,7 +77,7 @@ impl<B: Backend> Engine<B> {
         let pass = self.batches.passes[n - 2].as_mut().expect("built by batch_pass");
         b.write(pass.model.input_mut(), &pass.input)?;
         let model = &mut pass.model;
-        b.run_recorded(BATCH_KEY_BASE + n, &mut || model.forward(b))?;
+        b.run_recorded(&pass.recording, &mut || model.forward(b))?;
         b.read(pass.model.logits(), &mut pass.logits)?;
         self.timings.preprocess_ms = preprocess_ms;
         self.timings.inference_ms = ms_since(t1);
@@ -96,11 +93,12 @@ impl<B: Backend> Engine<B> {
             labels,
             road_classes: &self.options.road_classes,
             threshold: self.options.confidence_threshold,
+            logit_scale: 1.0,
         };
         // As the single-frame path: logits resized (an exact copy when the
         // pass is the base scale) onto zeros at the base resolution.
         let resize = ResizeDims { batch: 1, src_h: sh, src_w: sw, dst_h: lh, dst_w: lw, channels: labels };
-        let Batches { passes, logits, outputs, .. } = &mut self.batches;
+        let Batches { passes, logits, outputs, postprocessor, .. } = &mut self.batches;
         let pass = passes[n - 2].as_ref().expect("built by batch_pass");
         logits.resize(lw * lh * labels, 0.0);
         for (i, (frame, image_logits)) in frames.iter().zip(pass.logits.chunks_exact(pass.model.logits_len())).enumerate() {
@@ -109,7 +107,7 @@ impl<B: Backend> Engine<B> {
             if let Some(f) = filter.as_mut() {
                 f(i, logits);
             }
-            self.postprocessor.run(logits, &spec, frame.width, frame.height, &mut outputs[i]);
+            postprocessor.run(logits, &spec, frame.width, frame.height, &mut outputs[i]);
         }
         self.timings.postprocess_ms = ms_since(t2);
         self.batches.last = n;
@@ -132,7 +130,8 @@ impl<B: Backend> Engine<B> {
             let (w, h) = single.input_size();
             let model = Segformer::batched(single.weights().clone(), &self.backend, w, h, n)?;
             let (input, logits) = (vec![0.0; n * model.input_len()], vec![0.0; n * model.logits_len()]);
-            self.batches.passes[slot] = Some(BatchPass { model, input, logits });
+            let recording = self.backend.recording();
+            self.batches.passes[slot] = Some(BatchPass { model, recording, input, logits });
         }
         Ok(self.batches.passes[slot].as_mut().expect("built above"))
     }
@@ -156,44 +155,5 @@ impl<B: Backend> Engine<B> {
         self.timings = total;
         self.batches.last = frames.len();
         Ok(&self.batches.outputs[..frames.len()])
-    }
-
-    /// The segmentation of a single-frame run, as a batch of one.
-    #[cfg(feature = "cuda")]
-    fn single_as_batch(&mut self) -> &[Segmentation] {
-        if self.batches.outputs.is_empty() {
-            self.batches.outputs.push(Segmentation::default());
-        }
-        self.batches.outputs[0].clone_from(&self.segmentation);
-        self.batches.last = 1;
-        &self.batches.outputs[..1]
-    }
-}
-
-#[cfg(feature = "cuda")]
-mod cuda {
-    use cudarc::cublaslt::{CudaBlasLT, Matmul};
-
-    use super::BatchFilter;
-    use crate::backend::cuda::GemmElem;
-    use crate::engine::EngineError;
-    use crate::engine::cuda_engine::CudaEngine;
-    use crate::frame::{FrameRef, Segmentation};
-
-    impl<T: GemmElem> CudaEngine<T>
-    where
-        CudaBlasLT: Matmul<T>,
-    {
-        /// A batch of one takes the device frame path; larger batches the
-        /// engine's batched forward (one CUDA graph per batch size) with host
-        /// pre- and postprocessing.
-        pub fn run_batch(&mut self, frames: &[FrameRef<'_>], filter: Option<BatchFilter<'_>>) -> Result<&[Segmentation], EngineError> {
-            let [frame] = frames else { return (**self).run_batch(frames, filter) };
-            match filter {
-                Some(f) => self.run_frame_filtered(frame, Some(&mut |logits: &mut [f32]| f(0, logits)))?,
-                None => self.run_frame(frame)?,
-            };
-            Ok((**self).single_as_batch())
-        }
     }
 }

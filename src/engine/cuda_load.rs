@@ -7,7 +7,7 @@ use cudarc::cublaslt::{CudaBlasLT, Matmul};
 use half::{bf16, f16};
 
 use super::any::AnyEngine;
-use super::cuda_engine::CudaEngine;
+use super::pipeline::Engine;
 use super::spec::{LoadError, ModelSpec, engines_on, load_error, load_weights};
 use crate::backend::cuda::{CudaBackend, CudaDevice, CudaError, CudaInfo, CudaOptions, GemmElem, GpuInfo};
 use crate::backend::{BackendError, Precision};
@@ -29,8 +29,8 @@ pub fn load_cuda_engines(
 }
 
 /// Debug switches: `ROADSEG_CUDA_NO_GRAPH=1` runs the same kernels eagerly,
-/// `ROADSEG_CUDA_NO_FLASH=1` uses the reference attention kernel.
-/// `ROADSEG_CUDA_HOST_FRAMES=1` pre/post-processes frames on the host.
+/// `ROADSEG_CUDA_NO_FLASH=1` uses the reference attention kernel;
+/// `ROADSEG_CUDA_FUSED_DECODER=1` the one-kernel decode tail.
 pub fn cuda_options_from_env() -> CudaOptions {
     CudaOptions {
         graphs: !env_on("ROADSEG_CUDA_NO_GRAPH"),
@@ -49,7 +49,7 @@ fn build<T: GemmElem>(
     gpus: &[GpuInfo],
     count: usize,
     options: CudaOptions,
-    wrap: fn(CudaEngine<T>) -> AnyEngine,
+    wrap: fn(Engine<CudaBackend<T>>) -> AnyEngine,
 ) -> Result<(Vec<AnyEngine>, Vec<String>), LoadError>
 where
     CudaBlasLT: Matmul<T>,
@@ -73,8 +73,7 @@ where
             backends.push(Arc::new(first.sibling().map_err(fail)?));
         }
         backends.insert(0, Arc::new(first));
-        let device_frames = !env_on("ROADSEG_CUDA_HOST_FRAMES");
-        engines.extend(engines_on(spec, &weights, backends)?.into_iter().map(|e| wrap(CudaEngine::new(e, device_frames))));
+        engines.extend(engines_on(spec, &weights, backends)?.into_iter().map(wrap));
         tracing::info!(gpu = gpu.ordinal, name = %gpu.name, engines = here, precision = %T::PRECISION, "model loaded on GPU");
     }
     Ok((engines, labels))

@@ -1,30 +1,26 @@
 //! The per-frame inference path: preprocess -> model (one instance per scale)
-//! -> logits averaged at the base resolution -> class/confidence per pixel.
-//! One `Engine` per worker; the model weights inside are shared. Frames from
-//! several streams can also run as one batched forward (`batch.rs`).
+//! -> logits averaged at the base resolution -> class/confidence per pixel,
+//! written once for every backend (`frame_path.rs`). One `Engine` per worker;
+//! the model weights inside are shared. Frames from several streams can also
+//! run as one batched forward (`batch.rs`).
 //!
 //! This file only names the parts; none of them imports from it.
 
 mod any;
 mod batch;
 #[cfg(feature = "cuda")]
-mod cuda_engine;
-#[cfg(feature = "cuda")]
 mod cuda_load;
+mod frame_path;
+mod layout;
 mod load;
 mod pipeline;
-mod postprocess;
-mod preprocess;
 mod spec;
 
 pub use any::AnyEngine;
 pub use batch::BatchFilter;
-#[cfg(feature = "cuda")]
-pub use cuda_engine::CudaEngine;
 pub use load::{load_cpu_engines, load_engines};
 pub use pipeline::{Engine, EngineError, EngineOptions, FrameTimings, LogitsFilter, Preset, scaled_size};
-pub use postprocess::{PostprocessSpec, Postprocessor};
-pub use preprocess::{MEAN, STD, chw_to_hwc, hwc_to_chw, preprocess};
+pub use layout::{chw_to_hwc, hwc_to_chw};
 pub use spec::{LoadError, ModelSpec, road_class_ids};
 
 /// The frame types, where they were before they moved down to [`crate::frame`].

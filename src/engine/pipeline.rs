@@ -1,16 +1,16 @@
-//! The per-frame engine of one worker, as [`Engine`] (any backend, host pre-
-//! and postprocessing, one model instance per scale, logits averaged at the
-//! base resolution), and the errors, options and timings that go with it.
+//! The per-frame engine of one worker, as [`Engine`] (any backend, one model
+//! instance per scale, logits averaged at the base resolution), and the
+//! errors, options and timings that go with it. The frame path itself is in
+//! `frame_path.rs`, batches in `batch.rs`.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::batch::Batches;
-use super::postprocess::{PostprocessSpec, Postprocessor};
-use super::preprocess::preprocess;
+use super::frame_path::FrameSlot;
 use crate::backend::cpu::resize_host;
 use crate::backend::{Backend, BackendError, ResizeDims};
-use crate::frame::{FrameError, FrameRef, Segmentation};
+use crate::frame::{FrameError, Segmentation};
 use crate::model::{ModelError, Segformer, SegformerWeights};
 
 #[derive(Debug, thiserror::Error)]
@@ -98,32 +98,27 @@ pub struct FrameTimings {
     pub gpu_ms: Option<f64>,
 }
 
-struct ScaledPass<B: Backend> {
-    model: Segformer<B>,
-    /// Host staging of this pass's input `[h, w, 3]` and logits.
-    input: Vec<f32>,
-    logits: Vec<f32>,
-}
-
-#[cfg(feature = "cuda")]
-pub(crate) struct DevicePass<'a, B: Backend> {
-    pub backend: &'a Arc<B>,
-    pub model: &'a mut Segformer<B>,
-    pub segmentation: &'a mut Segmentation,
-    pub timings: &'a mut FrameTimings,
-    pub options: &'a EngineOptions,
-}
-
 pub struct Engine<B: Backend> {
     pub(super) backend: Arc<B>,
     pub(super) options: EngineOptions,
-    passes: Vec<ScaledPass<B>>,
+    /// One model instance per scale, the base scale first.
+    pub(super) passes: Vec<Segformer<B>>,
     /// Indices of the passes that run (all but an unrequested base pass).
     pub(super) active: Vec<usize>,
-    /// Averaged logits `[lh, lw, labels]` at the base scale's resolution.
-    logits: Vec<f32>,
+    /// Sum of the active passes' logits at the base resolution `[lh, lw,
+    /// labels]`, on the backend; None when the base pass alone runs (its
+    /// logits are the result).
+    pub(super) summed: Option<B::Tensor>,
+    /// Averaged logits `[lh, lw, labels]` on the host, when asked for.
+    pub(super) logits: Vec<f32>,
+    /// Keep every frame's averaged logits on the host (`logits()`).
+    pub(super) keep_logits: bool,
+    /// Frame slots by geometry, oldest first, each with its recordings.
+    pub(super) slots: Vec<FrameSlot<B>>,
+    /// `run_normalized`'s host staging of one pass input `[h, w, 3]`, and its recording.
+    normalized_input: Vec<f32>,
+    normalized: B::Recording,
     pub(super) segmentation: Segmentation,
-    pub(super) postprocessor: Postprocessor,
     pub(super) timings: FrameTimings,
     /// Batched model instances and their outputs ([`Engine::run_batch`]).
     pub(super) batches: Batches<B>,
@@ -139,15 +134,28 @@ impl<B: Backend> Engine<B> {
         let base_requested = options.scales.contains(&1.0);
         for &scale in &scales {
             let (w, h) = scaled_size(options.width, options.height, scale);
-            let model = Segformer::new(weights.clone(), &backend, w, h)?;
-            let (lw, lh) = model.logits_size();
-            passes.push(ScaledPass { model, input: vec![0.0; w * h * 3], logits: vec![0.0; lw * lh * weights.num_labels()] });
+            passes.push(Segformer::new(weights.clone(), &backend, w, h)?);
         }
         // Scales without 1.0 still average at the base resolution; the base
         // pass then only provides that size and is not run.
-        let active = (usize::from(!base_requested)..passes.len()).collect();
-        let logits = vec![0.0; passes[0].logits.len()];
-        Ok(Engine { backend, options, passes, active, logits, segmentation: Segmentation::default(), postprocessor: Postprocessor::default(), timings: FrameTimings::default(), batches: Batches::default() })
+        let active: Vec<usize> = (usize::from(!base_requested)..passes.len()).collect();
+        let logits_len = passes[0].logits_len();
+        let summed = if active == [0] { None } else { Some(backend.tensor(logits_len)?) };
+        Ok(Engine {
+            normalized: backend.recording(),
+            backend,
+            options,
+            passes,
+            active,
+            summed,
+            logits: vec![0.0; logits_len],
+            keep_logits: false,
+            slots: Vec::new(),
+            normalized_input: Vec::new(),
+            segmentation: Segmentation::default(),
+            timings: FrameTimings::default(),
+            batches: Batches::default(),
+        })
     }
 
     pub fn options(&self) -> &EngineOptions {
@@ -155,21 +163,28 @@ impl<B: Backend> Engine<B> {
     }
 
     pub fn labels(&self) -> &[String] {
-        &self.passes[0].model.weights().labels
+        &self.passes[0].weights().labels
     }
 
     pub fn num_labels(&self) -> usize {
-        self.passes[0].model.weights().num_labels()
+        self.passes[0].weights().num_labels()
     }
 
     /// (width, height) of the logits map.
     pub fn logits_size(&self) -> (usize, usize) {
-        self.passes[0].model.logits_size()
+        self.passes[0].logits_size()
     }
 
-    /// Averaged logits `[lh, lw, labels]` of the last frame.
+    /// Averaged logits `[lh, lw, labels]` of the last `run_normalized`, or of
+    /// the last frame when `keep_logits` is on or a filter ran.
     pub fn logits(&self) -> &[f32] {
         &self.logits
+    }
+
+    /// Keep each frame's averaged logits on the host for `logits()`, at the
+    /// cost of a round trip between the model and postprocessing.
+    pub fn set_keep_logits(&mut self, keep: bool) {
+        self.keep_logits = keep;
     }
 
     /// The last frame's segmentation.
@@ -185,104 +200,69 @@ impl<B: Backend> Engine<B> {
         &self.backend
     }
 
-    /// The parts a device-side frame path needs, when exactly one pass runs.
-    #[cfg(feature = "cuda")]
-    pub(crate) fn device_pass(&mut self) -> Option<DevicePass<'_, B>> {
-        let [i] = self.active[..] else { return None };
-        Some(DevicePass {
-            backend: &self.backend,
-            model: &mut self.passes[i].model,
-            segmentation: &mut self.segmentation,
-            timings: &mut self.timings,
-            options: &self.options,
-        })
-    }
-
-    /// Full path for one frame: returns its segmentation at the frame's size.
-    pub fn run_frame(&mut self, frame: &FrameRef<'_>) -> Result<&Segmentation, EngineError> {
-        self.run_frame_filtered(frame, None)
-    }
-
-    /// As [`Engine::run_frame`], with `filter` rewriting the averaged logits
-    /// `[lh, lw, labels]` before they become classes (temporal smoothing).
-    pub fn run_frame_filtered(&mut self, frame: &FrameRef<'_>, filter: Option<LogitsFilter<'_>>) -> Result<&Segmentation, EngineError> {
-        let t0 = Instant::now();
-        for &i in &self.active {
-            let pass = &mut self.passes[i];
-            let (w, h) = pass.model.input_size();
-            preprocess(frame, w, h, &mut pass.input)?;
-        }
-        self.timings.preprocess_ms = ms_since(t0);
-        self.infer_prepared()?;
-        if let Some(filter) = filter {
-            filter(&mut self.logits);
-        }
-        self.postprocess(frame.width, frame.height);
-        Ok(&self.segmentation)
-    }
-
     /// Runs already-normalised input `[h, w, 3]` of the base size (as the
     /// `pixel_values` of HF, channels-last); other scales get it resized.
+    /// Returns the averaged logits `[lh, lw, labels]`.
     pub fn run_normalized(&mut self, hwc: &[f32]) -> Result<&[f32], EngineError> {
         let (bw, bh) = (self.options.width, self.options.height);
         if hwc.len() != bw * bh * 3 {
             return Err(EngineError::Options(format!("input has {} values, {bw}x{bh}x3 expected", hwc.len())));
         }
+        let t0 = Instant::now();
+        let backend = self.backend.clone();
+        let b = &*backend;
         for &i in &self.active {
-            let pass = &mut self.passes[i];
-            let (w, h) = pass.model.input_size();
+            let model = &mut self.passes[i];
+            let (w, h) = model.input_size();
             // Normalisation is per-channel affine, so resizing normalised values
             // equals normalising resized ones.
+            self.normalized_input.resize(w * h * 3, 0.0);
             let dims = ResizeDims { batch: 1, src_h: bh, src_w: bw, dst_h: h, dst_w: w, channels: 3 };
-            resize_host(hwc, &mut pass.input, dims, false);
+            resize_host(hwc, &mut self.normalized_input, dims, false);
+            b.write(model.input_mut(), &self.normalized_input)?;
         }
-        self.infer_prepared()?;
+        let Engine { passes, active, summed, normalized, .. } = self;
+        b.run_recorded(normalized, &mut || {
+            for &i in active.iter() {
+                passes[i].forward(b)?;
+            }
+            sum_passes(b, passes, active, summed.as_mut())
+        })?;
+        self.read_logits()?;
+        self.timings = FrameTimings { preprocess_ms: 0.0, inference_ms: ms_since(t0), postprocess_ms: 0.0, gpu_ms: b.take_device_ms() };
         Ok(&self.logits)
     }
 
-    fn infer_prepared(&mut self) -> Result<(), EngineError> {
-        let t0 = Instant::now();
-        let b = &*self.backend;
-        let (lw, lh) = self.logits_size();
-        let labels = self.num_labels();
-        self.logits.fill(0.0);
-        for &i in &self.active {
-            let pass = &mut self.passes[i];
-            b.write(pass.model.input_mut(), &pass.input)?;
-            let model = &mut pass.model;
-            b.run_recorded(i, &mut || model.forward(b))?;
-            b.read(pass.model.logits(), &mut pass.logits)?;
-            let (sw, sh) = pass.model.logits_size();
-            let dims = ResizeDims { batch: 1, src_h: sh, src_w: sw, dst_h: lh, dst_w: lw, channels: labels };
-            resize_host(&pass.logits, &mut self.logits, dims, true);
-        }
+    /// The summed logits (or the base pass's) into `logits`, averaged.
+    pub(super) fn read_logits(&mut self) -> Result<(), EngineError> {
+        let tensor = self.summed.as_ref().unwrap_or(self.passes[0].logits());
+        self.backend.read(tensor, &mut self.logits)?;
         if self.active.len() > 1 {
             let inv = 1.0 / self.active.len() as f32;
             self.logits.iter_mut().for_each(|v| *v *= inv);
         }
-        self.timings.inference_ms = ms_since(t0);
-        self.timings.gpu_ms = b.take_device_ms();
         Ok(())
     }
 
     /// The model instance of the `i`th active pass (the one batches copy).
     pub(super) fn active_model(&self, i: usize) -> &Segformer<B> {
-        &self.passes[self.active[i]].model
+        &self.passes[self.active[i]]
     }
+}
 
-    fn postprocess(&mut self, width: usize, height: usize) {
-        let t0 = Instant::now();
-        let (lw, lh) = self.logits_size();
-        let spec = PostprocessSpec {
-            logits_w: lw,
-            logits_h: lh,
-            labels: self.num_labels(),
-            road_classes: &self.options.road_classes,
-            threshold: self.options.confidence_threshold,
-        };
-        self.postprocessor.run(&self.logits, &spec, width, height, &mut self.segmentation);
-        self.timings.postprocess_ms = ms_since(t0);
+/// The active passes' logits resized (bilinear) to the base resolution and
+/// summed into `summed`; nothing when the base pass alone runs.
+pub(super) fn sum_passes<B: Backend>(b: &B, passes: &[Segformer<B>], active: &[usize], summed: Option<&mut B::Tensor>) -> Result<(), EngineError> {
+    let Some(summed) = summed else { return Ok(()) };
+    let (lw, lh) = passes[0].logits_size();
+    let labels = passes[0].weights().num_labels();
+    for (n, &i) in active.iter().enumerate() {
+        let (sw, sh) = passes[i].logits_size();
+        // [sh, sw, labels] -> bilinear -> (+)= [lh, lw, labels]
+        let dims = ResizeDims { batch: 1, src_h: sh, src_w: sw, dst_h: lh, dst_w: lw, channels: labels };
+        b.resize_bilinear(passes[i].logits(), summed, dims, n > 0)?;
     }
+    Ok(())
 }
 
 pub(super) fn ms_since(t: Instant) -> f64 {

@@ -190,6 +190,12 @@ impl<B: Backend> Segformer<B> {
         &self.logits
     }
 
+    /// The logits buffer, for a caller that rewrites them (temporal smoothing)
+    /// before they are postprocessed.
+    pub fn logits_mut(&mut self) -> &mut B::Tensor {
+        &mut self.logits
+    }
+
     /// Runs the model on the current input, writing the logits buffer.
     pub fn forward(&mut self, b: &B) -> Result<(), ModelError> {
         for i in 0..self.stages.len() {

@@ -44,6 +44,7 @@ pub fn batch_vs_singles<B: Backend>(e: &mut Engine<B>, frames: &[FrameRef<'_>]) 
     let segs = e.run_batch(frames, Some(&mut |i: usize, l: &mut [f32]| logits[i] = l.to_vec())).expect("batch runs").to_vec();
     assert_eq!(segs.len(), frames.len());
     let batched: Outputs = logits.into_iter().zip(segs).collect();
+    e.set_keep_logits(true);
     let singles = frames
         .iter()
         .map(|f| {
@@ -51,6 +52,7 @@ pub fn batch_vs_singles<B: Backend>(e: &mut Engine<B>, frames: &[FrameRef<'_>]) 
             (e.logits().to_vec(), seg)
         })
         .collect();
+    e.set_keep_logits(false);
     (batched, singles)
 }
 

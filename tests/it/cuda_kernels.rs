@@ -23,7 +23,7 @@ const ENTRIES: &[(&str, usize)] = &[
     ("decode_tail", 18),
     ("attention_simple", 8),
     ("preprocess", 8),
-    ("postprocess", 12),
+    ("postprocess", 13),
 ];
 const FLASH_ENTRIES: &[(&str, usize)] = &[("flash_attention_hd32", 7), ("flash_attention_hd64", 7)];
 

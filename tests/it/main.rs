@@ -16,6 +16,7 @@ mod cuda;
 mod cuda_kernels;
 mod daemon;
 mod faults;
+mod frame_path;
 mod http;
 mod media;
 mod parity;

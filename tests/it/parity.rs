@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use crate::common::*;
 use roadseg::backend::Backend;
-use roadseg::engine::{FrameRef, PixelFormat, preprocess};
+use roadseg::backend::cpu::preprocess;
+use roadseg::engine::{FrameRef, PixelFormat};
 use roadseg::npy;
 
 
@@ -75,6 +76,7 @@ fn image_frame_path_matches_reference_logits() {
     let img = roadseg::images::load_rgb(&dir.join("input.png")).unwrap();
     let reference = npy::read_f32(dir.join("logits.npy")).unwrap();
     let mut e = engine(cpu_backend(), &dir, 1024, 576, vec![1.0]);
+    e.set_keep_logits(true);
     let frame = FrameRef::packed(img.as_raw(), img.width() as usize, img.height() as usize, PixelFormat::Rgb);
     let seg = e.run_frame(&frame).unwrap().clone();
     assert_eq!((seg.width, seg.height), (1280, 720), "classes at the frame's own resolution");

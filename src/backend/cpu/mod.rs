@@ -2,8 +2,11 @@
 //! parallel over rows with rayon.
 
 mod attention;
+mod frame;
 mod gemm;
 mod kernels;
+mod postprocess;
+mod preprocess;
 pub(crate) mod simd;
 
 use std::collections::BTreeMap;
@@ -11,9 +14,15 @@ use std::sync::{Arc, Mutex};
 
 use self::gemm::{MatRef, matmul};
 use super::check_len as check;
-use super::{Affine, AttnDims, Backend, BackendError, ConvDims, DwConvDims, GemmDims, NormDims, OpResult, Precision, ResizeDims};
+use super::{
+    Affine, AttnDims, Backend, BackendError, ConvDims, DwConvDims, FrameOutDims, GemmDims, HostPhases, NormDims, OpResult, Precision, ResizeDims,
+};
+use crate::frame::{FrameGeometry, FrameRef, Segmentation};
 
+pub use frame::CpuFrameSlot;
 pub use kernels::bilinear_source;
+pub use postprocess::{PostprocessSpec, Postprocessor};
+pub use preprocess::{MEAN, STD, preprocess};
 
 /// Bilinear resize of host memory (multi-scale averaging, input rescaling).
 pub fn resize_host(x: &[f32], y: &mut [f32], dims: ResizeDims, accumulate: bool) {
@@ -69,6 +78,9 @@ fn fill_rows(y: &mut [f32], bias: &[f32], rows: usize) {
 impl Backend for CpuBackend {
     type Param = Arc<[f32]>;
     type Tensor = Vec<f32>;
+    type FrameSlot = CpuFrameSlot;
+    /// Nothing is recorded: every run calls the forward.
+    type Recording = ();
 
     fn describe(&self) -> String {
         let simd = if simd::has_avx2_fma() { "avx2+fma" } else { "baseline" };
@@ -219,5 +231,35 @@ impl Backend for CpuBackend {
         check("relu", len, y.len())?;
         self.timed("relu", || kernels::relu(y, len));
         Ok(())
+    }
+
+    fn recording(&self) -> Self::Recording {}
+
+    fn run_recorded<E: From<BackendError>>(&self, _recording: &(), forward: &mut dyn FnMut() -> Result<(), E>) -> Result<(), E> {
+        forward()
+    }
+
+    fn frame_slot(&self, geometry: FrameGeometry, road_classes: &[usize]) -> Result<CpuFrameSlot, BackendError> {
+        Ok(CpuFrameSlot::new(geometry, road_classes))
+    }
+
+    fn stage_frame(&self, slot: &mut CpuFrameSlot, frame: &FrameRef<'_>) -> OpResult {
+        slot.stage(frame)
+    }
+
+    fn upload_frame(&self, _slot: &mut CpuFrameSlot) -> OpResult {
+        Ok(())
+    }
+
+    fn frame_to_input(&self, slot: &mut CpuFrameSlot, input: &mut Self::Tensor, w: usize, h: usize) -> OpResult {
+        self.timed("preprocess", || slot.preprocess_into(input, w, h))
+    }
+
+    fn frame_from_logits(&self, slot: &mut CpuFrameSlot, logits: &Self::Tensor, d: FrameOutDims) -> OpResult {
+        self.timed("postprocess", || slot.postprocess_logits(logits, d))
+    }
+
+    fn collect_frame(&self, slot: &mut CpuFrameSlot, out: &mut Segmentation) -> Result<Option<HostPhases>, BackendError> {
+        slot.collect(out)
     }
 }

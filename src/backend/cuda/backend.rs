@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::cublaslt::{CudaBlasLT, Matmul, MatmulConfig};
@@ -12,11 +13,13 @@ use super::busy::BusyClock;
 use super::device::CudaDevice;
 use super::elem::GemmElem;
 use super::error::CudaError;
+use super::frame::FrameArena;
 use super::kernels::Ops;
 use crate::backend::{
-    Affine, AttnDims, Backend, BackendError, ConvDims, DecodeDims, DwConvDims, GemmDims, NormDims, OpResult, Precision, ResizeDims, StageMap,
-    check_len, decode_tail_unfused,
+    Affine, AttnDims, Backend, BackendError, ConvDims, DecodeDims, DwConvDims, FrameOutDims, GemmDims, HostPhases, NormDims, OpResult, Precision,
+    ResizeDims, StageMap, check_len, decode_tail_unfused,
 };
+use crate::frame::{FrameGeometry, FrameRef, Segmentation};
 
 /// Switches that change how work is issued, not what is computed.
 #[derive(Clone, Copy, Debug)]
@@ -44,6 +47,21 @@ struct Recording(CudaGraph);
 // type !Send because concurrent use is unsafe, which the mutex rules out.
 unsafe impl Send for Recording {}
 
+type Graphs = Arc<Mutex<HashMap<usize, Recording>>>;
+
+/// The handle to one recorded graph: held next to the buffers the graph
+/// uses, so the graph goes when they do.
+pub struct GraphHandle {
+    id: usize,
+    graphs: Graphs,
+}
+
+impl Drop for GraphHandle {
+    fn drop(&mut self) {
+        self.graphs.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.id);
+    }
+}
+
 pub struct CudaBackend<T: GemmElem>
 where
     CudaBlasLT: Matmul<T>,
@@ -53,7 +71,8 @@ where
     blas: CudaBlasLT,
     pub(super) ops: Ops,
     options: CudaOptions,
-    recordings: Mutex<HashMap<usize, Recording>>,
+    recordings: Graphs,
+    next_recording: AtomicUsize,
     busy: BusyClock,
     _elem: PhantomData<T>,
 }
@@ -108,7 +127,7 @@ where
         let stream = device.ctx.new_stream()?;
         let blas = CudaBlasLT::new(stream.clone())?;
         let ops = Ops::resolve(&device.module, T::SUFFIX, T::HAS_FLASH && options.flash_attention)?;
-        Ok(CudaBackend { device, stream, blas, ops, options, recordings: Mutex::new(HashMap::new()), busy: BusyClock::default(), _elem: PhantomData })
+        Ok(CudaBackend { device, stream, blas, ops, options, recordings: Graphs::default(), next_recording: AtomicUsize::new(0), busy: BusyClock::default(), _elem: PhantomData })
     }
 
     /// Another worker on the same GPU (weights made by `self` stay usable).
@@ -124,14 +143,9 @@ where
         &self.stream
     }
 
-    /// Number of recorded graphs (one per model instance that has run).
+    /// Number of recorded graphs alive (one per handle that has run).
     pub fn recordings(&self) -> usize {
         self.recordings.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
-
-    /// Drops the recording made under `key` (its buffers are going away).
-    pub fn forget_recording(&self, key: usize) {
-        self.recordings.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
     }
 
     fn gemm(&self, x: &CudaSlice<T>, w: &CudaSlice<T>, bias: Option<&CudaSlice<T>>, y: &mut CudaSlice<T>, d: GemmDims, accumulate: bool) -> OpResult {
@@ -198,6 +212,8 @@ where
 {
     type Param = Arc<CudaSlice<T>>;
     type Tensor = CudaSlice<T>;
+    type FrameSlot = FrameArena;
+    type Recording = GraphHandle;
 
     fn describe(&self) -> String {
         let (major, minor) = self.device.gpu.compute_capability;
@@ -371,13 +387,17 @@ where
         launch!(self, &self.ops.relu, grid_for(len), y, &n)
     }
 
-    fn run_recorded<E: From<BackendError>>(&self, key: usize, forward: &mut dyn FnMut() -> Result<(), E>) -> Result<(), E> {
+    fn recording(&self) -> GraphHandle {
+        GraphHandle { id: self.next_recording.fetch_add(1, Ordering::Relaxed), graphs: self.recordings.clone() }
+    }
+
+    fn run_recorded<E: From<BackendError>>(&self, recording: &GraphHandle, forward: &mut dyn FnMut() -> Result<(), E>) -> Result<(), E> {
         if !self.options.graphs {
             return self.busy.around(&self.stream, forward);
         }
         {
             let recordings = self.recordings.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(Recording(graph)) = recordings.get(&key) {
+            if let Some(Recording(graph)) = recordings.get(&recording.id) {
                 self.busy.around(&self.stream, || graph.launch()).map_err(BackendError::from)?;
                 return Ok(());
             }
@@ -395,8 +415,35 @@ where
         let graph = graph?.ok_or_else(|| BackendError::from(CudaError::EmptyGraph))?;
         graph.upload().map_err(BackendError::from)?;
         self.busy.around(&self.stream, || graph.launch()).map_err(BackendError::from)?;
-        self.recordings.lock().unwrap_or_else(|e| e.into_inner()).insert(key, Recording(graph));
+        self.recordings.lock().unwrap_or_else(|e| e.into_inner()).insert(recording.id, Recording(graph));
         Ok(())
+    }
+
+    fn frame_slot(&self, geometry: FrameGeometry, road_classes: &[usize]) -> Result<FrameArena, BackendError> {
+        Ok(self.frame_arena(geometry, road_classes)?)
+    }
+
+    fn stage_frame(&self, slot: &mut FrameArena, frame: &FrameRef<'_>) -> OpResult {
+        Ok(slot.stage(frame)?)
+    }
+
+    fn upload_frame(&self, slot: &mut FrameArena) -> OpResult {
+        self.enqueue_upload(slot)
+    }
+
+    fn frame_to_input(&self, slot: &mut FrameArena, input: &mut Self::Tensor, w: usize, h: usize) -> OpResult {
+        self.enqueue_frame_in(slot, input, w, h)
+    }
+
+    fn frame_from_logits(&self, slot: &mut FrameArena, logits: &Self::Tensor, d: FrameOutDims) -> OpResult {
+        self.enqueue_frame_out(slot, logits, d)
+    }
+
+    fn collect_frame(&self, slot: &mut FrameArena, out: &mut Segmentation) -> Result<Option<HostPhases>, BackendError> {
+        self.stream.synchronize()?;
+        slot.collect(out);
+        // Pre- and postprocessing ran inside the graph.
+        Ok(None)
     }
 
     fn take_device_ms(&self) -> Option<f64> {

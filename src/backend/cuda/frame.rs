@@ -4,8 +4,9 @@
 //! copied back into pinned memory, all on the worker's stream, so the whole
 //! sequence records into the same CUDA graph as the model.
 //!
-//! A [`FrameArena`] holds every buffer for one frame geometry (size, stride,
-//! pixel format); the graph recorded with it stays valid as long as it lives.
+//! A [`FrameArena`] (the backend's frame slot) holds every buffer for one
+//! frame geometry (size, stride, pixel format); a graph recorded with it is
+//! valid as long as it lives, and its owner holds that graph's handle.
 
 use cudarc::cublaslt::{CudaBlasLT, Matmul};
 use cudarc::driver::{CudaSlice, DevicePtr, PinnedHostSlice, PushKernelArg, result};
@@ -13,17 +14,12 @@ use cudarc::driver::{CudaSlice, DevicePtr, PinnedHostSlice, PushKernelArg, resul
 use super::backend::{CudaBackend, grid_for, launch};
 use super::elem::GemmElem;
 use super::error::CudaError;
-use crate::backend::BackendError;
-use crate::frame::{FrameError, FrameRef, PixelFormat, Segmentation};
+use crate::backend::{BackendError, FrameOutDims};
+use crate::frame::{FrameError, FrameGeometry, FrameRef, PixelFormat, Segmentation};
 
 /// Buffers for one frame geometry; pinned ends for asynchronous copies.
 pub struct FrameArena {
-    /// The recording key of the graph made with these buffers.
-    pub key: usize,
-    pub width: usize,
-    pub height: usize,
-    stride: usize,
-    format: PixelFormat,
+    geometry: FrameGeometry,
     /// Bytes of one frame (NV12: luma plus the interleaved chroma plane).
     bytes: usize,
     /// Frame in, write-combined: the CPU only writes it, the GPU reads it fast.
@@ -50,13 +46,6 @@ pub struct FrameArena {
 // the arena is used by one worker thread at a time.
 unsafe impl Send for FrameArena {}
 
-fn frame_bytes(frame: &FrameRef<'_>) -> usize {
-    match frame.format {
-        PixelFormat::Nv12 => frame.stride * frame.height * 3 / 2,
-        _ => frame.stride * frame.height,
-    }
-}
-
 fn format_code(format: PixelFormat) -> i32 {
     // kernels/frame.cu: FMT_RGB 0, FMT_RGBA 1, FMT_NV12 2
     match format {
@@ -67,14 +56,13 @@ fn format_code(format: PixelFormat) -> i32 {
 }
 
 impl FrameArena {
-    pub fn fits(&self, frame: &FrameRef<'_>) -> bool {
-        (self.width, self.height, self.stride, self.format) == (frame.width, frame.height, frame.stride, frame.format)
-    }
-
     /// Copies the frame into pinned staging (host work, before the replay).
-    pub fn stage(&mut self, frame: &FrameRef<'_>) -> Result<(), FrameError> {
+    pub(super) fn stage(&mut self, frame: &FrameRef<'_>) -> Result<(), FrameError> {
         frame.validate()?;
-        let n = frame_bytes(frame).min(frame.data.len());
+        if frame.geometry() != self.geometry {
+            return Err(FrameError(format!("frame {:?} staged into a slot for {:?}", frame.geometry(), self.geometry)));
+        }
+        let n = self.bytes.min(frame.data.len());
         // SAFETY: staging holds `bytes` >= n bytes and no copy from it is in
         // flight (the previous frame's work was synchronised).
         unsafe { std::ptr::copy_nonoverlapping(frame.data.as_ptr(), self.staging_ptr, n) };
@@ -82,10 +70,11 @@ impl FrameArena {
     }
 
     /// Reads the results (after the stream is synchronised) into `out`.
-    pub fn collect(&self, out: &mut Segmentation) {
-        let pixels = self.width * self.height;
-        out.width = self.width;
-        out.height = self.height;
+    pub(super) fn collect(&self, out: &mut Segmentation) {
+        let (width, height) = (self.geometry.width, self.geometry.height);
+        let pixels = width * height;
+        out.width = width;
+        out.height = height;
         out.classes.resize(pixels, 0);
         out.confidence.resize(pixels, 0.0);
         // SAFETY: the out buffers hold `pixels` elements, written by the
@@ -105,11 +94,11 @@ impl<T: GemmElem> CudaBackend<T>
 where
     CudaBlasLT: Matmul<T>,
 {
-    /// Allocates the buffers for frames shaped like `frame`.
-    pub fn frame_arena(&self, frame: &FrameRef<'_>, road_classes: &[usize], key: usize) -> Result<FrameArena, CudaError> {
+    /// Allocates the buffers for frames of `geometry`.
+    pub(super) fn frame_arena(&self, geometry: FrameGeometry, road_classes: &[usize]) -> Result<FrameArena, CudaError> {
         let ctx = self.stream.context();
-        let bytes = frame_bytes(frame);
-        let pixels = frame.width * frame.height;
+        let bytes = geometry.bytes();
+        let pixels = geometry.width * geometry.height;
         let mut road = vec![0u8; 256];
         for &c in road_classes.iter().filter(|&&c| c < 256) {
             road[c] = 1;
@@ -124,11 +113,7 @@ where
             )
         };
         Ok(FrameArena {
-            key,
-            width: frame.width,
-            height: frame.height,
-            stride: frame.stride,
-            format: frame.format,
+            geometry,
             bytes,
             staging_ptr: staging.as_mut_ptr()?,
             classes_out_ptr: classes_out.as_mut_ptr()?,
@@ -147,11 +132,8 @@ where
         })
     }
 
-    /// Enqueues: staged frame -> device -> model input `[h, w, 3]`.
-    pub fn enqueue_frame_in(&self, arena: &FrameArena, input: &mut CudaSlice<T>, w: usize, h: usize) -> Result<(), BackendError> {
-        if input.len() < w * h * 3 {
-            return Err(BackendError::Size { op: "frame input", expected: w * h * 3, actual: input.len() });
-        }
+    /// Enqueues: staged frame -> device.
+    pub(super) fn enqueue_upload(&self, arena: &mut FrameArena) -> Result<(), BackendError> {
         let cu = self.stream.cu_stream();
         let (dst, _) = arena.frame.device_ptr(&self.stream);
         // SAFETY: staging is pinned and `bytes` long; the device buffer too.
@@ -159,32 +141,36 @@ where
             let src = std::slice::from_raw_parts(arena.staging_ptr as *const u8, arena.bytes);
             result::memcpy_htod_async(dst, src, cu)?;
         }
-        let (fw, fh, stride, fmt, w_i, h_i) =
-            (arena.width as i32, arena.height as i32, arena.stride as i32, format_code(arena.format), w as i32, h as i32);
+        Ok(())
+    }
+
+    /// Enqueues: uploaded frame -> model input `[h, w, 3]`.
+    pub(super) fn enqueue_frame_in(&self, arena: &FrameArena, input: &mut CudaSlice<T>, w: usize, h: usize) -> Result<(), BackendError> {
+        if input.len() < w * h * 3 {
+            return Err(BackendError::Size { op: "frame input", expected: w * h * 3, actual: input.len() });
+        }
+        let g = arena.geometry;
+        let (fw, fh, stride, fmt, w_i, h_i) = (g.width as i32, g.height as i32, g.stride as i32, format_code(g.format), w as i32, h as i32);
         launch!(self, &self.ops.preprocess, grid_for(w * h), &arena.frame, &fw, &fh, &stride, &fmt, input, &w_i, &h_i)
     }
 
     /// Enqueues: logits `[lh, lw, labels]` -> classes/confidence at frame
     /// size and road/confidence totals -> pinned host buffers.
-    pub fn enqueue_frame_out(
-        &self,
-        arena: &mut FrameArena,
-        logits: &CudaSlice<T>,
-        (lw, lh, labels): (usize, usize, usize),
-        threshold: f32,
-    ) -> Result<(), BackendError> {
+    pub(super) fn enqueue_frame_out(&self, arena: &mut FrameArena, logits: &CudaSlice<T>, d: FrameOutDims) -> Result<(), BackendError> {
+        let (lw, lh, labels) = (d.logits_w, d.logits_h, d.labels);
         if logits.len() < lw * lh * labels {
             return Err(BackendError::Size { op: "frame logits", expected: lw * lh * labels, actual: logits.len() });
         }
         self.stream.memset_zeros(&mut arena.road_total)?;
         self.stream.memset_zeros(&mut arena.confidence_total)?;
-        let pixels = arena.width * arena.height;
-        let (lw_i, lh_i, labels_i, fw, fh) = (lw as i32, lh as i32, labels as i32, arena.width as i32, arena.height as i32);
+        let (width, height) = (arena.geometry.width, arena.geometry.height);
+        let pixels = width * height;
+        let (lw_i, lh_i, labels_i, fw, fh) = (lw as i32, lh as i32, labels as i32, width as i32, height as i32);
         let cfg = grid_for(pixels);
         {
             let a = &mut *arena;
             launch!(
-                self, &self.ops.postprocess, cfg, logits, &lw_i, &lh_i, &labels_i, &fw, &fh, &a.road_is, &threshold,
+                self, &self.ops.postprocess, cfg, logits, &lw_i, &lh_i, &labels_i, &d.logit_scale, &fw, &fh, &a.road_is, &d.threshold,
                 &mut a.classes, &mut a.confidence, &mut a.road_total, &mut a.confidence_total
             )?;
         }
@@ -204,4 +190,3 @@ where
         Ok(())
     }
 }
-

@@ -18,6 +18,8 @@ pub struct PostprocessSpec<'a> {
     pub labels: usize,
     pub road_classes: &'a [usize],
     pub threshold: f32,
+    /// Factor on every logit (1 / passes averaged, when the passes were summed).
+    pub logit_scale: f32,
 }
 
 /// Scratch kept between frames; sized on the first frame of a given size.
@@ -62,6 +64,9 @@ multiversion! {
         let r1 = &logits[y1 * lw * l..(y1 + 1) * lw * l];
         for i in 0..lw * l {
             blend[i] = (1.0 - ly) * r0[i] + ly * r1[i];
+        }
+        if spec.logit_scale != 1.0 {
+            blend.iter_mut().for_each(|v| *v *= spec.logit_scale);
         }
         // horizontal, into class-major planes[L, width]
         for k in 0..l {

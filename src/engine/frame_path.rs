@@ -1,0 +1,125 @@
+//! One frame through the engine, the same way on every backend: the frame is
+//! staged into the slot for its geometry, then one recorded piece of work
+//! (a CUDA graph, or plain calls on the CPU) uploads it, resizes and
+//! normalises it into each scale's input, runs the model at each scale, sums
+//! the logits at the base resolution and turns them into class and
+//! confidence per pixel at the frame's size; then the result is collected.
+//!
+//! A logits filter (temporal smoothing) or `keep_logits` needs the logits on
+//! the host: the recorded work then stops at the summed logits, which make a
+//! round trip through the host before they are postprocessed.
+
+use std::time::Instant;
+
+use super::pipeline::{Engine, EngineError, LogitsFilter, ms_since, sum_passes};
+use crate::backend::{Backend, FrameOutDims};
+use crate::frame::{FrameGeometry, FrameRef, Segmentation};
+
+/// Frame geometries kept at once; a stream of new sizes evicts the oldest.
+const MAX_SLOTS: usize = 8;
+
+/// A backend's buffers for one frame geometry, and the work recorded with
+/// them (dropped with them).
+pub(crate) struct FrameSlot<B: Backend> {
+    geometry: FrameGeometry,
+    slot: B::FrameSlot,
+    /// Frame in, segmentation out.
+    whole: B::Recording,
+    /// Frame in, summed logits out (for a round trip through the host).
+    to_logits: B::Recording,
+}
+
+impl<B: Backend> Engine<B> {
+    /// Full path for one frame: returns its segmentation at the frame's size.
+    pub fn run_frame(&mut self, frame: &FrameRef<'_>) -> Result<&Segmentation, EngineError> {
+        self.run_frame_filtered(frame, None)
+    }
+
+    /// As [`Engine::run_frame`], with `filter` rewriting the averaged logits
+    /// `[lh, lw, labels]` before they become classes (temporal smoothing).
+    pub fn run_frame_filtered(&mut self, frame: &FrameRef<'_>, mut filter: Option<LogitsFilter<'_>>) -> Result<&Segmentation, EngineError> {
+        frame.validate()?;
+        let t0 = Instant::now();
+        let backend = self.backend.clone();
+        let b = &*backend;
+        let host_logits = filter.is_some() || self.keep_logits;
+        let s = self.slot_for(frame.geometry())?;
+        b.stage_frame(&mut self.slots[s].slot, frame)?;
+        let stage_ms = ms_since(t0);
+
+        let t1 = Instant::now();
+        let out = self.frame_out_dims();
+        let Engine { passes, active, summed, slots, .. } = self;
+        let FrameSlot { slot, whole, to_logits, .. } = &mut slots[s];
+        let recording = if host_logits { &*to_logits } else { &*whole };
+        b.run_recorded(recording, &mut || {
+            b.upload_frame(slot)?;
+            for &i in active.iter() {
+                let model = &mut passes[i];
+                let (w, h) = model.input_size();
+                b.frame_to_input(slot, model.input_mut(), w, h)?;
+                model.forward(b)?;
+            }
+            sum_passes(b, passes, active, summed.as_mut())?;
+            if !host_logits {
+                let logits = summed.as_ref().unwrap_or(passes[0].logits());
+                b.frame_from_logits(slot, logits, out)?;
+            }
+            Ok::<(), EngineError>(())
+        })?;
+        if host_logits {
+            self.read_logits()?;
+            if let Some(filter) = filter.as_mut() {
+                filter(&mut self.logits);
+            }
+            // Back as the averaged logits: postprocessing then takes them as they are.
+            let tensor = match self.summed.as_mut() {
+                Some(t) => t,
+                None => self.passes[0].logits_mut(),
+            };
+            b.write(tensor, &self.logits)?;
+            let logits = self.summed.as_ref().unwrap_or(self.passes[0].logits());
+            b.frame_from_logits(&mut self.slots[s].slot, logits, FrameOutDims { logit_scale: 1.0, ..out })?;
+        }
+        let phases = b.collect_frame(&mut self.slots[s].slot, &mut self.segmentation)?;
+        let run_ms = ms_since(t1);
+        let t = &mut self.timings;
+        match phases {
+            Some(p) => {
+                t.preprocess_ms = stage_ms + p.preprocess_ms;
+                t.postprocess_ms = p.postprocess_ms;
+                t.inference_ms = (run_ms - p.preprocess_ms - p.postprocess_ms).max(0.0);
+            }
+            // Pre- and postprocessing ran with the model, out of the host's sight.
+            None => (t.preprocess_ms, t.inference_ms, t.postprocess_ms) = (stage_ms, run_ms, 0.0),
+        }
+        t.gpu_ms = b.take_device_ms();
+        Ok(&self.segmentation)
+    }
+
+    fn frame_out_dims(&self) -> FrameOutDims {
+        let (logits_w, logits_h) = self.logits_size();
+        FrameOutDims {
+            logits_w,
+            logits_h,
+            labels: self.num_labels(),
+            logit_scale: 1.0 / self.active.len() as f32,
+            threshold: self.options.confidence_threshold,
+        }
+    }
+
+    /// The index of the slot for `geometry`, made (and the oldest dropped,
+    /// with its recordings) when it is new.
+    fn slot_for(&mut self, geometry: FrameGeometry) -> Result<usize, EngineError> {
+        if let Some(i) = self.slots.iter().position(|s| s.geometry == geometry) {
+            return Ok(i);
+        }
+        if self.slots.len() >= MAX_SLOTS {
+            self.slots.remove(0);
+        }
+        let b = &*self.backend;
+        let slot = b.frame_slot(geometry, &self.options.road_classes)?;
+        self.slots.push(FrameSlot { geometry, slot, whole: b.recording(), to_logits: b.recording() });
+        Ok(self.slots.len() - 1)
+    }
+}

@@ -323,12 +323,14 @@ pub trait Backend: Send + Sync + 'static {
     fn upload_frame(&self, slot: &mut Self::FrameSlot) -> OpResult;
 
     /// Recorded: the frame resized (bilinear, half-pixel centres) to `w` x `h`
-    /// and normalised (/255, ImageNet mean and std) into `input` `[h, w, 3]`.
-    fn frame_to_input(&self, slot: &mut Self::FrameSlot, input: &mut Self::Tensor, w: usize, h: usize) -> OpResult;
+    /// and normalised (/255, ImageNet mean and std) into image `image` of
+    /// `input` `[batch, h, w, 3]`.
+    fn frame_to_input(&self, slot: &mut Self::FrameSlot, input: &mut Self::Tensor, image: usize, w: usize, h: usize) -> OpResult;
 
-    /// Recorded: logits upsampled to the frame's size, soft-maxed, and turned
-    /// into the slot's class, confidence and road coverage per pixel.
-    fn frame_from_logits(&self, slot: &mut Self::FrameSlot, logits: &Self::Tensor, d: FrameOutDims) -> OpResult;
+    /// Recorded: image `image` of `logits` `[batch, lh, lw, labels]`
+    /// upsampled to the frame's size, soft-maxed, and turned into the slot's
+    /// class, confidence and road coverage per pixel.
+    fn frame_from_logits(&self, slot: &mut Self::FrameSlot, logits: &Self::Tensor, image: usize, d: FrameOutDims) -> OpResult;
 
     /// Host work after the recorded work (waits for it): the segmentation
     /// into `out`, and the host phases' times where the backend has them.

@@ -1,20 +1,21 @@
 //! Batches across streams: N frames (from any streams) through one forward of
-//! a model instance built for N images, each frame then postprocessed alone.
+//! a model instance built for N images, each frame with its own frame slot.
 //!
-//! A batch of one is the single-frame path itself (same numerics, and on CUDA
-//! the device frame path). Larger batches keep one model instance per batch
-//! size used, built on first use and kept for the engine's life: N times one
-//! image's activations each (the weights are shared), so a worker that has run
-//! every size from 2 to B holds B(B+1)/2 - 1 image activation sets besides its
-//! single-frame one. Pre- and postprocessing of batched frames run on the
-//! host; on CUDA the batched forward is one graph per batch size. Multi-scale
-//! presets run the frames of a batch one at a time.
+//! A batch of one is the single-frame path itself. Larger batches keep one
+//! model instance per batch size used, built on first use and kept for the
+//! engine's life: N times one image's activations each (the weights are
+//! shared), so a worker that has run every size from 2 to B holds
+//! B(B+1)/2 - 1 image activation sets besides its single-frame one. The
+//! frames' upload, pre- and postprocessing and the batched forward are one
+//! recorded piece of work (one CUDA graph) per batch size and set of frame
+//! slots. Presets other than the base scale alone run a batch's frames one
+//! at a time.
 
 use std::time::Instant;
 
-use super::pipeline::{Engine, EngineError, ms_since};
-use crate::backend::cpu::{PostprocessSpec, Postprocessor, preprocess, resize_host};
-use crate::backend::{Backend, ResizeDims};
+use super::frame_path::SlotKey;
+use super::pipeline::{Engine, EngineError, FrameTimings, ms_since};
+use crate::backend::{Backend, FrameOutDims};
 use crate::frame::{FrameRef, Segmentation};
 use crate::model::{MAX_BATCH, Segformer};
 
@@ -22,30 +23,46 @@ use crate::model::{MAX_BATCH, Segformer};
 /// called with the frame's index in the batch (temporal smoothing per stream).
 pub type BatchFilter<'a> = &'a mut dyn FnMut(usize, &mut [f32]);
 
+/// Slot sets recorded per batch size; an older one is dropped past this.
+const MAX_RECORDINGS: usize = 8;
+
+/// The work recorded for one set of frame slots, in batch order.
+struct BatchRecording<B: Backend> {
+    slots: Vec<SlotKey>,
+    /// Frames in, segmentations out.
+    whole: B::Recording,
+    /// Frames in, logits out (for a round trip through the host).
+    to_logits: B::Recording,
+}
+
 struct BatchPass<B: Backend> {
     model: Segformer<B>,
-    /// The batched forward, recorded on first use.
-    recording: B::Recording,
-    /// Host staging of the input `[N, h, w, 3]` and the logits `[N, sh, sw, labels]`.
-    input: Vec<f32>,
+    recordings: Vec<BatchRecording<B>>,
+    /// Host copy of the logits `[N, lh, lw, labels]` when a filter runs.
     logits: Vec<f32>,
 }
 
 pub(crate) struct Batches<B: Backend> {
     /// Index N - 2 holds the instance for N images, once built.
     passes: Vec<Option<BatchPass<B>>>,
-    /// One frame's logits at the base resolution `[lh, lw, labels]`.
-    logits: Vec<f32>,
     /// The last batch's segmentations (the first `last` of them), buffers reused.
     outputs: Vec<Segmentation>,
     /// Frames in the last batch.
     last: usize,
-    postprocessor: Postprocessor,
 }
 
 impl<B: Backend> Default for Batches<B> {
     fn default() -> Self {
-        Batches { passes: Vec::new(), logits: Vec::new(), outputs: Vec::new(), last: 0, postprocessor: Postprocessor::default() }
+        Batches { passes: Vec::new(), outputs: Vec::new(), last: 0 }
+    }
+}
+
+impl<B: Backend> Batches<B> {
+    /// Drops every recording that uses the slot `key` (it is going away).
+    pub(super) fn forget_slot(&mut self, key: SlotKey) {
+        for pass in self.passes.iter_mut().flatten() {
+            pass.recordings.retain(|r| !r.slots.contains(&key));
+        }
     }
 }
 
@@ -62,54 +79,80 @@ impl<B: Backend> Engine<B> {
         if self.batches.outputs.len() < n {
             self.batches.outputs.resize_with(n, Segmentation::default);
         }
-        if n <= 1 || self.active.len() != 1 {
+        if n <= 1 || self.active != [0] {
             return self.run_one_by_one(frames, filter);
         }
+        for frame in frames {
+            frame.validate()?;
+        }
         let t0 = Instant::now();
-        let pass = self.batch_pass(n)?;
-        let (w, h) = pass.model.input_size();
-        for (frame, input) in frames.iter().zip(pass.input.chunks_exact_mut(pass.model.input_len())) {
-            preprocess(frame, w, h, input)?;
+        let backend = self.backend.clone();
+        let b = &*backend;
+        // Frames of one geometry in one batch each need their own slot.
+        let keys: Vec<SlotKey> = frames.iter().enumerate().map(|(i, f)| SlotKey::nth(f.geometry(), frames[..i].iter().filter(|o| o.geometry() == f.geometry()).count())).collect();
+        let slots = self.slots_for(&keys)?;
+        for (frame, &s) in frames.iter().zip(&slots) {
+            b.stage_frame(&mut self.slots[s].slot, frame)?;
         }
-        let preprocess_ms = ms_since(t0);
-        let t1 = Instant::now();
-        let b = &*self.backend;
-        let pass = self.batches.passes[n - 2].as_mut().expect("built by batch_pass");
-        b.write(pass.model.input_mut(), &pass.input)?;
-        let model = &mut pass.model;
-        b.run_recorded(&pass.recording, &mut || model.forward(b))?;
-        b.read(pass.model.logits(), &mut pass.logits)?;
-        self.timings.preprocess_ms = preprocess_ms;
-        self.timings.inference_ms = ms_since(t1);
-        self.timings.gpu_ms = b.take_device_ms();
+        let stage_ms = ms_since(t0);
 
-        let t2 = Instant::now();
-        let (sw, sh) = pass.model.logits_size();
-        let labels = pass.model.weights().num_labels();
-        let (lw, lh) = self.logits_size();
-        let spec = PostprocessSpec {
-            logits_w: lw,
-            logits_h: lh,
-            labels,
-            road_classes: &self.options.road_classes,
-            threshold: self.options.confidence_threshold,
-            logit_scale: 1.0,
-        };
-        // As the single-frame path: logits resized (an exact copy when the
-        // pass is the base scale) onto zeros at the base resolution.
-        let resize = ResizeDims { batch: 1, src_h: sh, src_w: sw, dst_h: lh, dst_w: lw, channels: labels };
-        let Batches { passes, logits, outputs, postprocessor, .. } = &mut self.batches;
-        let pass = passes[n - 2].as_ref().expect("built by batch_pass");
-        logits.resize(lw * lh * labels, 0.0);
-        for (i, (frame, image_logits)) in frames.iter().zip(pass.logits.chunks_exact(pass.model.logits_len())).enumerate() {
-            logits.fill(0.0);
-            resize_host(image_logits, logits, resize, true);
-            if let Some(f) = filter.as_mut() {
-                f(i, logits);
+        let t1 = Instant::now();
+        let host_logits = filter.is_some();
+        let out = FrameOutDims { logit_scale: 1.0, ..self.frame_out_dims() };
+        self.batch_pass(n)?;
+        let pass = self.batches.passes[n - 2].as_mut().expect("built by batch_pass");
+        let r = match pass.recordings.iter().position(|r| r.slots == keys) {
+            Some(r) => r,
+            None => {
+                if pass.recordings.len() >= MAX_RECORDINGS {
+                    pass.recordings.remove(0);
+                }
+                pass.recordings.push(BatchRecording { slots: keys, whole: b.recording(), to_logits: b.recording() });
+                pass.recordings.len() - 1
             }
-            postprocessor.run(logits, &spec, frame.width, frame.height, &mut outputs[i]);
+        };
+        let BatchPass { model, recordings, logits } = pass;
+        let frame_slots = &mut self.slots;
+        let recording = if host_logits { &recordings[r].to_logits } else { &recordings[r].whole };
+        b.run_recorded(recording, &mut || {
+            let (w, h) = model.input_size();
+            for (i, &s) in slots.iter().enumerate() {
+                b.upload_frame(&mut frame_slots[s].slot)?;
+                b.frame_to_input(&mut frame_slots[s].slot, model.input_mut(), i, w, h)?;
+            }
+            model.forward(b)?;
+            if !host_logits {
+                for (i, &s) in slots.iter().enumerate() {
+                    b.frame_from_logits(&mut frame_slots[s].slot, model.logits(), i, out)?;
+                }
+            }
+            Ok::<(), EngineError>(())
+        })?;
+        if let Some(filter) = filter.as_mut() {
+            logits.resize(n * model.logits_len(), 0.0);
+            b.read(model.logits(), logits)?;
+            for (i, image) in logits.chunks_exact_mut(model.logits_len()).enumerate() {
+                filter(i, image);
+            }
+            b.write(model.logits_mut(), logits)?;
+            for (i, &s) in slots.iter().enumerate() {
+                b.frame_from_logits(&mut frame_slots[s].slot, model.logits(), i, out)?;
+            }
         }
-        self.timings.postprocess_ms = ms_since(t2);
+        let mut host = None::<(f64, f64)>;
+        for (out, &s) in self.batches.outputs.iter_mut().zip(&slots) {
+            if let Some(p) = b.collect_frame(&mut frame_slots[s].slot, out)? {
+                let (pre, post) = host.get_or_insert((0.0, 0.0));
+                *pre += p.preprocess_ms;
+                *post += p.postprocess_ms;
+            }
+        }
+        let run_ms = ms_since(t1);
+        self.timings = match host {
+            Some((pre, post)) => FrameTimings { preprocess_ms: stage_ms + pre, inference_ms: (run_ms - pre - post).max(0.0), postprocess_ms: post, gpu_ms: None },
+            None => FrameTimings { preprocess_ms: stage_ms, inference_ms: run_ms, postprocess_ms: 0.0, gpu_ms: None },
+        };
+        self.timings.gpu_ms = b.take_device_ms();
         self.batches.last = n;
         Ok(&self.batches.outputs[..n])
     }
@@ -119,8 +162,8 @@ impl<B: Backend> Engine<B> {
         &self.batches.outputs[..self.batches.last]
     }
 
-    /// The instance for `n` >= 2 images, built on first use.
-    fn batch_pass(&mut self, n: usize) -> Result<&mut BatchPass<B>, EngineError> {
+    /// Builds the instance for `n` >= 2 images on first use.
+    fn batch_pass(&mut self, n: usize) -> Result<(), EngineError> {
         let slot = n - 2;
         if self.batches.passes.len() <= slot {
             self.batches.passes.resize_with(slot + 1, || None);
@@ -129,16 +172,14 @@ impl<B: Backend> Engine<B> {
             let single = self.active_model(0);
             let (w, h) = single.input_size();
             let model = Segformer::batched(single.weights().clone(), &self.backend, w, h, n)?;
-            let (input, logits) = (vec![0.0; n * model.input_len()], vec![0.0; n * model.logits_len()]);
-            let recording = self.backend.recording();
-            self.batches.passes[slot] = Some(BatchPass { model, recording, input, logits });
+            self.batches.passes[slot] = Some(BatchPass { model, recordings: Vec::new(), logits: Vec::new() });
         }
-        Ok(self.batches.passes[slot].as_mut().expect("built above"))
+        Ok(())
     }
 
     /// Single-frame runs in turn: a batch of one, or a multi-scale preset.
     fn run_one_by_one(&mut self, frames: &[FrameRef<'_>], mut filter: Option<BatchFilter<'_>>) -> Result<&[Segmentation], EngineError> {
-        let mut total = super::pipeline::FrameTimings::default();
+        let mut total = FrameTimings::default();
         for (i, frame) in frames.iter().enumerate() {
             match filter.as_mut() {
                 Some(f) => self.run_frame_filtered(frame, Some(&mut |logits: &mut [f32]| f(i, logits)))?,

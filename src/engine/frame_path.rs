@@ -14,15 +14,34 @@ use std::time::Instant;
 use super::pipeline::{Engine, EngineError, LogitsFilter, ms_since, sum_passes};
 use crate::backend::{Backend, FrameOutDims};
 use crate::frame::{FrameGeometry, FrameRef, Segmentation};
+use crate::model::MAX_BATCH;
 
-/// Frame geometries kept at once; a stream of new sizes evicts the oldest.
-const MAX_SLOTS: usize = 8;
+/// Frame slots kept at once: every frame of a full batch, plus a few
+/// geometries. A stream of new sizes evicts the least recently used.
+const MAX_SLOTS: usize = MAX_BATCH + 8;
+
+/// Which slot a frame takes: its geometry, and how many frames of the same
+/// geometry came before it in its batch (0 outside batches).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SlotKey {
+    geometry: FrameGeometry,
+    ordinal: usize,
+}
+
+impl SlotKey {
+    pub(super) fn nth(geometry: FrameGeometry, ordinal: usize) -> Self {
+        SlotKey { geometry, ordinal }
+    }
+}
 
 /// A backend's buffers for one frame geometry, and the work recorded with
-/// them (dropped with them).
+/// them (dropped with them; batches' recordings that use it are dropped
+/// when it is evicted).
 pub(crate) struct FrameSlot<B: Backend> {
-    geometry: FrameGeometry,
-    slot: B::FrameSlot,
+    key: SlotKey,
+    /// When it was last used, in the engine's slot clock: the smallest goes first.
+    used: u64,
+    pub(super) slot: B::FrameSlot,
     /// Frame in, segmentation out.
     whole: B::Recording,
     /// Frame in, summed logits out (for a round trip through the host).
@@ -43,7 +62,7 @@ impl<B: Backend> Engine<B> {
         let backend = self.backend.clone();
         let b = &*backend;
         let host_logits = filter.is_some() || self.keep_logits;
-        let s = self.slot_for(frame.geometry())?;
+        let [s] = self.slots_for(&[SlotKey::nth(frame.geometry(), 0)])?[..] else { unreachable!("one key, one slot") };
         b.stage_frame(&mut self.slots[s].slot, frame)?;
         let stage_ms = ms_since(t0);
 
@@ -57,13 +76,13 @@ impl<B: Backend> Engine<B> {
             for &i in active.iter() {
                 let model = &mut passes[i];
                 let (w, h) = model.input_size();
-                b.frame_to_input(slot, model.input_mut(), w, h)?;
+                b.frame_to_input(slot, model.input_mut(), 0, w, h)?;
                 model.forward(b)?;
             }
             sum_passes(b, passes, active, summed.as_mut())?;
             if !host_logits {
                 let logits = summed.as_ref().unwrap_or(passes[0].logits());
-                b.frame_from_logits(slot, logits, out)?;
+                b.frame_from_logits(slot, logits, 0, out)?;
             }
             Ok::<(), EngineError>(())
         })?;
@@ -79,7 +98,7 @@ impl<B: Backend> Engine<B> {
             };
             b.write(tensor, &self.logits)?;
             let logits = self.summed.as_ref().unwrap_or(self.passes[0].logits());
-            b.frame_from_logits(&mut self.slots[s].slot, logits, FrameOutDims { logit_scale: 1.0, ..out })?;
+            b.frame_from_logits(&mut self.slots[s].slot, logits, 0, FrameOutDims { logit_scale: 1.0, ..out })?;
         }
         let phases = b.collect_frame(&mut self.slots[s].slot, &mut self.segmentation)?;
         let run_ms = ms_since(t1);
@@ -97,7 +116,7 @@ impl<B: Backend> Engine<B> {
         Ok(&self.segmentation)
     }
 
-    fn frame_out_dims(&self) -> FrameOutDims {
+    pub(super) fn frame_out_dims(&self) -> FrameOutDims {
         let (logits_w, logits_h) = self.logits_size();
         FrameOutDims {
             logits_w,
@@ -108,18 +127,27 @@ impl<B: Backend> Engine<B> {
         }
     }
 
-    /// The index of the slot for `geometry`, made (and the oldest dropped,
-    /// with its recordings) when it is new.
-    fn slot_for(&mut self, geometry: FrameGeometry) -> Result<usize, EngineError> {
-        if let Some(i) = self.slots.iter().position(|s| s.geometry == geometry) {
-            return Ok(i);
+    /// The indices of the slots for `keys` (distinct), each made when new; the
+    /// least recently used slots (and the recordings using them) make room.
+    pub(super) fn slots_for(&mut self, keys: &[SlotKey]) -> Result<Vec<usize>, EngineError> {
+        // Mark the slots already there first, so making room never evicts one of them.
+        self.slot_clock += 1;
+        let now = self.slot_clock;
+        self.slots.iter_mut().filter(|s| keys.contains(&s.key)).for_each(|s| s.used = now);
+        for &key in keys {
+            if self.slots.iter().any(|s| s.key == key) {
+                continue;
+            }
+            if self.slots.len() >= MAX_SLOTS {
+                // There are fewer keys than MAX_SLOTS, so the oldest is none of them.
+                let oldest = (0..self.slots.len()).min_by_key(|&i| self.slots[i].used).expect("slots are full");
+                let gone = self.slots.remove(oldest);
+                self.batches.forget_slot(gone.key);
+            }
+            let b = &*self.backend;
+            let slot = b.frame_slot(key.geometry, &self.options.road_classes)?;
+            self.slots.push(FrameSlot { key, used: now, slot, whole: b.recording(), to_logits: b.recording() });
         }
-        if self.slots.len() >= MAX_SLOTS {
-            self.slots.remove(0);
-        }
-        let b = &*self.backend;
-        let slot = b.frame_slot(geometry, &self.options.road_classes)?;
-        self.slots.push(FrameSlot { geometry, slot, whole: b.recording(), to_logits: b.recording() });
-        Ok(self.slots.len() - 1)
+        Ok(keys.iter().map(|k| self.slots.iter().position(|s| s.key == *k).expect("made above")).collect())
     }
 }

@@ -113,8 +113,9 @@ pub struct Engine<B: Backend> {
     pub(super) logits: Vec<f32>,
     /// Keep every frame's averaged logits on the host (`logits()`).
     pub(super) keep_logits: bool,
-    /// Frame slots by geometry, oldest first, each with its recordings.
+    /// Frame slots, each with its recordings, and the clock of their use.
     pub(super) slots: Vec<FrameSlot<B>>,
+    pub(super) slot_clock: u64,
     /// `run_normalized`'s host staging of one pass input `[h, w, 3]`, and its recording.
     normalized_input: Vec<f32>,
     normalized: B::Recording,
@@ -151,6 +152,7 @@ impl<B: Backend> Engine<B> {
             logits: vec![0.0; logits_len],
             keep_logits: false,
             slots: Vec::new(),
+            slot_clock: 0,
             normalized_input: Vec::new(),
             segmentation: Segmentation::default(),
             timings: FrameTimings::default(),

@@ -111,3 +111,26 @@ fn batch_sizes_outside_the_bound_are_errors() {
     assert!(e.run_batch(&frames, None).is_err(), "{} frames are refused", MAX_BATCH + 1);
     assert!(e.run_batch(&[], None).expect("an empty batch").is_empty());
 }
+
+#[test]
+fn frames_of_one_geometry_share_a_batch_without_sharing_a_slot() {
+    // Rule: several frames of the same size and format in one batch (streams of one camera model) each keep their own pixels and results, with a filter or without, batch after batch.
+    let dir = repo().join("tests/data/odd-bf16-203x141");
+    let (w, h) = (160, 90);
+    let owned: Vec<Vec<u8>> = (0..4).map(|s| (0..w * h * 3).map(|i| ((i / 3 % w) * (2 + s) + (i / 3 / w) * (7 - s) + (i % 3) * 50) as u8).collect()).collect();
+    let frames: Vec<_> = owned.iter().map(|p| FrameRef::packed(p, w, h, PixelFormat::Rgb)).collect();
+    let mut e = engine(cpu_backend(), &dir, 224, 160, vec![1.0]);
+    let (batched, singles) = batch_vs_singles(&mut e, &frames);
+    for (i, ((bl, bs), (sl, ss))) in batched.iter().zip(&singles).enumerate() {
+        let (max, _) = diff(bl, sl);
+        assert!(max <= 1e-5 * abs_max(sl).max(1.0), "frame {i}: batched logits differ by {max}");
+        assert_eq!(bs.classes, ss.classes, "frame {i}");
+    }
+    assert_ne!(singles[0].1.classes, singles[1].1.classes, "the frames differ");
+    // Without a filter, and again in another order: each frame still gets its own result.
+    let reversed: Vec<_> = frames.iter().rev().copied().collect();
+    let again: Vec<_> = e.run_batch(&reversed, None).unwrap().iter().map(|s| s.classes.clone()).collect();
+    for (i, classes) in again.iter().rev().enumerate() {
+        assert_eq!(classes, &singles[i].1.classes, "frame {i} in reverse order");
+    }
+}

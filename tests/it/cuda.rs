@@ -373,20 +373,22 @@ fn every_frame_path_reports_the_gpu_time_of_its_forwards() {
 
 #[test]
 fn dropping_a_frame_slot_drops_its_graphs() {
-    // Rule: graphs belong to the buffers they use: a ninth frame geometry evicts the oldest slot and its graphs, and dropping the engine leaves no graph behind.
+    // Rule: graphs belong to the buffers they use: past MAX_BATCH + 8 frame geometries the least recently used slot goes with its graph, and dropping the engine leaves no graph behind.
     use roadseg::engine::{FrameRef, PixelFormat};
     let Some(d) = gpu_or_skip() else { return };
     let dir = repo().join("tests/data/odd-bf16-203x141");
     let b = backend::<f16>(&d, CudaOptions::default());
     let mut e = engine(b.clone(), &dir, 224, 160, vec![1.0]);
+    let most = roadseg::model::MAX_BATCH + 8;
     let mut counts = Vec::new();
-    for i in 0..10 {
+    for i in 0..most + 3 {
         let (w, h) = (64 + 2 * i, 48);
-        let rgb = vec![(i * 20) as u8; w * h * 3];
+        let rgb = vec![(i * 7) as u8; w * h * 3];
         e.run_frame(&FrameRef::packed(&rgb, w, h, PixelFormat::Rgb)).unwrap();
         counts.push(b.recordings());
     }
-    assert_eq!(counts, [1, 2, 3, 4, 5, 6, 7, 8, 8, 8], "one graph per geometry, at most eight");
+    let expected: Vec<usize> = (1..=most).chain([most; 3]).collect();
+    assert_eq!(counts, expected, "one graph per geometry, at most {most}");
     drop(e);
     assert_eq!(b.recordings(), 0, "the engine's graphs went with it");
 }

@@ -79,7 +79,7 @@ fn many_geometries_each_get_a_slot<B: Backend>(b: Arc<B>) {
     let mut e = new_engine(&b, vec![1.0]);
     let (rgb, w, h) = frame_pixels();
     let reference = e.run_frame(&FrameRef::packed(&rgb, w, h, PixelFormat::Rgb)).unwrap().clone();
-    for i in 0..12 {
+    for i in 0..roadseg::model::MAX_BATCH + 10 {
         let (fw, fh) = (40 + 2 * i, 30 + 2 * i);
         let nv12 = vec![(i * 19) as u8; fw * fh * 3 / 2];
         let seg = e.run_frame(&FrameRef::packed(&nv12, fw, fh, PixelFormat::Nv12)).unwrap();

@@ -251,12 +251,16 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn frame_to_input(&self, slot: &mut CpuFrameSlot, input: &mut Self::Tensor, w: usize, h: usize) -> OpResult {
-        self.timed("preprocess", || slot.preprocess_into(input, w, h))
+    fn frame_to_input(&self, slot: &mut CpuFrameSlot, input: &mut Self::Tensor, image: usize, w: usize, h: usize) -> OpResult {
+        let len = w * h * 3;
+        check("frame input", (image + 1) * len, input.len())?;
+        self.timed("preprocess", || slot.preprocess_into(&mut input[image * len..(image + 1) * len], w, h))
     }
 
-    fn frame_from_logits(&self, slot: &mut CpuFrameSlot, logits: &Self::Tensor, d: FrameOutDims) -> OpResult {
-        self.timed("postprocess", || slot.postprocess_logits(logits, d))
+    fn frame_from_logits(&self, slot: &mut CpuFrameSlot, logits: &Self::Tensor, image: usize, d: FrameOutDims) -> OpResult {
+        let len = d.logits_w * d.logits_h * d.labels;
+        check("frame logits", (image + 1) * len, logits.len())?;
+        self.timed("postprocess", || slot.postprocess_logits(&logits[image * len..(image + 1) * len], d))
     }
 
     fn collect_frame(&self, slot: &mut CpuFrameSlot, out: &mut Segmentation) -> Result<Option<HostPhases>, BackendError> {

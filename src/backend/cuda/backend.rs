@@ -431,12 +431,16 @@ where
         self.enqueue_upload(slot)
     }
 
-    fn frame_to_input(&self, slot: &mut FrameArena, input: &mut Self::Tensor, w: usize, h: usize) -> OpResult {
-        self.enqueue_frame_in(slot, input, w, h)
+    fn frame_to_input(&self, slot: &mut FrameArena, input: &mut Self::Tensor, image: usize, w: usize, h: usize) -> OpResult {
+        let len = w * h * 3;
+        check_len("frame input", (image + 1) * len, input.len())?;
+        self.enqueue_frame_in(slot, &mut input.slice_mut(image * len..(image + 1) * len), w, h)
     }
 
-    fn frame_from_logits(&self, slot: &mut FrameArena, logits: &Self::Tensor, d: FrameOutDims) -> OpResult {
-        self.enqueue_frame_out(slot, logits, d)
+    fn frame_from_logits(&self, slot: &mut FrameArena, logits: &Self::Tensor, image: usize, d: FrameOutDims) -> OpResult {
+        let len = d.logits_w * d.logits_h * d.labels;
+        check_len("frame logits", (image + 1) * len, logits.len())?;
+        self.enqueue_frame_out(slot, &logits.slice(image * len..(image + 1) * len), d)
     }
 
     fn collect_frame(&self, slot: &mut FrameArena, out: &mut Segmentation) -> Result<Option<HostPhases>, BackendError> {

@@ -9,7 +9,7 @@
 //! valid as long as it lives, and its owner holds that graph's handle.
 
 use cudarc::cublaslt::{CudaBlasLT, Matmul};
-use cudarc::driver::{CudaSlice, DevicePtr, PinnedHostSlice, PushKernelArg, result};
+use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DevicePtr, PinnedHostSlice, PushKernelArg, result};
 
 use super::backend::{CudaBackend, grid_for, launch};
 use super::elem::GemmElem;
@@ -145,7 +145,7 @@ where
     }
 
     /// Enqueues: uploaded frame -> model input `[h, w, 3]`.
-    pub(super) fn enqueue_frame_in(&self, arena: &FrameArena, input: &mut CudaSlice<T>, w: usize, h: usize) -> Result<(), BackendError> {
+    pub(super) fn enqueue_frame_in(&self, arena: &FrameArena, input: &mut CudaViewMut<'_, T>, w: usize, h: usize) -> Result<(), BackendError> {
         if input.len() < w * h * 3 {
             return Err(BackendError::Size { op: "frame input", expected: w * h * 3, actual: input.len() });
         }
@@ -156,7 +156,7 @@ where
 
     /// Enqueues: logits `[lh, lw, labels]` -> classes/confidence at frame
     /// size and road/confidence totals -> pinned host buffers.
-    pub(super) fn enqueue_frame_out(&self, arena: &mut FrameArena, logits: &CudaSlice<T>, d: FrameOutDims) -> Result<(), BackendError> {
+    pub(super) fn enqueue_frame_out(&self, arena: &mut FrameArena, logits: &CudaView<'_, T>, d: FrameOutDims) -> Result<(), BackendError> {
         let (lw, lh, labels) = (d.logits_w, d.logits_h, d.labels);
         if logits.len() < lw * lh * labels {
             return Err(BackendError::Size { op: "frame logits", expected: lw * lh * labels, actual: logits.len() });

@@ -259,9 +259,14 @@ fn each_op_matches_the_cpu_backend() {
         let (w, b) = (values(cd.kernel * cd.kernel * cd.c_in * cd.c_out, 6), values(cd.c_out, 7));
         op_matches_cpu("conv2d", cd.out_rows() * cd.c_out, &|r| r.conv(&x, &w, &b, cd), &d);
     }
-    let nd = NormDims { rows: 173, dim: 160 };
-    let (x, gm, bt) = (values(nd.rows * nd.dim, 8), values(nd.dim, 9), values(nd.dim, 10));
-    op_matches_cpu("layer_norm", nd.rows * nd.dim, &|r| r.layer_norm(&x, &gm, &bt, nd), &d);
+    // Every layer norm form: 16-bit rows of 1, 2 and up to 4 chunks per lane
+    // (SegFormer's 32..512 channels, and 1000), and rows the scalar kernel
+    // takes (not whole chunks; too long).
+    for dim in [32, 64, 160, 256, 320, 512, 1000, 36, 2056] {
+        let nd = NormDims { rows: 173, dim };
+        let (x, gm, bt) = (values(nd.rows * nd.dim, 8), values(nd.dim, 9), values(nd.dim, 10));
+        op_matches_cpu(&format!("layer_norm dim {dim}"), nd.rows * nd.dim, &|r| r.layer_norm(&x, &gm, &bt, nd), &d);
+    }
     for ad in [
         AttnDims { batch: 1, queries: 1000, keys: 130, heads: 1, head_dim: 32 },
         AttnDims { batch: 2, queries: 333, keys: 77, heads: 2, head_dim: 64 },

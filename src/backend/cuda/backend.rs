@@ -111,6 +111,30 @@ pub(crate) fn grid_for(n: usize) -> LaunchConfig {
 const DW_ROWS: usize = 8;
 const DW_BLOCK: usize = 128;
 
+/// 16-byte chunks per lane the vectorised layer norm needs for rows of `dim`
+/// elements of `elem_bytes` (1, 2 or 4), or None where the row is not whole
+/// chunks or too long: the scalar kernel takes those. Buffers start 256-byte
+/// aligned (cudarc allocations), so whole-chunk rows keep every load aligned.
+pub(crate) fn layer_norm_chunks(dim: usize, elem_bytes: usize) -> Option<usize> {
+    let per_chunk = 16 / elem_bytes;
+    if dim == 0 || dim % per_chunk != 0 {
+        return None;
+    }
+    match (dim / per_chunk).div_ceil(32) {
+        1 => Some(1),
+        2 => Some(2),
+        3 | 4 => Some(4),
+        _ => None,
+    }
+}
+
+/// `ROADSEG_CUDA_LAYER_NORM=naive` keeps the scalar layer norm (the reference
+/// the vectorised one is tested against).
+fn naive_layer_norm() -> bool {
+    static NAIVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *NAIVE.get_or_init(|| std::env::var("ROADSEG_CUDA_LAYER_NORM").is_ok_and(|v| v == "naive"))
+}
+
 /// `ROADSEG_CUDA_DWCONV=naive` keeps the one-thread-per-output depthwise
 /// kernel (the reference the tiled one is tested against).
 fn naive_dwconv() -> bool {
@@ -297,7 +321,14 @@ where
         const WARPS: usize = 8;
         let cfg = LaunchConfig { grid_dim: (d.rows.div_ceil(WARPS).max(1) as u32, 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: 0 };
         let (rows, dim) = (d.rows as i32, d.dim as i32);
-        launch!(self, &self.ops.layer_norm, cfg, x, &*p.weight, &*p.bias, y, &rows, &dim)
+        let kernel = match layer_norm_chunks(d.dim, std::mem::size_of::<T>()) {
+            _ if naive_layer_norm() => &self.ops.layer_norm,
+            Some(1) => &self.ops.layer_norm_vec1,
+            Some(2) => &self.ops.layer_norm_vec2,
+            Some(_) => &self.ops.layer_norm_vec4,
+            None => &self.ops.layer_norm,
+        };
+        launch!(self, kernel, cfg, x, &*p.weight, &*p.bias, y, &rows, &dim)
     }
 
     fn add_assign(&self, y: &mut Self::Tensor, x: &Self::Tensor, len: usize) -> OpResult {
@@ -452,5 +483,24 @@ where
 
     fn take_device_ms(&self) -> Option<f64> {
         self.busy.take_ms()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::layer_norm_chunks;
+
+    #[test]
+    fn layer_norm_rows_pick_the_kernel_that_holds_them() {
+        // SegFormer's channel counts in 16-bit storage: whole 8-element chunks, one or two per lane.
+        for (dim, chunks) in [(32, Some(1)), (64, Some(1)), (160, Some(1)), (256, Some(1)), (320, Some(2)), (512, Some(2)), (1000, Some(4)), (1024, Some(4)), (2048, None)] {
+            assert_eq!(layer_norm_chunks(dim, 2), chunks, "dim {dim}");
+        }
+        // Not whole chunks, too long, or f32's 4-element chunks.
+        assert_eq!(layer_norm_chunks(36, 2), None);
+        assert_eq!(layer_norm_chunks(2056, 2), None);
+        assert_eq!(layer_norm_chunks(0, 2), None);
+        assert_eq!(layer_norm_chunks(36, 4), Some(1));
+        assert_eq!(layer_norm_chunks(512, 4), Some(4));
     }
 }

@@ -159,6 +159,10 @@ ops! {
     from_f32,
     to_f32,
     layer_norm,
+    /// Rows of whole 16-byte chunks, read once into registers: up to 1, 2 and 4 chunks per lane.
+    layer_norm_vec1,
+    layer_norm_vec2,
+    layer_norm_vec4,
     im2col,
     dwconv3x3_gelu,
     /// Vectorised, row-sliding form for channel counts divisible by 4.

@@ -28,6 +28,33 @@ __device__ void im2col_impl(const typename T::S* __restrict__ x, typename T::S* 
     }
 }
 
+// The same, 16 bytes per thread, where c_in is a whole number of 16-byte
+// chunks (every patch embedding and spatial reduction but stage 1's RGB
+// input): a chunk then lies inside one pixel's channels, or wholly in the
+// zero padding up to ld, so each thread makes one aligned load and store.
+template <class T>
+__device__ void im2col_vec_impl(const typename T::S* __restrict__ x, typename T::S* __restrict__ cols, int h, int w,
+                                int c_in, int k, int stride, int pad, int out_h, int out_w, int ld) {
+    const int E = 16 / sizeof(typename T::S);
+    int kk = k * k * c_in;
+    int ld_chunks = ld / E;
+    long total = (long)out_h * out_w * ld_chunks;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
+        long p = i / ld_chunks;
+        int r = (int)(i - p * ld_chunks) * E;
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (r < kk) {
+            int ci = r % c_in;
+            int kx = (r / c_in) % k;
+            int ky = r / (c_in * k);
+            int ox = (int)(p % out_w), oy = (int)(p / out_w);
+            int iy = oy * stride - pad + ky, ix = ox * stride - pad + kx;
+            if (iy >= 0 && iy < h && ix >= 0 && ix < w) v = *(const uint4*)(x + ((long)iy * w + ix) * c_in + ci);
+        }
+        ((uint4*)cols)[i] = v;
+    }
+}
+
 // y = gelu(dwconv3x3(x) + bias) over [h, w, c]; weights [3, 3, c].
 template <class T>
 __device__ void dwconv3x3_gelu_impl(const typename T::S* __restrict__ x, const typename T::S* __restrict__ wt,
@@ -150,6 +177,10 @@ __device__ void dwconv3x3_gelu_tiled_impl(const typename T::S* __restrict__ x, c
     extern "C" __global__ void im2col_##sfx(const T::S* x, T::S* cols, int h, int w, int c_in, int k, int stride, \
                                             int pad, int out_h, int out_w, int ld) {                               \
         im2col_impl<T>(x, cols, h, w, c_in, k, stride, pad, out_h, out_w, ld);                                    \
+    }                                                                                                              \
+    extern "C" __global__ void im2col_vec_##sfx(const T::S* x, T::S* cols, int h, int w, int c_in, int k,         \
+                                                int stride, int pad, int out_h, int out_w, int ld) {               \
+        im2col_vec_impl<T>(x, cols, h, w, c_in, k, stride, pad, out_h, out_w, ld);                                \
     }                                                                                                              \
     extern "C" __global__ void dwconv3x3_gelu_##sfx(const T::S* x, const T::S* wt, const T::S* bias, T::S* y,     \
                                                     int h, int w, int c) {                                         \

@@ -254,6 +254,9 @@ fn each_op_matches_the_cpu_backend() {
         ConvDims { batch: 1, h: 37, w: 53, c_in: 3, c_out: 32, kernel: 7, stride: 4, pad: 3 },
         ConvDims { batch: 2, h: 19, w: 23, c_in: 32, c_out: 64, kernel: 3, stride: 2, pad: 1 },
         ConvDims { batch: 3, h: 24, w: 40, c_in: 64, c_out: 64, kernel: 8, stride: 8, pad: 0 },
+        // im2col_vec in f32 only (12 = three 4-float chunks, not whole 8-half ones); B0's 160 -> 256 patch embedding.
+        ConvDims { batch: 1, h: 11, w: 9, c_in: 12, c_out: 16, kernel: 3, stride: 2, pad: 1 },
+        ConvDims { batch: 2, h: 17, w: 13, c_in: 160, c_out: 256, kernel: 3, stride: 2, pad: 1 },
     ] {
         let x = values(cd.batch * cd.h * cd.w * cd.c_in, 5);
         let (w, b) = (values(cd.kernel * cd.kernel * cd.c_in * cd.c_out, 6), values(cd.c_out, 7));

@@ -1,7 +1,8 @@
 //! Rule: every CUDA kernel in kernels/ compiles with NVRTC for Ampere (sm_80)
 //! and Hopper (sm_90), and exports each entry point the backend launches with
 //! the parameter count its launch passes. Needs only libnvrtc (no GPU); skips
-//! with a message when it is absent.
+//! with a message when it is absent. Also runs every lane-by-lane kernel
+//! emulation in tools/ (numpy; skips without it).
 
 #![cfg(feature = "cuda")]
 
@@ -20,6 +21,7 @@ const ENTRIES: &[(&str, usize)] = &[
     ("layer_norm_vec2", 6),
     ("layer_norm_vec4", 6),
     ("im2col", 11),
+    ("im2col_vec", 11),
     ("dwconv3x3_gelu", 7),
     ("dwconv3x3_gelu_tiled", 7),
     ("resize_bilinear", 8),
@@ -90,4 +92,35 @@ fn a_syntax_error_is_reported_with_file_and_line() {
         .err()
         .expect("must not compile");
     assert!(err.to_string().contains("broken.cu"), "{err}");
+}
+
+/// A python that has numpy: $ROADSEG_EMULATION_PYTHON, else the virtualenv
+/// tools/install-nvrtc.sh makes, else python3.
+fn python_with_numpy() -> Option<std::path::PathBuf> {
+    let venv = std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache/roadseg/nvrtc-venv/bin/python"));
+    let candidates = std::env::var_os("ROADSEG_EMULATION_PYTHON").map(Into::into).into_iter().chain(venv).chain(Some("python3".into()));
+    candidates.into_iter().find(|py: &std::path::PathBuf| {
+        std::process::Command::new(py).args(["-c", "import numpy"]).output().is_ok_and(|o| o.status.success())
+    })
+}
+
+#[test]
+fn every_kernel_emulation_matches_its_reference() {
+    // Rule: each tools/emulate_*.py, which replays a kernel's thread and fragment arithmetic in numpy, agrees with its plain reference (exit 0); skips without numpy.
+    let Some(python) = python_with_numpy() else {
+        eprintln!("SKIP: no python with numpy (tools/install-nvrtc.sh installs one)");
+        return;
+    };
+    let tools = crate::common::repo().join("tools");
+    let mut scripts: Vec<_> = std::fs::read_dir(&tools).unwrap().flatten().map(|e| e.path()).filter(|p| {
+        p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("emulate_") && n.ends_with(".py"))
+    }).collect();
+    scripts.sort();
+    assert!(scripts.len() >= 4, "emulations found: {scripts:?}");
+    for script in scripts {
+        let out = std::process::Command::new(&python).arg(&script).output().expect("python runs");
+        let tail: String = String::from_utf8_lossy(&out.stdout).lines().rev().take(3).collect::<Vec<_>>().join(" | ");
+        eprintln!("{}: {tail}", script.display());
+        assert!(out.status.success(), "{} failed:\n{}\n{}", script.display(), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    }
 }

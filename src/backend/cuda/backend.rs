@@ -128,6 +128,12 @@ pub(crate) fn layer_norm_chunks(dim: usize, elem_bytes: usize) -> Option<usize> 
     }
 }
 
+/// `ROADSEG_CUDA_IM2COL=naive` keeps the element-per-thread im2col.
+fn naive_im2col() -> bool {
+    static NAIVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *NAIVE.get_or_init(|| std::env::var("ROADSEG_CUDA_IM2COL").is_ok_and(|v| v == "naive"))
+}
+
 /// `ROADSEG_CUDA_LAYER_NORM=naive` keeps the scalar layer norm (the reference
 /// the vectorised one is tested against).
 fn naive_layer_norm() -> bool {
@@ -304,12 +310,16 @@ where
         check_len("conv2d workspace", cols, ws.len())?;
         let (h, wd, c_in, k, stride, pad) = (d.h as i32, d.w as i32, d.c_in as i32, d.kernel as i32, d.stride as i32, d.pad as i32);
         let (oh_i, ow_i, ld) = (oh as i32, ow as i32, im2col_ld(d) as i32);
+        // Whole 16-byte chunks of channels: one chunk per thread. ld (a
+        // multiple of 8 elements) and every image's offsets are whole chunks too.
+        let chunk = 16 / std::mem::size_of::<T>();
+        let (kernel, per_thread) = if d.c_in % chunk == 0 && !naive_im2col() { (&self.ops.im2col_vec, chunk) } else { (&self.ops.im2col, 1) };
         // One im2col launch per image at its offsets (the kernel knows one
         // map); the rows land one image after another, so one GEMM follows.
         for i in 0..d.batch {
             let src = x.slice(i * image_in..(i + 1) * image_in);
             let mut dst = ws.slice_mut(i * image_cols..(i + 1) * image_cols);
-            launch!(self, &self.ops.im2col, grid_for(image_cols), &src, &mut dst, &h, &wd, &c_in, &k, &stride, &pad, &oh_i, &ow_i, &ld)?;
+            launch!(self, kernel, grid_for(image_cols / per_thread), &src, &mut dst, &h, &wd, &c_in, &k, &stride, &pad, &oh_i, &ow_i, &ld)?;
         }
         let gemm = GemmDims { rows: d.out_rows(), k: d.kernel * d.kernel * d.c_in, n: d.c_out };
         self.gemm_ld(ws, &p.weight, Some(&p.bias), y, gemm, false, im2col_ld(d))

@@ -164,6 +164,8 @@ ops! {
     layer_norm_vec2,
     layer_norm_vec4,
     im2col,
+    /// 16 bytes per thread, for inputs whose channels are whole 16-byte chunks.
+    im2col_vec,
     dwconv3x3_gelu,
     /// Vectorised, row-sliding form for channel counts divisible by 4.
     dwconv3x3_gelu_tiled,

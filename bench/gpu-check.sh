@@ -9,7 +9,9 @@
 #      ../shared/tools/make_segformer_goldens.py that tools/device-build.sh puts
 #      into target/device/shared-tools (with its one input image)
 #   3. the CUDA tests (modules of target/device/test-it): cuda_kernels::,
-#      cuda:: (--test-threads 1) and parity::, --nocapture, each its own log; a failure stops nothing
+#      every test with "cuda" in its path (cuda::, cuda_annotate::,
+#      frame_path::cuda_frame_path, ...; --test-threads 1) and parity::,
+#      --nocapture, each its own log; a failure stops nothing
 #   4. bench/cuda.sh: PyTorch vs roadseg on random B5 / B0 checkpoints (B5 with
 #      COMPILE_MODE=reduce-overhead: max-autotune does not compile B5 within
 #      10 minutes; B0 with max-autotune, see "B0 compile" below), and roadseg
@@ -204,7 +206,14 @@ step_test() { # step_test MODULE ARGS...: $TEST_DIR/test-it --nocapture MODULE::
   local exe=$TEST_DIR/test-it module=$1
   shift
   # --exact names a whole test path, which carries its module already.
-  case " $* " in *" --exact "*) ;; *) set -- "$module::" "$@" ;; esac
+  # "cuda" is every GPU test: cuda::, cuda_annotate::, cuda_attention::,
+  # frame_path::cuda_frame_path, ... (any path with "cuda" in it) but the
+  # NVRTC-only cuda_kernels::, which has its own step, and cli:: (it runs
+  # the roadseg binary, which target/device does not carry).
+  case " $* " in
+    *" --exact "*) ;;
+    *) if [ "$module" = cuda ]; then set -- cuda --skip cuda_kernels:: --skip cli:: "$@"; else set -- "$module::" "$@"; fi ;;
+  esac
   if [ ! -x "$exe" ]; then
     echo "$exe not found: build it here with ./tools/device-build.sh and carry target/device"
     return 2

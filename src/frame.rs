@@ -131,3 +131,32 @@ impl Segmentation {
         self.classes.iter().map(|&c| u8::from(c != UNKNOWN && road_classes.contains(&(c as usize)))).collect()
     }
 }
+
+/// What an overlay draws, as plain data a backend can copy to its device:
+/// per class a tint (colour, opacity; opacity 0 leaves the pixel alone), a
+/// sparse checker over pixels of [`UNKNOWN`] class, and the ego vehicle's
+/// hood (from each column's first hood row down) over everything else.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FrameOverlay {
+    /// 256 entries, by class index ([`UNKNOWN`]'s entry is unused).
+    pub class_tints: Vec<([u8; 3], f32)>,
+    /// Drawn where `(x / 4 + y / 4)` is even; None: unknown pixels untouched.
+    pub unknown: Option<([u8; 3], f32)>,
+    pub hood: ([u8; 3], f32),
+    /// First hood row per column (frame width entries), or empty: no hood.
+    pub hood_tops: Vec<u32>,
+}
+
+impl FrameOverlay {
+    /// The tint of pixel (x, y) of class `class`, or None where the frame shows through.
+    #[inline]
+    pub fn tint(&self, class: u8, x: usize, y: usize) -> Option<([u8; 3], f32)> {
+        if self.hood_tops.get(x).is_some_and(|&top| y >= top as usize) {
+            Some(self.hood)
+        } else if class == UNKNOWN {
+            self.unknown.filter(|_| (x / 4 + y / 4) % 2 == 0)
+        } else {
+            Some(self.class_tints[class as usize]).filter(|t| t.1 > 0.0)
+        }
+    }
+}

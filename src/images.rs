@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 
 use image::{ImageBuffer, Luma, Rgb, RgbImage};
 
-use crate::engine::{Segmentation, UNKNOWN};
+use crate::engine::Segmentation;
+use crate::frame::FrameOverlay;
 use crate::temporal::HoodMask;
 
 #[derive(Debug, thiserror::Error)]
@@ -141,23 +142,28 @@ pub fn draw_overlay(pixels: &mut [u8], channels: usize, seg: &Segmentation, styl
 /// size), or None where the frame shows through untouched: what every
 /// overlay draws, whatever its pixel format.
 pub fn overlay_tint<'a>(seg: &'a Segmentation, style: &'a OverlayStyle, hood: Option<&'a HoodMask>) -> impl Fn(usize) -> Option<([u8; 3], f32)> + 'a {
-    let mut is_road = [false; 256];
-    for &c in &style.road_classes {
-        is_road[c.min(255)] = true;
-    }
-    let hood = hood.filter(|h| !h.is_empty() && h.width == seg.width && h.height == seg.height);
-    move |i| {
-        let class = seg.classes[i];
-        if hood.is_some_and(|h| h.contains(i % seg.width, i / seg.width)) {
-            Some((style.hood_colour, HOOD_ALPHA))
-        } else if class == UNKNOWN {
-            let (x, y) = (i % seg.width, i / seg.width);
-            (style.show_unknown && (x / 4 + y / 4) % 2 == 0).then_some((style.unknown_colour, 0.35))
-        } else if is_road[class as usize] {
-            Some((style.road_colour, style.road_alpha))
-        } else {
-            style.full_palette.as_ref().map(|p| (p[class as usize % p.len()], style.road_alpha * 0.5))
+    let overlay = frame_overlay(style, hood, seg.width, seg.height);
+    move |i| overlay.tint(seg.classes[i], i % seg.width, i / seg.width)
+}
+
+/// The overlay `style` draws over a `width` x `height` frame with `hood`, as
+/// data (what the CPU draws here and a GPU backend draws in its frame path).
+pub fn frame_overlay(style: &OverlayStyle, hood: Option<&HoodMask>, width: usize, height: usize) -> FrameOverlay {
+    let mut class_tints = vec![([0u8; 3], 0.0f32); 256];
+    if let Some(palette) = style.full_palette.as_ref().filter(|p| !p.is_empty()) {
+        for (class, tint) in class_tints.iter_mut().enumerate() {
+            *tint = (palette[class % palette.len()], style.road_alpha * 0.5);
         }
+    }
+    for &c in &style.road_classes {
+        class_tints[c.min(255)] = (style.road_colour, style.road_alpha);
+    }
+    let hood_tops = hood.filter(|h| !h.is_empty() && h.width == width && h.height == height).map(|h| h.top.clone()).unwrap_or_default();
+    FrameOverlay {
+        class_tints,
+        unknown: style.show_unknown.then_some((style.unknown_colour, 0.35)),
+        hood: (style.hood_colour, HOOD_ALPHA),
+        hood_tops,
     }
 }
 

@@ -15,7 +15,7 @@ pub mod cuda;
 
 use std::fmt;
 
-use crate::frame::{FrameError, FrameGeometry, FrameRef, Segmentation};
+use crate::frame::{FrameError, FrameGeometry, FrameOverlay, FrameRef, Segmentation};
 
 /// Numeric precision a backend computes in. The CPU backend is always `F32`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
@@ -335,6 +335,30 @@ pub trait Backend: Send + Sync + 'static {
     /// Host work after the recorded work (waits for it): the segmentation
     /// into `out`, and the host phases' times where the backend has them.
     fn collect_frame(&self, slot: &mut Self::FrameSlot, out: &mut Segmentation) -> Result<Option<HostPhases>, BackendError>;
+
+    /// Whether this backend draws overlays in its frame path (`stage_overlay`,
+    /// `frame_annotate`, `collect_annotated`). The CPU does not: its caller
+    /// tints the frame it already holds, in place, which costs no copy.
+    fn annotates_frames(&self) -> bool {
+        false
+    }
+
+    /// Host work before the recorded work: the overlay for the staged frame.
+    fn stage_overlay(&self, _slot: &mut Self::FrameSlot, _overlay: &FrameOverlay) -> OpResult {
+        Ok(())
+    }
+
+    /// Recorded, after `frame_from_logits`: the staged overlay drawn over the
+    /// uploaded frame with the slot's classes, the result copied back.
+    fn frame_annotate(&self, _slot: &mut Self::FrameSlot) -> OpResult {
+        Ok(())
+    }
+
+    /// Host work after `collect_frame`: the annotated frame (the slot
+    /// geometry's bytes) into `out`.
+    fn collect_annotated(&self, _slot: &mut Self::FrameSlot, _out: &mut Vec<u8>) -> OpResult {
+        Ok(())
+    }
 
     /// `logits = relu(acc + sum_i resize(stages_i)) W + b` (the decode head after
     /// its projections; `acc` is `[h0, w0, hidden]` and may be overwritten).

@@ -7,7 +7,7 @@ use crate::backend::Backend;
 use crate::backend::cpu::CpuBackend;
 #[cfg(feature = "cuda")]
 use crate::backend::cuda::CudaBackend;
-use crate::frame::{FrameRef, Segmentation};
+use crate::frame::{FrameOverlay, FrameRef, Segmentation};
 #[cfg(feature = "cuda")]
 use half::{bf16, f16};
 
@@ -97,6 +97,21 @@ impl AnyEngine {
     /// cost of a round trip between the model and postprocessing.
     pub fn keep_logits(&mut self, keep: bool) {
         each!(self, e => e.set_keep_logits(keep))
+    }
+
+    /// Whether the backend draws overlays in its frame path ([`Engine::set_overlays`]).
+    pub fn annotates_frames(&self) -> bool {
+        each!(self, e => e.annotates_frames())
+    }
+
+    /// Overlays for the next run's frames (see [`Engine::set_overlays`]).
+    pub fn set_overlays(&mut self, overlays: &[FrameOverlay]) {
+        each!(self, e => e.set_overlays(overlays))
+    }
+
+    /// Frame `i` of the last run, drawn with its overlay, where the backend drew it.
+    pub fn annotated(&self, i: usize) -> Option<&[u8]> {
+        each!(self, e => e.annotated(i))
     }
 
     /// The CPU backend, for its op profile (`roadseg bench --profile-ops`).

@@ -16,7 +16,7 @@ use std::time::Instant;
 use super::frame_path::SlotKey;
 use super::pipeline::{Engine, EngineError, FrameTimings, ms_since};
 use crate::backend::{Backend, FrameOutDims};
-use crate::frame::{FrameRef, Segmentation};
+use crate::frame::{FrameOverlay, FrameRef, Segmentation};
 use crate::model::{MAX_BATCH, Segformer};
 
 /// Rewrites one frame's logits `[lh, lw, labels]` before they become classes:
@@ -29,6 +29,8 @@ const MAX_RECORDINGS: usize = 8;
 /// The work recorded for one set of frame slots, in batch order.
 struct BatchRecording<B: Backend> {
     slots: Vec<SlotKey>,
+    /// Which frames are drawn with their overlay.
+    annotate: Vec<bool>,
     /// Frames in, segmentations out.
     whole: B::Recording,
     /// Frames in, logits out (for a round trip through the host).
@@ -85,14 +87,19 @@ impl<B: Backend> Engine<B> {
         for frame in frames {
             frame.validate()?;
         }
+        self.annotated_frames = 0;
         let t0 = Instant::now();
         let backend = self.backend.clone();
         let b = &*backend;
         // Frames of one geometry in one batch each need their own slot.
         let keys: Vec<SlotKey> = frames.iter().enumerate().map(|(i, f)| SlotKey::nth(f.geometry(), frames[..i].iter().filter(|o| o.geometry() == f.geometry()).count())).collect();
         let slots = self.slots_for(&keys)?;
-        for (frame, &s) in frames.iter().zip(&slots) {
+        let annotate: Vec<bool> = (0..n).map(|i| self.will_annotate(i)).collect();
+        for (i, (frame, &s)) in frames.iter().zip(&slots).enumerate() {
             b.stage_frame(&mut self.slots[s].slot, frame)?;
+            if annotate[i] {
+                b.stage_overlay(&mut self.slots[s].slot, &self.overlays[i])?;
+            }
         }
         let stage_ms = ms_since(t0);
 
@@ -101,13 +108,13 @@ impl<B: Backend> Engine<B> {
         let out = FrameOutDims { logit_scale: 1.0, ..self.frame_out_dims() };
         self.batch_pass(n)?;
         let pass = self.batches.passes[n - 2].as_mut().expect("built by batch_pass");
-        let r = match pass.recordings.iter().position(|r| r.slots == keys) {
+        let r = match pass.recordings.iter().position(|r| r.slots == keys && r.annotate == annotate) {
             Some(r) => r,
             None => {
                 if pass.recordings.len() >= MAX_RECORDINGS {
                     pass.recordings.remove(0);
                 }
-                pass.recordings.push(BatchRecording { slots: keys, whole: b.recording(), to_logits: b.recording() });
+                pass.recordings.push(BatchRecording { slots: keys, annotate: annotate.clone(), whole: b.recording(), to_logits: b.recording() });
                 pass.recordings.len() - 1
             }
         };
@@ -124,6 +131,9 @@ impl<B: Backend> Engine<B> {
             if !host_logits {
                 for (i, &s) in slots.iter().enumerate() {
                     b.frame_from_logits(&mut frame_slots[s].slot, model.logits(), i, out)?;
+                    if annotate[i] {
+                        b.frame_annotate(&mut frame_slots[s].slot)?;
+                    }
                 }
             }
             Ok::<(), EngineError>(())
@@ -137,6 +147,9 @@ impl<B: Backend> Engine<B> {
             b.write(model.logits_mut(), logits)?;
             for (i, &s) in slots.iter().enumerate() {
                 b.frame_from_logits(&mut frame_slots[s].slot, model.logits(), i, out)?;
+                if annotate[i] {
+                    b.frame_annotate(&mut frame_slots[s].slot)?;
+                }
             }
         }
         let mut host = None::<(f64, f64)>;
@@ -147,6 +160,10 @@ impl<B: Backend> Engine<B> {
                 *post += p.postprocess_ms;
             }
         }
+        for (i, &s) in slots.iter().enumerate().filter(|&(i, _)| annotate[i]) {
+            b.collect_annotated(&mut frame_slots[s].slot, &mut self.annotated[i])?;
+        }
+        self.annotated_frames = if annotate.iter().all(|&a| a) { n } else { 0 };
         let run_ms = ms_since(t1);
         self.timings = match host {
             Some((pre, post)) => FrameTimings { preprocess_ms: stage_ms + pre, inference_ms: (run_ms - pre - post).max(0.0), postprocess_ms: post, gpu_ms: None },
@@ -179,8 +196,21 @@ impl<B: Backend> Engine<B> {
 
     /// Single-frame runs in turn: a batch of one, or a multi-scale preset.
     fn run_one_by_one(&mut self, frames: &[FrameRef<'_>], mut filter: Option<BatchFilter<'_>>) -> Result<&[Segmentation], EngineError> {
+        // Each single run draws the first overlay and leaves its frame first:
+        // frame i's overlay goes first, and its frame is moved to place i.
+        let overlays = std::mem::take(&mut self.overlays);
+        let result = self.each_frame(frames, &mut filter, &overlays);
+        self.overlays = overlays;
+        result?;
+        Ok(&self.batches.outputs[..frames.len()])
+    }
+
+    fn each_frame(&mut self, frames: &[FrameRef<'_>], filter: &mut Option<BatchFilter<'_>>, overlays: &[FrameOverlay]) -> Result<(), EngineError> {
         let mut total = FrameTimings::default();
+        let mut annotated = 0;
         for (i, frame) in frames.iter().enumerate() {
+            self.overlays.clear();
+            self.overlays.extend(overlays.get(i).cloned());
             match filter.as_mut() {
                 Some(f) => self.run_frame_filtered(frame, Some(&mut |logits: &mut [f32]| f(i, logits)))?,
                 None => self.run_frame(frame)?,
@@ -192,9 +222,17 @@ impl<B: Backend> Engine<B> {
                 *total.gpu_ms.get_or_insert(0.0) += ms;
             }
             self.batches.outputs[i].clone_from(&self.segmentation);
+            if self.annotated_frames == 1 {
+                if i > 0 {
+                    self.annotated.resize_with(self.annotated.len().max(i + 1), Vec::new);
+                    self.annotated.swap(0, i);
+                }
+                annotated += 1;
+            }
         }
         self.timings = total;
         self.batches.last = frames.len();
-        Ok(&self.batches.outputs[..frames.len()])
+        self.annotated_frames = if annotated == frames.len() { annotated } else { 0 };
+        Ok(())
     }
 }

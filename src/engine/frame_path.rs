@@ -44,6 +44,8 @@ pub(crate) struct FrameSlot<B: Backend> {
     pub(super) slot: B::FrameSlot,
     /// Frame in, segmentation out.
     whole: B::Recording,
+    /// As `whole`, and the frame drawn with its overlay.
+    pub(super) annotated: B::Recording,
     /// Frame in, summed logits out (for a round trip through the host).
     to_logits: B::Recording,
 }
@@ -58,19 +60,28 @@ impl<B: Backend> Engine<B> {
     /// `[lh, lw, labels]` before they become classes (temporal smoothing).
     pub fn run_frame_filtered(&mut self, frame: &FrameRef<'_>, mut filter: Option<LogitsFilter<'_>>) -> Result<&Segmentation, EngineError> {
         frame.validate()?;
+        self.annotated_frames = 0;
         let t0 = Instant::now();
         let backend = self.backend.clone();
         let b = &*backend;
         let host_logits = filter.is_some() || self.keep_logits;
         let [s] = self.slots_for(&[SlotKey::nth(frame.geometry(), 0)])?[..] else { unreachable!("one key, one slot") };
         b.stage_frame(&mut self.slots[s].slot, frame)?;
+        let annotate = self.will_annotate(0);
+        if annotate {
+            b.stage_overlay(&mut self.slots[s].slot, &self.overlays[0])?;
+        }
         let stage_ms = ms_since(t0);
 
         let t1 = Instant::now();
         let out = self.frame_out_dims();
         let Engine { passes, active, summed, slots, .. } = self;
-        let FrameSlot { slot, whole, to_logits, .. } = &mut slots[s];
-        let recording = if host_logits { &*to_logits } else { &*whole };
+        let FrameSlot { slot, whole, annotated, to_logits, .. } = &mut slots[s];
+        let recording = match (host_logits, annotate) {
+            (true, _) => &*to_logits,
+            (false, true) => &*annotated,
+            (false, false) => &*whole,
+        };
         b.run_recorded(recording, &mut || {
             b.upload_frame(slot)?;
             for &i in active.iter() {
@@ -83,6 +94,9 @@ impl<B: Backend> Engine<B> {
             if !host_logits {
                 let logits = summed.as_ref().unwrap_or(passes[0].logits());
                 b.frame_from_logits(slot, logits, 0, out)?;
+                if annotate {
+                    b.frame_annotate(slot)?;
+                }
             }
             Ok::<(), EngineError>(())
         })?;
@@ -99,8 +113,16 @@ impl<B: Backend> Engine<B> {
             b.write(tensor, &self.logits)?;
             let logits = self.summed.as_ref().unwrap_or(self.passes[0].logits());
             b.frame_from_logits(&mut self.slots[s].slot, logits, 0, FrameOutDims { logit_scale: 1.0, ..out })?;
+            if annotate {
+                b.frame_annotate(&mut self.slots[s].slot)?;
+            }
         }
         let phases = b.collect_frame(&mut self.slots[s].slot, &mut self.segmentation)?;
+        self.annotated_frames = 0;
+        if annotate {
+            b.collect_annotated(&mut self.slots[s].slot, &mut self.annotated[0])?;
+            self.annotated_frames = 1;
+        }
         let run_ms = ms_since(t1);
         let t = &mut self.timings;
         match phases {
@@ -146,7 +168,7 @@ impl<B: Backend> Engine<B> {
             }
             let b = &*self.backend;
             let slot = b.frame_slot(key.geometry, &self.options.road_classes)?;
-            self.slots.push(FrameSlot { key, used: now, slot, whole: b.recording(), to_logits: b.recording() });
+            self.slots.push(FrameSlot { key, used: now, slot, whole: b.recording(), annotated: b.recording(), to_logits: b.recording() });
         }
         Ok(keys.iter().map(|k| self.slots.iter().position(|s| s.key == *k).expect("made above")).collect())
     }

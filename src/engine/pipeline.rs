@@ -10,7 +10,7 @@ use super::batch::Batches;
 use super::frame_path::FrameSlot;
 use crate::backend::cpu::resize_host;
 use crate::backend::{Backend, BackendError, ResizeDims};
-use crate::frame::{FrameError, Segmentation};
+use crate::frame::{FrameError, FrameOverlay, Segmentation};
 use crate::model::{ModelError, Segformer, SegformerWeights};
 
 #[derive(Debug, thiserror::Error)]
@@ -121,6 +121,13 @@ pub struct Engine<B: Backend> {
     normalized: B::Recording,
     pub(super) segmentation: Segmentation,
     pub(super) timings: FrameTimings,
+    /// Overlays for the next frame (or each frame of the next batch), drawn
+    /// in the frame path where the backend does that (CUDA).
+    pub(super) overlays: Vec<FrameOverlay>,
+    /// The last frame's (or batch's) annotated frames, the first
+    /// `annotated_frames` of them.
+    pub(super) annotated: Vec<Vec<u8>>,
+    pub(super) annotated_frames: usize,
     /// Batched model instances and their outputs ([`Engine::run_batch`]).
     pub(super) batches: Batches<B>,
 }
@@ -156,6 +163,9 @@ impl<B: Backend> Engine<B> {
             normalized_input: Vec::new(),
             segmentation: Segmentation::default(),
             timings: FrameTimings::default(),
+            overlays: Vec::new(),
+            annotated: Vec::new(),
+            annotated_frames: 0,
             batches: Batches::default(),
         })
     }
@@ -196,6 +206,34 @@ impl<B: Backend> Engine<B> {
 
     pub fn timings(&self) -> FrameTimings {
         self.timings
+    }
+
+    /// Whether the backend draws overlays itself ([`Engine::set_overlays`]).
+    pub fn annotates_frames(&self) -> bool {
+        self.backend.annotates_frames()
+    }
+
+    /// Overlays for the next `run_frame` (the first) or `run_batch` (one per
+    /// frame); empty: none. Backends that draw overlays then hand back each
+    /// annotated frame ([`Engine::annotated`]); others ignore them.
+    pub fn set_overlays(&mut self, overlays: &[FrameOverlay]) {
+        self.overlays.clear();
+        self.overlays.extend_from_slice(overlays);
+    }
+
+    /// The `i`th frame of the last run drawn with its overlay (the slot
+    /// geometry's bytes), where the backend drew it.
+    pub fn annotated(&self, i: usize) -> Option<&[u8]> {
+        (i < self.annotated_frames).then(|| &self.annotated[i][..])
+    }
+
+    /// Whether frame `i` of the next run gets drawn here, and makes room for it.
+    pub(super) fn will_annotate(&mut self, i: usize) -> bool {
+        let annotate = i < self.overlays.len() && self.backend.annotates_frames();
+        if annotate && self.annotated.len() <= i {
+            self.annotated.resize_with(i + 1, Vec::new);
+        }
+        annotate
     }
 
     pub fn backend(&self) -> &Arc<B> {

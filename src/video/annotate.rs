@@ -1,8 +1,8 @@
 //! Draws a frame's segmentation and a status line onto the frame itself.
 
 use crate::engine::Segmentation;
-use crate::frame::PixelFormat;
-use crate::images::{OverlayStyle, draw_overlay, overlay_tint};
+use crate::frame::{FrameOverlay, PixelFormat};
+use crate::images::{OverlayStyle, draw_overlay, frame_overlay, overlay_tint};
 use crate::temporal::HoodMask;
 
 use super::font::{draw_text, shade_box, text_width};
@@ -31,20 +31,30 @@ impl Annotator {
     /// status line.
     pub fn draw(&self, pixels: &mut [u8], format: PixelFormat, seg: &Segmentation, hood: &HoodMask, stats: &FrameStats) {
         let (w, h) = (seg.width, seg.height);
-        let channels = match format {
-            PixelFormat::Nv12 => {
-                tint_nv12(pixels, w, h, overlay_tint(seg, &self.style, Some(hood)));
-                1
-            }
-            PixelFormat::Rgb => 3,
-            PixelFormat::Rgba => 4,
-        };
-        if channels > 1 {
-            draw_overlay(pixels, channels, seg, &self.style, Some(hood));
+        match format {
+            PixelFormat::Nv12 => tint_nv12(pixels, w, h, overlay_tint(seg, &self.style, Some(hood))),
+            PixelFormat::Rgb => draw_overlay(pixels, 3, seg, &self.style, Some(hood)),
+            PixelFormat::Rgba => draw_overlay(pixels, 4, seg, &self.style, Some(hood)),
         }
+        self.draw_status(pixels, format, w, h, hood, stats);
+    }
+
+    /// What `draw` tints, as data for a backend that draws it in its frame
+    /// path ([`crate::engine::Engine::set_overlays`]).
+    pub fn overlay(&self, hood: &HoodMask, width: usize, height: usize) -> FrameOverlay {
+        frame_overlay(&self.style, Some(hood), width, height)
+    }
+
+    /// The status line alone, over a `w` x `h` packed frame already tinted.
+    pub fn draw_status(&self, pixels: &mut [u8], format: PixelFormat, w: usize, h: usize, hood: &HoodMask, stats: &FrameStats) {
         if !self.show_text {
             return;
         }
+        let channels = match format {
+            PixelFormat::Nv12 => 1,
+            PixelFormat::Rgb => 3,
+            PixelFormat::Rgba => 4,
+        };
         let hood_text = if hood.is_empty() { String::new() } else { format!("  HOOD {:.1}%", stats.hood_coverage * 100.0) };
         let text = format!(
             "ROAD {:.1}%{hood_text}  CONF {:.2}  INFER {:.0} MS  {:.1} FPS",

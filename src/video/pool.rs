@@ -264,6 +264,9 @@ impl Worker {
         let temporal = &stream.temporal;
         let observed = temporal.observe(buf.seq, buf.timing.pts, &frame);
         let seq = buf.seq;
+        if self.engine.annotates_frames() {
+            self.engine.set_overlays(&[self.annotator.overlay(&observed.hood, frame.width, frame.height)]);
+        }
         let result = if temporal.smooths() {
             self.engine.run_frame_filtered(&frame, Some(&mut |logits: &mut [f32]| temporal.smooth(seq, logits)))
         } else {
@@ -277,7 +280,7 @@ impl Worker {
         let t = self.engine.timings();
         let inference_ms = t.preprocess_ms + t.inference_ms + t.postprocess_ms;
         let done = Done { annotator: &self.annotator, on_inference: &self.on_inference, road: &self.engine.options().road_classes };
-        done.deliver(stream, buf, self.engine.segmentation(), &observed.hood, inference_ms);
+        done.deliver(stream, buf, self.engine.segmentation(), &observed.hood, inference_ms, self.engine.annotated(0));
         true
     }
 }
@@ -302,8 +305,9 @@ struct Done<'a> {
 impl Done<'_> {
     /// Stats, the metrics hook, the road mask, annotation, then the output
     /// stage. `inference_ms` is what the frame waited for its segmentation
-    /// (its whole batch's time when batched).
-    fn deliver(&self, stream: &StreamInput, mut buf: FrameBuf, seg: &Segmentation, hood: &HoodMask, inference_ms: f64) {
+    /// (its whole batch's time when batched). `annotated`: the frame as the
+    /// engine's backend drew it (then only the status line is drawn here).
+    fn deliver(&self, stream: &StreamInput, mut buf: FrameBuf, seg: &Segmentation, hood: &HoodMask, inference_ms: f64, annotated: Option<&[u8]>) {
         let road = self.road;
         let (road_coverage, hood_coverage) = scene_coverage(seg, hood, road);
         let stats = FrameStats {
@@ -319,7 +323,14 @@ impl Done<'_> {
             buf.road_mask.extend(seg.classes.iter().map(|&c| u8::from(c != UNKNOWN && road.contains(&(c as usize)))));
             hood.for_each_pixel(|i| buf.road_mask[i] = 0);
         }
-        self.annotator.draw(&mut buf.data, buf.format, seg, hood, &stats);
+        match annotated {
+            Some(pixels) => {
+                let n = pixels.len().min(buf.data.len());
+                buf.data[..n].copy_from_slice(&pixels[..n]);
+                self.annotator.draw_status(&mut buf.data, buf.format, seg.width, seg.height, hood, &stats);
+            }
+            None => self.annotator.draw(&mut buf.data, buf.format, seg, hood, &stats),
+        }
         buf.stages.annotated = Instant::now();
         stream.counters.inferred.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = stream.output.send(OutputItem::Frame { buf, stats }) {

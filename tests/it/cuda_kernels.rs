@@ -31,6 +31,8 @@ const ENTRIES: &[(&str, usize)] = &[
     ("postprocess", 13),
 ];
 const FLASH_ENTRIES: &[(&str, usize)] = &[("flash_attention_hd32", 7), ("flash_attention_hd64", 7)];
+/// Entry points with no type suffix (they work on uint8 frames).
+const UNTYPED_ENTRIES: &[(&str, usize)] = &[("annotate_frame", 8)];
 
 fn nvrtc_or_skip() -> bool {
     if nvrtc_present() {
@@ -80,6 +82,10 @@ fn the_module_exports_what_the_backend_launches() {
             let found = entry_params(&ptx, &name).unwrap_or_else(|| panic!("kernel {name} is not in the module"));
             assert_eq!(found, *params, "kernel {name}: {found} parameters, the launch passes {params}");
         }
+    }
+    for (name, params) in UNTYPED_ENTRIES {
+        let found = entry_params(&ptx, name).unwrap_or_else(|| panic!("kernel {name} is not in the module"));
+        assert_eq!(found, *params, "kernel {name}: {found} parameters, the launch passes {params}");
     }
 }
 

@@ -93,6 +93,14 @@ fn many_geometries_each_get_a_slot<B: Backend>(b: Arc<B>) {
 #[test]
 fn cpu_frame_path() {
     let b = cpu_backend();
+    // The CPU leaves overlays to its caller, who tints the frame it holds in place.
+    let mut e = new_engine(&b, vec![1.0]);
+    assert!(!e.annotates_frames());
+    let (rgb, w, h) = frame_pixels();
+    let style = roadseg::images::OverlayStyle::default();
+    e.set_overlays(&[roadseg::images::frame_overlay(&style, None, w, h)]);
+    e.run_frame(&FrameRef::packed(&rgb, w, h, PixelFormat::Rgb)).unwrap();
+    assert!(e.annotated(0).is_none());
     keeping_or_filtering_logits_changes_nothing(b.clone(), 0.0);
     a_filter_rewrites_the_classes(b.clone());
     kept_logits_are_the_preprocessed_frames(b.clone(), 0.0);

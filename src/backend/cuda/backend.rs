@@ -19,7 +19,7 @@ use crate::backend::{
     Affine, AttnDims, Backend, BackendError, ConvDims, DecodeDims, DwConvDims, FrameOutDims, GemmDims, HostPhases, NormDims, OpResult, Precision,
     ResizeDims, StageMap, check_len, decode_tail_unfused,
 };
-use crate::frame::{FrameGeometry, FrameRef, Segmentation};
+use crate::frame::{FrameGeometry, FrameOverlay, FrameRef, Segmentation};
 
 /// Switches that change how work is issued, not what is computed.
 #[derive(Clone, Copy, Debug)]
@@ -489,6 +489,23 @@ where
         slot.collect(out);
         // Pre- and postprocessing ran inside the graph.
         Ok(None)
+    }
+
+    fn annotates_frames(&self) -> bool {
+        true
+    }
+
+    fn stage_overlay(&self, slot: &mut FrameArena, overlay: &FrameOverlay) -> OpResult {
+        self.stage_overlay_in(slot, overlay)
+    }
+
+    fn frame_annotate(&self, slot: &mut FrameArena) -> OpResult {
+        self.enqueue_annotate(slot)
+    }
+
+    fn collect_annotated(&self, slot: &mut FrameArena, out: &mut Vec<u8>) -> OpResult {
+        slot.collect_annotated(out);
+        Ok(())
     }
 
     fn take_device_ms(&self) -> Option<f64> {

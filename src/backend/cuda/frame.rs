@@ -15,7 +15,7 @@ use super::backend::{CudaBackend, grid_for, launch};
 use super::elem::GemmElem;
 use super::error::CudaError;
 use crate::backend::{BackendError, FrameOutDims};
-use crate::frame::{FrameError, FrameGeometry, FrameRef, PixelFormat, Segmentation};
+use crate::frame::{FrameError, FrameGeometry, FrameOverlay, FrameRef, PixelFormat, Segmentation};
 
 /// Buffers for one frame geometry; pinned ends for asynchronous copies.
 pub struct FrameArena {
@@ -40,7 +40,25 @@ pub struct FrameArena {
     classes_out_ptr: *mut u8,
     confidence_out_ptr: *mut f32,
     totals_out_ptr: *mut u32,
+    /// Made by the first frame drawn with an overlay (before its graph is recorded).
+    overlay: Option<OverlayBuffers>,
 }
+
+/// kernels/overlay.cu's inputs and the annotated frame on its way back.
+struct OverlayBuffers {
+    /// 258 tints (256 classes, unknown, hood) of 4 floats, then per column the first hood row.
+    _tints_in: PinnedHostSlice<f32>,
+    tints_in_ptr: *mut f32,
+    _tops_in: PinnedHostSlice<u32>,
+    tops_in_ptr: *mut u32,
+    tints: CudaSlice<f32>,
+    tops: CudaSlice<u32>,
+    _frame_out: PinnedHostSlice<u8>,
+    frame_out_ptr: *mut u8,
+}
+
+/// Floats of kernels/overlay.cu's `ov`: 256 class tints, unknown, hood.
+const OVERLAY_FLOATS: usize = 258 * 4;
 
 // SAFETY: the raw pointers point into the pinned allocations this arena owns;
 // the arena is used by one worker thread at a time.
@@ -69,6 +87,15 @@ impl FrameArena {
         Ok(())
     }
 
+    /// The annotated frame (after the stream is synchronised) into `out`.
+    pub(super) fn collect_annotated(&self, out: &mut Vec<u8>) {
+        out.clear();
+        if let Some(ov) = &self.overlay {
+            // SAFETY: the out buffer holds `bytes` bytes written by the finished copy.
+            out.extend_from_slice(unsafe { std::slice::from_raw_parts(ov.frame_out_ptr, self.bytes) });
+        }
+    }
+
     /// Reads the results (after the stream is synchronised) into `out`.
     pub(super) fn collect(&self, out: &mut Segmentation) {
         let (width, height) = (self.geometry.width, self.geometry.height);
@@ -94,6 +121,82 @@ impl<T: GemmElem> CudaBackend<T>
 where
     CudaBlasLT: Matmul<T>,
 {
+    /// Writes `overlay` into the arena's pinned staging (host work, before
+    /// the replay), making the overlay buffers on first use.
+    pub(super) fn stage_overlay_in(&self, arena: &mut FrameArena, overlay: &FrameOverlay) -> Result<(), BackendError> {
+        if overlay.class_tints.len() != 256 {
+            return Err(BackendError::Size { op: "overlay class tints", expected: 256, actual: overlay.class_tints.len() });
+        }
+        let width = arena.geometry.width;
+        if arena.overlay.is_none() {
+            arena.overlay = Some(self.overlay_buffers(width, arena.bytes)?);
+        }
+        let buffers = arena.overlay.as_mut().expect("made above");
+        // SAFETY: the staging buffers hold OVERLAY_FLOATS floats and `width`
+        // u32s, and no copy from them is in flight (the last frame was synchronised).
+        let (tints, tops) = unsafe {
+            (std::slice::from_raw_parts_mut(buffers.tints_in_ptr, OVERLAY_FLOATS), std::slice::from_raw_parts_mut(buffers.tops_in_ptr, width))
+        };
+        let unknown = overlay.unknown.unwrap_or(([0; 3], 0.0));
+        let entries = overlay.class_tints.iter().chain([&unknown, &overlay.hood]);
+        for (dst, (colour, alpha)) in tints.chunks_exact_mut(4).zip(entries) {
+            dst.copy_from_slice(&[colour[0] as f32, colour[1] as f32, colour[2] as f32, *alpha]);
+        }
+        // u32::MAX: no row is at or below it, so no hood in that column.
+        match overlay.hood_tops.len() {
+            0 => tops.fill(u32::MAX),
+            n if n == width => tops.copy_from_slice(&overlay.hood_tops),
+            n => return Err(BackendError::Size { op: "overlay hood tops", expected: width, actual: n }),
+        }
+        Ok(())
+    }
+
+    fn overlay_buffers(&self, width: usize, bytes: usize) -> Result<OverlayBuffers, CudaError> {
+        let ctx = self.stream.context();
+        // SAFETY: pinned allocations are written before they are read.
+        let (mut tints_in, mut tops_in, mut frame_out) = unsafe {
+            (ctx.alloc_pinned::<f32>(OVERLAY_FLOATS)?, ctx.alloc_pinned::<u32>(width.max(1))?, ctx.alloc_pinned_with_flags::<u8>(bytes.max(1), 0)?)
+        };
+        Ok(OverlayBuffers {
+            tints_in_ptr: tints_in.as_mut_ptr()?,
+            tops_in_ptr: tops_in.as_mut_ptr()?,
+            frame_out_ptr: frame_out.as_mut_ptr()?,
+            _tints_in: tints_in,
+            _tops_in: tops_in,
+            _frame_out: frame_out,
+            tints: self.stream.alloc_zeros::<f32>(OVERLAY_FLOATS)?,
+            tops: self.stream.alloc_zeros::<u32>(width.max(1))?,
+        })
+    }
+
+    /// Enqueues: overlay up, the uploaded frame tinted with the slot's
+    /// classes (after `enqueue_frame_out` wrote them), the frame back down.
+    pub(super) fn enqueue_annotate(&self, arena: &mut FrameArena) -> Result<(), BackendError> {
+        let g = arena.geometry;
+        let Some(ov) = arena.overlay.as_mut() else {
+            return Err(BackendError::Frame(FrameError("a frame was annotated without an overlay staged".into())));
+        };
+        let cu = self.stream.cu_stream();
+        // SAFETY: the pinned staging and out buffers hold what the copies
+        // move (OVERLAY_FLOATS, width, the frame's bytes) and are only
+        // rewritten or read once the stream is synchronised.
+        unsafe {
+            let (tints, _) = ov.tints.device_ptr(&self.stream);
+            result::memcpy_htod_async(tints, std::slice::from_raw_parts(ov.tints_in_ptr as *const f32, OVERLAY_FLOATS), cu)?;
+            let (tops, _) = ov.tops.device_ptr(&self.stream);
+            result::memcpy_htod_async(tops, std::slice::from_raw_parts(ov.tops_in_ptr as *const u32, g.width), cu)?;
+        }
+        let (fw, fh, stride, fmt) = (g.width as i32, g.height as i32, g.stride as i32, format_code(g.format));
+        let ov = arena.overlay.as_ref().expect("checked above");
+        launch!(self, &self.ops.annotate_frame, grid_for(g.width * g.height), &mut arena.frame, &fw, &fh, &stride, &fmt, &arena.classes, &ov.tints, &ov.tops)?;
+        // SAFETY: as above.
+        unsafe {
+            let (frame, _) = arena.frame.device_ptr(&self.stream);
+            result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(ov.frame_out_ptr, arena.bytes), frame, cu)?;
+        }
+        Ok(())
+    }
+
     /// Allocates the buffers for frames of `geometry`.
     pub(super) fn frame_arena(&self, geometry: FrameGeometry, road_classes: &[usize]) -> Result<FrameArena, CudaError> {
         let ctx = self.stream.context();
@@ -123,6 +226,7 @@ where
             _classes_out: classes_out,
             _confidence_out: confidence_out,
             _totals_out: totals_out,
+            overlay: None,
             frame: self.stream.alloc_zeros::<u8>(bytes.max(1))?,
             road_is: self.stream.clone_htod(&road)?,
             classes: self.stream.alloc_zeros::<u8>(pixels.max(1))?,

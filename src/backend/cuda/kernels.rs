@@ -22,6 +22,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("attention.cu", include_str!("../../../kernels/attention.cu")),
     ("frame.cu", include_str!("../../../kernels/frame.cu")),
     ("decoder.cu", include_str!("../../../kernels/decoder.cu")),
+    ("overlay.cu", include_str!("../../../kernels/overlay.cu")),
 ];
 
 /// One translation unit: the shared header, then each file (with `#line` so
@@ -141,13 +142,20 @@ macro_rules! ops {
             /// Tensor-core attention for head sizes 32 and 64 (16-bit types only).
             pub flash_hd32: Option<CudaFunction>,
             pub flash_hd64: Option<CudaFunction>,
+            /// The overlay tint, on uint8 frames whatever the element type.
+            pub annotate_frame: CudaFunction,
         }
 
         impl Ops {
             pub fn resolve(module: &KernelModule, suffix: &str, flash: bool) -> Result<Self, CudaError> {
                 let f = |op: &str| module.function(&format!("{op}_{suffix}"));
                 let flash_fn = |hd: usize| if flash { f(&format!("flash_attention_hd{hd}")).map(Some) } else { Ok(None) };
-                Ok(Ops { $($op: f(stringify!($op))?,)+ flash_hd32: flash_fn(32)?, flash_hd64: flash_fn(64)? })
+                Ok(Ops {
+                    $($op: f(stringify!($op))?,)+
+                    flash_hd32: flash_fn(32)?,
+                    flash_hd64: flash_fn(64)?,
+                    annotate_frame: module.function("annotate_frame")?,
+                })
             }
         }
     };

@@ -65,6 +65,10 @@ impl Worker {
             }
         };
         let any_smooths = jobs.iter().any(|j| j.stream.temporal.smooths());
+        if self.engine.annotates_frames() {
+            let overlays: Vec<_> = frames.iter().zip(&observed).map(|(f, o)| self.annotator.overlay(&o.hood, f.width, f.height)).collect();
+            self.engine.set_overlays(&overlays);
+        }
         let result = self.engine.run_batch(&frames, if any_smooths { Some(&mut smooth) } else { None }).map(|_| ());
         drop(frames);
         if let Err(err) = result {
@@ -79,9 +83,9 @@ impl Worker {
         let inference_ms = t.preprocess_ms + t.inference_ms + t.postprocess_ms;
         let done = Done { annotator: &self.annotator, on_inference: &self.on_inference, road: &self.engine.options().road_classes };
         let segs = self.engine.batch_segmentations();
-        for ((Job { stream, mut buf }, seg), observed) in jobs.drain(..).zip(segs).zip(observed) {
+        for (i, ((Job { stream, mut buf }, seg), observed)) in jobs.drain(..).zip(segs).zip(observed).enumerate() {
             buf.stages.inferred = inferred;
-            done.deliver(&stream, buf, seg, &observed.hood, inference_ms);
+            done.deliver(&stream, buf, seg, &observed.hood, inference_ms, self.engine.annotated(i));
             stream.counters.in_flight.fetch_sub(1, Ordering::SeqCst);
         }
         true

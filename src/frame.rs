@@ -78,7 +78,7 @@ impl<'a> FrameRef<'a> {
         }
         let needed = match self.format {
             PixelFormat::Nv12 => {
-                if self.width % 2 != 0 || self.height % 2 != 0 {
+                if !self.width.is_multiple_of(2) || !self.height.is_multiple_of(2) {
                     return Err(FrameError(format!("NV12 frame {}x{} must have even sides", self.width, self.height)));
                 }
                 self.stride * self.height * 3 / 2
@@ -154,7 +154,7 @@ impl FrameOverlay {
         if self.hood_tops.get(x).is_some_and(|&top| y >= top as usize) {
             Some(self.hood)
         } else if class == UNKNOWN {
-            self.unknown.filter(|_| (x / 4 + y / 4) % 2 == 0)
+            self.unknown.filter(|_| (x / 4 + y / 4).is_multiple_of(2))
         } else {
             Some(self.class_tints[class as usize]).filter(|t| t.1 > 0.0)
         }

@@ -117,7 +117,7 @@ const DW_BLOCK: usize = 128;
 /// aligned (cudarc allocations), so whole-chunk rows keep every load aligned.
 pub(crate) fn layer_norm_chunks(dim: usize, elem_bytes: usize) -> Option<usize> {
     let per_chunk = 16 / elem_bytes;
-    if dim == 0 || dim % per_chunk != 0 {
+    if dim == 0 || !dim.is_multiple_of(per_chunk) {
         return None;
     }
     match (dim / per_chunk).div_ceil(32) {
@@ -313,7 +313,7 @@ where
         // Whole 16-byte chunks of channels: one chunk per thread. ld (a
         // multiple of 8 elements) and every image's offsets are whole chunks too.
         let chunk = 16 / std::mem::size_of::<T>();
-        let (kernel, per_thread) = if d.c_in % chunk == 0 && !naive_im2col() { (&self.ops.im2col_vec, chunk) } else { (&self.ops.im2col, 1) };
+        let (kernel, per_thread) = if d.c_in.is_multiple_of(chunk) && !naive_im2col() { (&self.ops.im2col_vec, chunk) } else { (&self.ops.im2col, 1) };
         // One im2col launch per image at its offsets (the kernel knows one
         // map); the rows land one image after another, so one GEMM follows.
         for i in 0..d.batch {

@@ -10,6 +10,7 @@ pub mod device;
 pub mod engine;
 pub mod eval;
 pub mod frame;
+pub mod host_memory;
 pub mod images;
 pub mod input_size;
 pub mod model;

@@ -314,13 +314,10 @@ pub trait Backend: Send + Sync + 'static {
     /// segmentation's road coverage.
     fn frame_slot(&self, geometry: FrameGeometry, road_classes: &[usize]) -> Result<Self::FrameSlot, BackendError>;
 
-    /// Host work before the recorded work: takes the frame's pixels, which
-    /// must have the slot's geometry.
+    /// Before the recorded work: takes the frame's pixels, which must have
+    /// the slot's geometry (a device backend queues their copy to the device,
+    /// from where they are when that memory is pinned, else via staging).
     fn stage_frame(&self, slot: &mut Self::FrameSlot, frame: &FrameRef<'_>) -> OpResult;
-
-    /// Recorded: makes the staged frame visible to the ops (a copy to the
-    /// device; nothing on the host). Once per frame, before `frame_to_input`.
-    fn upload_frame(&self, slot: &mut Self::FrameSlot) -> OpResult;
 
     /// Recorded: the frame resized (bilinear, half-pixel centres) to `w` x `h`
     /// and normalised (/255, ImageNet mean and std) into image `image` of

@@ -124,7 +124,6 @@ impl<B: Backend> Engine<B> {
         b.run_recorded(recording, &mut || {
             let (w, h) = model.input_size();
             for (i, &s) in slots.iter().enumerate() {
-                b.upload_frame(&mut frame_slots[s].slot)?;
                 b.frame_to_input(&mut frame_slots[s].slot, model.input_mut(), i, w, h)?;
             }
             model.forward(b)?;

@@ -9,7 +9,7 @@ use half::{bf16, f16};
 use super::any::AnyEngine;
 use super::pipeline::Engine;
 use super::spec::{LoadError, ModelSpec, engines_on, load_error, load_weights};
-use crate::backend::cuda::{CudaBackend, CudaDevice, CudaError, CudaInfo, CudaOptions, GemmElem, GpuInfo};
+use crate::backend::cuda::{CudaBackend, CudaDevice, CudaError, CudaInfo, CudaOptions, GemmElem, GpuInfo, PinnedFrames};
 use crate::backend::{BackendError, Precision};
 
 pub fn load_cuda_engines(
@@ -30,7 +30,8 @@ pub fn load_cuda_engines(
 
 /// Debug switches: `ROADSEG_CUDA_NO_GRAPH=1` runs the same kernels eagerly,
 /// `ROADSEG_CUDA_NO_FLASH=1` uses the reference attention kernel;
-/// `ROADSEG_CUDA_FUSED_DECODER=1` the one-kernel decode tail.
+/// `ROADSEG_CUDA_FUSED_DECODER=1` the one-kernel decode tail;
+/// `ROADSEG_CUDA_PAGEABLE_FRAMES=1` keeps the ring's frames in pageable memory.
 pub fn cuda_options_from_env() -> CudaOptions {
     CudaOptions {
         graphs: !env_on("ROADSEG_CUDA_NO_GRAPH"),
@@ -65,6 +66,11 @@ where
             continue;
         }
         let device = CudaDevice::open(gpu, info).map_err(fail)?;
+        // The ring's frame buffers come pinned from now on, so the GPU copies
+        // them up by DMA without a host copy into staging first.
+        if !env_on("ROADSEG_CUDA_PAGEABLE_FRAMES") && crate::host_memory::install(Arc::new(PinnedFrames::new(&device))) {
+            tracing::debug!("frame buffers are pinned host memory");
+        }
         let first = CudaBackend::<T>::new(device, options).map_err(fail)?;
         let weights = load_weights(spec, &first)?;
         labels = weights.labels.clone();

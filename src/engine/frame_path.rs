@@ -1,7 +1,7 @@
 //! One frame through the engine, the same way on every backend: the frame is
-//! staged into the slot for its geometry, then one recorded piece of work
-//! (a CUDA graph, or plain calls on the CPU) uploads it, resizes and
-//! normalises it into each scale's input, runs the model at each scale, sums
+//! staged into the slot for its geometry (on CUDA: its copy to the device
+//! queued), then one recorded piece of work (a CUDA graph, or plain calls on
+//! the CPU) resizes and normalises it into each scale's input, runs the model at each scale, sums
 //! the logits at the base resolution and turns them into class and
 //! confidence per pixel at the frame's size; then the result is collected.
 //!
@@ -83,7 +83,6 @@ impl<B: Backend> Engine<B> {
             (false, false) => &*whole,
         };
         b.run_recorded(recording, &mut || {
-            b.upload_frame(slot)?;
             for &i in active.iter() {
                 let model = &mut passes[i];
                 let (w, h) = model.input_size();

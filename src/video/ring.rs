@@ -18,6 +18,7 @@ use crossbeam_queue::ArrayQueue;
 
 use super::frame::{DecodedFrame, FrameTiming, PixelFormat, StageTimes};
 use crate::frame::FrameRef;
+use crate::host_memory::FrameMemory;
 
 /// One frame travelling through the pipeline.
 #[derive(Debug)]
@@ -31,8 +32,8 @@ pub struct FrameBuf {
     pub format: PixelFormat,
     /// Tightly packed: RGBA `width * height * 4` bytes, or NV12's Y plane
     /// (`width * height`) then its UV plane (half as many bytes), both
-    /// `width` bytes per row.
-    pub data: Vec<u8>,
+    /// `width` bytes per row. Pinned where a GPU engine asked for that.
+    pub data: FrameMemory,
     /// Frames of this stream dropped since the previous frame that made it.
     pub dropped_before: u64,
     /// Road mask (1 = road) at frame size, filled only for streams that ask
@@ -43,7 +44,7 @@ pub struct FrameBuf {
 
 impl FrameBuf {
     pub(crate) fn empty() -> Self {
-        FrameBuf { seq: 0, timing: FrameTiming::default(), width: 0, height: 0, format: PixelFormat::Rgba, data: Vec::new(), dropped_before: 0, road_mask: Vec::new(), stages: StageTimes::starting(Instant::now()) }
+        FrameBuf { seq: 0, timing: FrameTiming::default(), width: 0, height: 0, format: PixelFormat::Rgba, data: FrameMemory::default(), dropped_before: 0, road_mask: Vec::new(), stages: StageTimes::starting(Instant::now()) }
     }
 
     /// Bytes per row (of the Y plane, for NV12).
@@ -64,7 +65,7 @@ impl FrameBuf {
         self.format = src.format;
         let row = self.stride();
         let chroma_rows = src.chroma.map_or(0, |_| h / 2);
-        self.data.resize(row * (h + chroma_rows), 0);
+        self.data.resize(row * (h + chroma_rows));
         let (luma, uv) = self.data.split_at_mut(row * h);
         copy_rows(luma, src.data, src.stride, row);
         if let Some((plane, stride)) = src.chroma {

@@ -11,6 +11,7 @@ use std::time::SystemTime;
 
 use super::ring::FrameBuf;
 use crate::frame::{FrameRef, PixelFormat};
+use crate::host_memory::FrameMemory;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
@@ -25,7 +26,7 @@ struct Slot {
     seq: u64,
     at: Option<SystemTime>,
     format: Option<PixelFormat>,
-    pixels: Vec<u8>,
+    pixels: FrameMemory,
 }
 
 #[derive(Default)]
@@ -67,7 +68,7 @@ impl LatestFrame {
         let (width, height, seq, at, format, pixels) = {
             let slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
             // One memcpy under the lock; the RGB conversion happens outside it.
-            (slot.width, slot.height, slot.seq, slot.at?, slot.format?, slot.pixels.clone())
+            (slot.width, slot.height, slot.seq, slot.at?, slot.format?, slot.pixels.to_vec())
         };
         let (w, h) = (width as usize, height as usize);
         let frame = FrameRef::packed(&pixels, w, h, format);
@@ -99,7 +100,7 @@ mod tests {
         f.width = width;
         f.height = height;
         f.seq = seq;
-        f.data = vec![value; (width * height * 4) as usize];
+        f.data = vec![value; (width * height * 4) as usize].into();
         f
     }
 
@@ -129,7 +130,7 @@ mod tests {
         let latest = LatestFrame::new();
         let mut f = frame(16, 8, 0, 3);
         f.format = PixelFormat::Nv12;
-        f.data = [vec![126u8; 16 * 8], vec![128u8; 16 * 4]].concat();
+        f.data = [vec![126u8; 16 * 8], vec![128u8; 16 * 4]].concat().into();
         latest.offer(&mut f);
         let snap = latest.snapshot().unwrap();
         assert_eq!(snap.rgb.len(), 16 * 8 * 3);

@@ -452,6 +452,30 @@ fn gpu_overlays_equal_the_cpu_annotator_bit_for_bit() {
 }
 
 #[test]
+fn frames_in_pinned_memory_are_copied_up_directly_with_the_same_result() {
+    // Rule: with the CUDA host allocator installed, frame buffers are pinned and the engine copies them to the GPU from where they are; the segmentation equals that of the same frame in pageable memory (staged), frame after frame.
+    use roadseg::backend::cuda::PinnedFrames;
+    use roadseg::engine::{FrameRef, PixelFormat};
+    use roadseg::host_memory::FrameMemory;
+    let Some(d) = gpu_or_skip() else { return };
+    roadseg::host_memory::install(Arc::new(PinnedFrames::new(&d)));
+    let dir = repo().join("tests/data/odd-bf16-203x141");
+    let mut e = engine(backend::<f16>(&d, CudaOptions::default()), &dir, 224, 160, vec![1.0]);
+    let (_, nv12, fw, fh, _) = test_frames();
+    let mut pinned = FrameMemory::default();
+    pinned.resize(nv12.len());
+    assert!(pinned.is_pinned(), "the allocator hands out pinned memory");
+    for shift in [0u8, 40, 0] {
+        let frame: Vec<u8> = nv12.iter().map(|v| v.wrapping_add(shift)).collect();
+        pinned.copy_from_slice(&frame);
+        let direct = e.run_frame(&FrameRef::packed(&pinned, fw, fh, PixelFormat::Nv12)).unwrap().clone();
+        let staged = e.run_frame(&FrameRef::packed(&frame, fw, fh, PixelFormat::Nv12)).unwrap().clone();
+        assert_eq!(direct.classes, staged.classes, "shift {shift}");
+        assert_eq!(direct.confidence, staged.confidence, "shift {shift}");
+    }
+}
+
+#[test]
 fn fused_decoder_matches_the_separate_ops_and_hf_reference() {
     // Rule: the fused decode tail (kernels/decoder.cu) gives the separate ops' logits (relative L2 <= 5e-3, argmax 99.5%) and still meets the fp16 HF bar, on every fixture (three-stage models fall back to the separate ops), in fp16 and bf16.
     let Some(d) = gpu_or_skip() else { return };

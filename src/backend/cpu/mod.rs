@@ -247,10 +247,6 @@ impl Backend for CpuBackend {
         slot.stage(frame)
     }
 
-    fn upload_frame(&self, _slot: &mut CpuFrameSlot) -> OpResult {
-        Ok(())
-    }
-
     fn frame_to_input(&self, slot: &mut CpuFrameSlot, input: &mut Self::Tensor, image: usize, w: usize, h: usize) -> OpResult {
         let len = w * h * 3;
         check("frame input", (image + 1) * len, input.len())?;

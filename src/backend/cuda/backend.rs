@@ -465,11 +465,7 @@ where
     }
 
     fn stage_frame(&self, slot: &mut FrameArena, frame: &FrameRef<'_>) -> OpResult {
-        Ok(slot.stage(frame)?)
-    }
-
-    fn upload_frame(&self, slot: &mut FrameArena) -> OpResult {
-        self.enqueue_upload(slot)
+        self.stage_and_upload(slot, frame)
     }
 
     fn frame_to_input(&self, slot: &mut FrameArena, input: &mut Self::Tensor, image: usize, w: usize, h: usize) -> OpResult {

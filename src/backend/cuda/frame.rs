@@ -74,17 +74,22 @@ fn format_code(format: PixelFormat) -> i32 {
 }
 
 impl FrameArena {
-    /// Copies the frame into pinned staging (host work, before the replay).
-    pub(super) fn stage(&mut self, frame: &FrameRef<'_>) -> Result<(), FrameError> {
+    /// Where the frame's bytes are copied up from: the frame itself when it
+    /// lies in pinned memory (the ring's buffers, where a CUDA engine made
+    /// them pinned), else pinned staging after a host copy.
+    fn stage(&mut self, frame: &FrameRef<'_>) -> Result<*const u8, FrameError> {
         frame.validate()?;
         if frame.geometry() != self.geometry {
             return Err(FrameError(format!("frame {:?} staged into a slot for {:?}", frame.geometry(), self.geometry)));
         }
         let n = self.bytes.min(frame.data.len());
+        if n == self.bytes && crate::host_memory::is_pinned(&frame.data[..n]) {
+            return Ok(frame.data.as_ptr());
+        }
         // SAFETY: staging holds `bytes` >= n bytes and no copy from it is in
         // flight (the previous frame's work was synchronised).
         unsafe { std::ptr::copy_nonoverlapping(frame.data.as_ptr(), self.staging_ptr, n) };
-        Ok(())
+        Ok(self.staging_ptr)
     }
 
     /// The annotated frame (after the stream is synchronised) into `out`.
@@ -236,15 +241,17 @@ where
         })
     }
 
-    /// Enqueues: staged frame -> device.
-    pub(super) fn enqueue_upload(&self, arena: &mut FrameArena) -> Result<(), BackendError> {
+    /// Takes the frame and queues its copy to the device (outside any graph:
+    /// the source address changes from frame to frame when it is the ring's
+    /// pinned buffer). The caller's frame must stay untouched until the
+    /// frame's work is synchronised, as the engine's does.
+    pub(super) fn stage_and_upload(&self, arena: &mut FrameArena, frame: &FrameRef<'_>) -> Result<(), BackendError> {
+        let src = arena.stage(frame)?;
         let cu = self.stream.cu_stream();
         let (dst, _) = arena.frame.device_ptr(&self.stream);
-        // SAFETY: staging is pinned and `bytes` long; the device buffer too.
-        unsafe {
-            let src = std::slice::from_raw_parts(arena.staging_ptr as *const u8, arena.bytes);
-            result::memcpy_htod_async(dst, src, cu)?;
-        }
+        // SAFETY: `src` is pinned and holds the frame's `bytes` (checked in
+        // `stage`), as does the device buffer.
+        unsafe { result::memcpy_htod_async(dst, std::slice::from_raw_parts(src, arena.bytes), cu)? };
         Ok(())
     }
 

@@ -15,6 +15,7 @@ mod device;
 mod elem;
 pub(super) mod error;
 mod frame;
+mod host;
 pub mod kernels;
 pub mod probe;
 
@@ -23,4 +24,5 @@ pub use self::device::{CudaDevice, first_gpu};
 pub use self::elem::{CudaElem, GemmElem};
 pub use self::error::CudaError;
 pub use self::frame::FrameArena;
+pub use self::host::PinnedFrames;
 pub use self::probe::{CudaInfo, CudaUnavailable, GpuInfo};

@@ -31,12 +31,14 @@ pub fn load_cuda_engines(
 /// Debug switches: `ROADSEG_CUDA_NO_GRAPH=1` runs the same kernels eagerly,
 /// `ROADSEG_CUDA_NO_FLASH=1` uses the reference attention kernel;
 /// `ROADSEG_CUDA_FUSED_DECODER=1` the one-kernel decode tail;
+/// `ROADSEG_CUDA_SPLIT_ATTENTION=1` the split-KV flash attention;
 /// `ROADSEG_CUDA_PAGEABLE_FRAMES=1` keeps the ring's frames in pageable memory.
 pub fn cuda_options_from_env() -> CudaOptions {
     CudaOptions {
         graphs: !env_on("ROADSEG_CUDA_NO_GRAPH"),
         flash_attention: !env_on("ROADSEG_CUDA_NO_FLASH"),
         fused_decoder: env_on("ROADSEG_CUDA_FUSED_DECODER"),
+        split_attention: env_on("ROADSEG_CUDA_SPLIT_ATTENTION"),
     }
 }
 

@@ -30,7 +30,13 @@ const ENTRIES: &[(&str, usize)] = &[
     ("preprocess", 8),
     ("postprocess", 13),
 ];
-const FLASH_ENTRIES: &[(&str, usize)] = &[("flash_attention_hd32", 7), ("flash_attention_hd64", 7)];
+const FLASH_ENTRIES: &[(&str, usize)] = &[
+    ("flash_attention_hd32", 7),
+    ("flash_attention_hd64", 7),
+    ("flash_split_hd32", 9),
+    ("flash_split_hd64", 9),
+    ("flash_split_combine", 6),
+];
 /// Entry points with no type suffix (they work on uint8 frames).
 const UNTYPED_ENTRIES: &[(&str, usize)] = &[("annotate_frame", 8)];
 

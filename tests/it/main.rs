@@ -13,6 +13,7 @@ mod bundled_model;
 mod cli;
 mod credentials;
 mod cuda;
+mod cuda_attention;
 mod cuda_kernels;
 mod daemon;
 mod faults;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::cublaslt::{CudaBlasLT, Matmul, MatmulConfig};
-use cudarc::driver::{CudaGraph, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg, sys};
+use cudarc::driver::{CudaFunction, CudaGraph, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg, sys};
 
 use super::busy::BusyClock;
 use super::device::CudaDevice;
@@ -33,11 +33,15 @@ pub struct CudaOptions {
     /// until it has been measured on a GPU against the separate ops; on with
     /// `ROADSEG_CUDA_FUSED_DECODER=1`.
     pub fused_decoder: bool,
+    /// Use the split-KV flash attention (kernels/attention_split.cu) where
+    /// the flash kernel applies. Off until it has been timed on a GPU against
+    /// the flash kernel; on with `ROADSEG_CUDA_SPLIT_ATTENTION=1`.
+    pub split_attention: bool,
 }
 
 impl Default for CudaOptions {
     fn default() -> Self {
-        CudaOptions { graphs: true, flash_attention: true, fused_decoder: false }
+        CudaOptions { graphs: true, flash_attention: true, fused_decoder: false, split_attention: false }
     }
 }
 
@@ -107,6 +111,52 @@ pub(crate) fn grid_for(n: usize) -> LaunchConfig {
     LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 }
 }
 
+/// kernels/attention_split.cu: queries per block (4 warps x 16) and keys per
+/// shared-memory tile (FS_BQ, FS_BK).
+const SPLIT_BQ: usize = 64;
+const SPLIT_BK: usize = 64;
+/// Blocks the planner aims for, per SM: a few resident blocks per SM hide the
+/// copies' and the MMAs' latency, and past one wave the tail matters less.
+const SPLIT_BLOCKS_PER_SM: usize = 3;
+/// Keys a split keeps at least (but the last): fewer and the pipeline never
+/// fills, and the partials' traffic grows against the work they save.
+const SPLIT_MIN_KEYS: usize = 128;
+const SPLIT_MAX: usize = 16;
+
+/// How the split attention covers one image: grid (q_tiles, heads, splits),
+/// each split `tiles_per_split` whole key tiles (the last possibly fewer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SplitPlan {
+    pub q_tiles: usize,
+    pub splits: usize,
+    pub tiles_per_split: usize,
+}
+
+impl SplitPlan {
+    pub fn blocks(&self, heads: usize) -> usize {
+        self.q_tiles * heads * self.splits
+    }
+
+    /// f32s of the partials (O, then (max, sum) per row and head); none
+    /// with one split, which writes y directly.
+    pub fn workspace_floats(&self, queries: usize, heads: usize, head_dim: usize) -> usize {
+        if self.splits == 1 { 0 } else { self.splits * queries * (heads * head_dim + 2 * heads) }
+    }
+}
+
+/// Splits the keys of each (64 queries, head) block until the grid holds
+/// about SPLIT_BLOCKS_PER_SM blocks per SM, in whole tiles of at least
+/// SPLIT_MIN_KEYS keys, and never leaves a split empty.
+pub fn plan_split(queries: usize, keys: usize, heads: usize, sm_count: usize) -> SplitPlan {
+    let q_tiles = queries.div_ceil(SPLIT_BQ).max(1);
+    let key_tiles = keys.div_ceil(SPLIT_BK).max(1);
+    let blocks = q_tiles * heads.max(1);
+    let most = (keys / SPLIT_MIN_KEYS).clamp(1, SPLIT_MAX);
+    let wanted = (SPLIT_BLOCKS_PER_SM * sm_count.max(1)).div_ceil(blocks).clamp(1, most);
+    let tiles_per_split = key_tiles.div_ceil(wanted);
+    SplitPlan { q_tiles, splits: key_tiles.div_ceil(tiles_per_split), tiles_per_split }
+}
+
 /// Rows each thread of `dwconv3x3_gelu_tiled` slides down (DW_ROWS in kernels/conv.cu).
 const DW_ROWS: usize = 8;
 const DW_BLOCK: usize = 128;
@@ -156,7 +206,7 @@ where
     pub fn new(device: Arc<CudaDevice>, options: CudaOptions) -> Result<Self, CudaError> {
         let stream = device.ctx.new_stream()?;
         let blas = CudaBlasLT::new(stream.clone())?;
-        let ops = Ops::resolve(&device.module, T::SUFFIX, T::HAS_FLASH && options.flash_attention)?;
+        let ops = Ops::resolve(&device.module, T::SUFFIX, T::HAS_FLASH && options.flash_attention, options.split_attention)?;
         Ok(CudaBackend { device, stream, blas, ops, options, recordings: Graphs::default(), next_recording: AtomicUsize::new(0), busy: BusyClock::default(), _elem: PhantomData })
     }
 
@@ -216,9 +266,42 @@ where
         Ok(unsafe { self.blas.matmul(cfg, w, x, y, bias, None) }?)
     }
 
-    /// One image's attention: `q`, `y` `[queries, C]`, `kv` `[keys, 2C]`.
-    fn attention_one(&self, q: &CudaView<'_, T>, kv: &CudaView<'_, T>, y: &mut CudaViewMut<'_, T>, d: AttnDims) -> OpResult {
+    /// The split attention's kernels for this head size, and its plan for
+    /// one image of `d`, when it is on and applies (no keys: the flash
+    /// kernel's behaviour stays).
+    fn split_attention(&self, d: AttnDims) -> Option<(&CudaFunction, &CudaFunction, SplitPlan)> {
+        let f = match d.head_dim {
+            32 => self.ops.flash_split_hd32.as_ref(),
+            64 => self.ops.flash_split_hd64.as_ref(),
+            _ => None,
+        }?;
+        let combine = self.ops.flash_split_combine.as_ref()?;
+        (d.keys > 0).then(|| (f, combine, plan_split(d.queries, d.keys, d.heads, self.device.sm_count)))
+    }
+
+    /// One image's attention: `q`, `y` `[queries, C]`, `kv` `[keys, 2C]`;
+    /// `ws` holds one image's split partials (reused image after image: the
+    /// launches are ordered on the stream).
+    fn attention_one(&self, q: &CudaView<'_, T>, kv: &CudaView<'_, T>, y: &mut CudaViewMut<'_, T>, ws: &mut CudaSlice<T>, d: AttnDims) -> OpResult {
         let (nq, nk, heads) = (d.queries as i32, d.keys as i32, d.heads as i32);
+        if let Some((f, combine, plan)) = self.split_attention(d) {
+            if d.queries == 0 {
+                return Ok(());
+            }
+            // The kernels take the workspace as float*: a T buffer of at least
+            // the partials' bytes (cudarc's allocations are 256-byte aligned).
+            let floats = plan.workspace_floats(d.queries, d.heads, d.head_dim);
+            check_len("attention workspace", (floats * 4).div_ceil(std::mem::size_of::<T>()), ws.len())?;
+            let cfg = LaunchConfig { grid_dim: (plan.q_tiles as u32, d.heads as u32, plan.splits as u32), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
+            let scale_log2 = std::f32::consts::LOG2_E / (d.head_dim as f32).sqrt();
+            let tiles_per_split = plan.tiles_per_split as i32;
+            launch!(self, f, cfg, q, kv, &mut *y, &mut *ws, &nq, &nk, &heads, &tiles_per_split, &scale_log2)?;
+            if plan.splits == 1 {
+                return Ok(());
+            }
+            let (hd, splits) = (d.head_dim as i32, plan.splits as i32);
+            return launch!(self, combine, grid_for(d.queries * d.heads * d.head_dim / 2), &*ws, y, &nq, &heads, &hd, &splits);
+        }
         let flash = match d.head_dim {
             32 => self.ops.flash_hd32.as_ref(),
             64 => self.ops.flash_hd64.as_ref(),
@@ -294,8 +377,9 @@ where
         d.out_rows() * im2col_ld(d)
     }
 
-    fn attention_workspace(&self, _: AttnDims) -> usize {
-        0
+    fn attention_workspace(&self, d: AttnDims) -> usize {
+        // One image's partials, as elements of T (f32s are 2 of fp16's).
+        self.split_attention(d).map_or(0, |(_, _, plan)| (plan.workspace_floats(d.queries, d.heads, d.head_dim) * 4).div_ceil(std::mem::size_of::<T>()))
     }
 
     fn linear(&self, x: &Self::Tensor, w: &Self::Param, bias: Option<&Self::Param>, y: &mut Self::Tensor, d: GemmDims, accumulate: bool) -> OpResult {
@@ -347,7 +431,7 @@ where
         launch!(self, &self.ops.add_assign, grid_for(len), y, x, &n)
     }
 
-    fn attention(&self, q: &Self::Tensor, kv: &Self::Tensor, y: &mut Self::Tensor, _ws: &mut Self::Tensor, d: AttnDims) -> OpResult {
+    fn attention(&self, q: &Self::Tensor, kv: &Self::Tensor, y: &mut Self::Tensor, ws: &mut Self::Tensor, d: AttnDims) -> OpResult {
         let (q_len, kv_len) = d.image_lens(q.len(), kv.len(), y.len())?;
         if d.head_dim > 256 {
             return Err(BackendError::HeadDim { head_dim: d.head_dim, max: 256 });
@@ -357,7 +441,7 @@ where
         for i in 0..d.batch {
             let (qi, kvi) = (q.slice(i * q_len..(i + 1) * q_len), kv.slice(i * kv_len..(i + 1) * kv_len));
             let mut yi = y.slice_mut(i * q_len..(i + 1) * q_len);
-            self.attention_one(&qi, &kvi, &mut yi, d)?;
+            self.attention_one(&qi, &kvi, &mut yi, ws, d)?;
         }
         Ok(())
     }
@@ -511,7 +595,56 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::layer_norm_chunks;
+    use super::{SPLIT_BK, SPLIT_MAX, SPLIT_MIN_KEYS, SplitPlan, layer_norm_chunks, plan_split};
+
+    #[test]
+    fn split_attention_plans_fill_the_gpu_at_segformer_shapes() {
+        // Rule: on an H100 (132 SMs) the split planner leaves the big early
+        // stages alone and splits the keys of the late ones (few queries, many
+        // heads) until the grid has ~3 blocks per SM, in whole 64-key tiles of
+        // >= 128 keys; a split is never empty and one split needs no workspace.
+        let plan = |q, k, h| {
+            let p = plan_split(q, k, h, 132);
+            (p.splits, p.tiles_per_split, p.blocks(h))
+        };
+        // 1024x1024: queries 65536/16384/4096/1024 against 1024 keys, heads 1/2/5/8.
+        assert_eq!(plan(65536, 1024, 1), (1, 16, 1024));
+        assert_eq!(plan(16384, 1024, 2), (1, 16, 512));
+        assert_eq!(plan(4096, 1024, 5), (2, 8, 640));
+        assert_eq!(plan(1024, 1024, 8), (4, 4, 512));
+        // 1024x576: queries 36864/9216/2304/576 against 576 keys (9 tiles).
+        assert_eq!(plan(36864, 576, 1), (1, 9, 576));
+        assert_eq!(plan(9216, 576, 2), (2, 5, 576));
+        assert_eq!(plan(2304, 576, 5), (3, 3, 540));
+        // 576 keys make at most 4 splits of 128; 9 tiles in whole tiles: 3 + 3 + 3.
+        assert_eq!(plan(576, 576, 8), (3, 3, 216));
+        // Too few keys to split, and tiny shapes.
+        assert_eq!(plan(64, 100, 1), (1, 2, 1));
+        assert_eq!(plan(1, 1, 1), (1, 1, 1));
+        assert_eq!(plan(5, 17, 8), (1, 1, 8));
+        assert_eq!(SplitPlan { q_tiles: 16, splits: 1, tiles_per_split: 16 }.workspace_floats(1024, 8, 64), 0);
+        assert_eq!(plan_split(1024, 1024, 8, 132).workspace_floats(1024, 8, 64), 4 * 1024 * (512 + 16));
+
+        for sm in [1, 46, 108, 132, 170] {
+            for keys in [1, 17, 63, 64, 65, 100, 127, 128, 129, 300, 576, 1000, 1024, 4096] {
+                for queries in [1, 63, 64, 65, 576, 1024, 2304, 4096, 65536] {
+                    for heads in [1, 2, 5, 8] {
+                        let p = plan_split(queries, keys, heads, sm);
+                        let key_tiles = keys.div_ceil(SPLIT_BK);
+                        let what = format!("sm {sm} queries {queries} keys {keys} heads {heads}: {p:?}");
+                        assert!(p.splits >= 1 && p.splits <= SPLIT_MAX, "{what}");
+                        assert_eq!(p.q_tiles, queries.div_ceil(64), "{what}");
+                        assert!(p.splits * p.tiles_per_split >= key_tiles, "{what}: keys left over");
+                        assert!((p.splits - 1) * p.tiles_per_split < key_tiles, "{what}: an empty split");
+                        if p.splits > 1 {
+                            assert!(p.tiles_per_split * SPLIT_BK >= SPLIT_MIN_KEYS, "{what}: splits too short");
+                            assert!(queries.div_ceil(64) * heads < 3 * sm, "{what}: split though the GPU was full");
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn layer_norm_rows_pick_the_kernel_that_holds_them() {

@@ -13,6 +13,9 @@ pub struct CudaDevice {
     pub(super) ctx: Arc<CudaContext>,
     pub(super) module: KernelModule,
     pub gpu: GpuInfo,
+    /// Streaming multiprocessors: how many blocks a launch needs to fill the
+    /// GPU (the split attention planner's target).
+    pub sm_count: usize,
 }
 
 impl CudaDevice {
@@ -25,7 +28,8 @@ impl CudaDevice {
         unsafe { ctx.disable_event_tracking() };
         let (major, minor) = gpu.compute_capability;
         let module = KernelModule::load(&ctx, kernels::arch_name(major, minor), info.driver_version)?;
-        Ok(Arc::new(CudaDevice { ctx, module, gpu: gpu.clone() }))
+        let sm_count = ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as usize;
+        Ok(Arc::new(CudaDevice { ctx, module, gpu: gpu.clone(), sm_count }))
     }
 
     /// (free, total) device memory in bytes.

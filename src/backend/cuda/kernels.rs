@@ -20,6 +20,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("conv.cu", include_str!("../../../kernels/conv.cu")),
     ("resize.cu", include_str!("../../../kernels/resize.cu")),
     ("attention.cu", include_str!("../../../kernels/attention.cu")),
+    ("attention_split.cu", include_str!("../../../kernels/attention_split.cu")),
     ("frame.cu", include_str!("../../../kernels/frame.cu")),
     ("decoder.cu", include_str!("../../../kernels/decoder.cu")),
     ("overlay.cu", include_str!("../../../kernels/overlay.cu")),
@@ -142,18 +143,28 @@ macro_rules! ops {
             /// Tensor-core attention for head sizes 32 and 64 (16-bit types only).
             pub flash_hd32: Option<CudaFunction>,
             pub flash_hd64: Option<CudaFunction>,
+            /// Split-KV flash attention (kernels/attention_split.cu) for head
+            /// sizes 32 and 64 and the kernel that merges its splits (16-bit
+            /// types, when `CudaOptions::split_attention` is on).
+            pub flash_split_hd32: Option<CudaFunction>,
+            pub flash_split_hd64: Option<CudaFunction>,
+            pub flash_split_combine: Option<CudaFunction>,
             /// The overlay tint, on uint8 frames whatever the element type.
             pub annotate_frame: CudaFunction,
         }
 
         impl Ops {
-            pub fn resolve(module: &KernelModule, suffix: &str, flash: bool) -> Result<Self, CudaError> {
+            pub fn resolve(module: &KernelModule, suffix: &str, flash: bool, split: bool) -> Result<Self, CudaError> {
                 let f = |op: &str| module.function(&format!("{op}_{suffix}"));
                 let flash_fn = |hd: usize| if flash { f(&format!("flash_attention_hd{hd}")).map(Some) } else { Ok(None) };
+                let split_fn = |name: &str| if flash && split { f(name).map(Some) } else { Ok(None) };
                 Ok(Ops {
                     $($op: f(stringify!($op))?,)+
                     flash_hd32: flash_fn(32)?,
                     flash_hd64: flash_fn(64)?,
+                    flash_split_hd32: split_fn("flash_split_hd32")?,
+                    flash_split_hd64: split_fn("flash_split_hd64")?,
+                    flash_split_combine: split_fn("flash_split_combine")?,
                     annotate_frame: module.function("annotate_frame")?,
                 })
             }

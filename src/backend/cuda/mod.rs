@@ -19,7 +19,7 @@ mod host;
 pub mod kernels;
 pub mod probe;
 
-pub use self::backend::{CudaBackend, CudaOptions};
+pub use self::backend::{CudaBackend, CudaOptions, SplitPlan, plan_split};
 pub use self::device::{CudaDevice, first_gpu};
 pub use self::elem::{CudaElem, GemmElem};
 pub use self::error::CudaError;

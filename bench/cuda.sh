@@ -15,6 +15,7 @@
 #   torch-b0      bench/torch_segformer.py, B0 1024x1024
 #   torch-b0-576  bench/torch_segformer.py, B0 1024x576
 #   roadseg       roadseg bench for the same three cases
+#   roadseg-b5    roadseg bench for B5 1024x1024 alone (not in the default list)
 #   summary       side-by-side table from the JSONs in $OUT
 # The torch steps include a max-autotune compile (minutes each, B5 the
 # longest); where one command may only run ~10 minutes, run the steps in
@@ -169,8 +170,9 @@ for step in "${STEPS[@]}"; do
         roadseg_case $c || FAILED+=("roadseg ${c%% *}")
       done
       ;;
+    roadseg-b5) roadseg_case ${CASES[0]} || FAILED+=("roadseg ${CASES[0]%% *}") ;;
     summary) summary || FAILED+=("$step") ;;
-    *) echo "unknown step '$step' (ckpt torch-b5 torch-b0 torch-b0-576 roadseg summary)"; FAILED+=("$step") ;;
+    *) echo "unknown step '$step' (ckpt torch-b5 torch-b0 torch-b0-576 roadseg roadseg-b5 summary)"; FAILED+=("$step") ;;
   esac
 done
 if [ ${#FAILED[@]} -gt 0 ]; then

@@ -16,7 +16,9 @@
 #      COMPILE_MODE=reduce-overhead: max-autotune does not compile B5 within
 #      10 minutes; B0 with max-autotune, see "B0 compile" below), and roadseg
 #      bench of the bundled model (models/roadseg-camvid, 1280x720 frames),
-#      fast and accurate presets, for "accurate <= 3.5x fast"
+#      fast and accurate presets, for "accurate <= 3.5x fast"; then the
+#      opt-in kernels, 100 frames each: split-KV attention (B5 only) and the
+#      fused decode tail
 #   5. Nsight Compute: one B5 1024x1024 forward (--no-graph, one frame, no
 #      warm-up), summarised per kernel (calls, total us, share)
 #   6. $OUT/summary.md: every result, and per step its time limit, the time it
@@ -534,6 +536,13 @@ for case in ("b5-1024x1024", "b0-1024x1024", "b0-1024x576"):
     if a.get("median_ms") and f.get("median_ms"):
         notes.append(f"{case} roadseg with the fused decode tail (ROADSEG_CUDA_FUSED_DECODER=1, 100 frames): frame {f['median_ms']} ms "
                      f"vs {a['median_ms']} ms separate ops ({f['median_ms'] / a['median_ms']:.2f}x)")
+    sp = load(os.path.join(work, "bench-split", f"roadseg-{case}.json")) or {}
+    if a.get("median_ms") and sp.get("median_ms"):
+        notes.append(f"{case} roadseg with split-KV attention (ROADSEG_CUDA_SPLIT_ATTENTION=1, 100 frames): frame {sp['median_ms']} ms "
+                     f"(model {sp.get('model_median_ms')} ms) vs {a['median_ms']} ms (model {a.get('model_median_ms')} ms) flash "
+                     f"({sp['median_ms'] / a['median_ms']:.2f}x)")
+    elif sp.get("error"):
+        notes.append(f"{case} roadseg with split-KV attention: FAILED ({sp['error'][:200]})")
 for n in notes:
     p(f"- {n}")
 p("")
@@ -738,7 +747,7 @@ if [ "${1:-}" = __step ]; then
 fi
 
 # A GPU_CHECK_WORK given again starts clean (stale step files would show up).
-rm -rf "$LOGS" "$ST" "$BENCH" "$NCU_DIR" "$WORK"/bench-b0-* "$WORK"/bench-fused "$WORK"/bg-* "$WORK"/summary*
+rm -rf "$LOGS" "$ST" "$BENCH" "$NCU_DIR" "$WORK"/bench-b0-* "$WORK"/bench-fused "$WORK"/bench-split "$WORK"/bg-* "$WORK"/summary*
 mkdir -p "$OUT" "$LOGS" "$ST" "$BENCH" "$NCU_DIR" || exit 1
 OUT=$(cd "$OUT" && pwd)
 START=$(now)
@@ -785,6 +794,9 @@ fg_step roadseg 180 env OUT="$BENCH" bench/cuda.sh roadseg
 fg_step bundled-fast 60 "$SELF" __step bundled fast 300
 fg_step bundled-accurate 90 "$SELF" __step bundled accurate 100
 fg_step ncu 180 "$SELF" __step ncu
+# Split-KV attention (opt-in until timed): B5 alone, where attention was
+# 7.5 of 15.4 ms; short, so the budget is unchanged.
+fg_step roadseg-split-attention 45 env OUT="$WORK/bench-split" FRAMES=100 ROADSEG_CUDA_SPLIT_ATTENTION=1 bench/cuda.sh roadseg-b5
 # Last of the GPU-alone steps: it only gets what the budget has left.
 fg_step roadseg-fused-decoder 75 env OUT="$WORK/bench-fused" FRAMES=100 ROADSEG_CUDA_FUSED_DECODER=1 bench/cuda.sh roadseg
 bg_resume "resumed (no foreground step left)"

@@ -96,6 +96,23 @@ fn the_module_exports_what_the_backend_launches() {
 }
 
 #[test]
+fn the_overlay_kernel_rounds_each_operation_as_the_cpu() {
+    // Rule: annotate_frame's f32 arithmetic compiles, under the backend's --use_fast_math, to separately rounded multiplies and adds with no FMA, as Rust's has none; byte equality with the CPU annotator (tools/emulate_annotate.py) rests on it.
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let overlay = SOURCES.iter().find(|(name, _)| *name == "overlay.cu").expect("overlay.cu is a kernel source");
+    for arch in ["sm_80", "sm_90"] {
+        let ptx = compile(&translation_unit(&[*overlay]), arch).expect("overlay.cu compiles").to_src();
+        let start = ptx.find(".entry annotate_frame(").expect("annotate_frame is in the PTX");
+        let body = &ptx[start + 1..];
+        let body = &body[..body.find(".entry").unwrap_or(body.len())];
+        assert!(body.contains("mul.rn") && body.contains("add.rn"), "{arch}: no rounded f32 arithmetic in annotate_frame");
+        assert!(!body.contains("fma."), "{arch}: annotate_frame contracts into FMAs, which the CPU never does");
+    }
+}
+
+#[test]
 fn a_syntax_error_is_reported_with_file_and_line() {
     if !nvrtc_or_skip() {
         return;

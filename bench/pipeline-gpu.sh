@@ -23,6 +23,12 @@
 #            and p99 of roadseg_latency_seconds (from the histogram's bucket
 #            deltas, interpolated as Prometheus' histogram_quantile)
 #
+# Time: each step's limit is in LIMITS below; a step that ignores TERM is
+# killed KILL_AFTER_S later (the daemon step gets DAEMON_GRACE_S to finalise
+# its recordings first). `bench/pipeline-gpu.sh --plan` prints the worst case,
+# the sum of those, and fails when it is not under BUDGET_S (540 s, what one
+# device call may take).
+#
 # $OUT (default bench/out) gets at most 8 files (a device run returns 8):
 #   summary.md  every result and each step's limit, time and status (rewritten
 #               after every step, so a run cut short still says what it did)
@@ -36,7 +42,7 @@
 #   cpu: 1), PORT (19464), MODEL (models/roadseg-camvid, else the bundle's),
 #   BUDGET_S (540), WORK (the clip and recordings; default a new
 #   /tmp/roadseg-pipeline.*, removed at the end unless KEEP_WORK=1).
-# Dry run on a machine without a GPU:
+# Dry run on a machine without a GPU (CI runs it on every change):
 #   DEVICE=cpu FRAMES=30 STREAMS=2 SECONDS=10 bench/pipeline-gpu.sh
 #
 # Never `wait` without arguments below: stdout goes through `tee`, and a bare
@@ -81,21 +87,41 @@ if [ -d /usr/local/cuda/lib64 ]; then # libcublasLt and libnvrtc of the CUDA ins
 fi
 export ROADSEG_LOG=${ROADSEG_LOG:-info}
 
+# Each step's limit in seconds (a ceiling for a hung step, not its expected time).
+KILL_AFTER_S=10
+DAEMON_GRACE_S=30 # the daemon's shutdown_timeout_s (20) and some
+SUMMARY_RESERVE_S=15
+declare -A LIMITS=([header]=20 [synth]=60 [bench]=60 [process]=120 [daemon]=$((RUN_S + 90)))
+ORDER=(header synth bench process daemon)
+worst_case() {
+  local n s=$SUMMARY_RESERVE_S
+  for n in "${ORDER[@]}"; do s=$((s + LIMITS[$n] + KILL_AFTER_S)); done
+  echo $((s + DAEMON_GRACE_S))
+}
+if [ "${1:-}" = --plan ]; then
+  for n in "${ORDER[@]}"; do printf '  %-8s %4s s\n' "$n" "${LIMITS[$n]}"; done
+  echo "worst case $(worst_case) s (each step + ${KILL_AFTER_S} s to kill, the daemon + ${DAEMON_GRACE_S} s to finalise, ${SUMMARY_RESERVE_S} s summary); budget ${BUDGET_S} s"
+  [ "${CLEAN_WORK:-0}" = 1 ] && rm -rf "$WORK"
+  [ "$(worst_case)" -lt "$BUDGET_S" ]
+  exit
+fi
+
 : >"$OUT/pipeline-gpu.log"
 exec > >(tee -a "$OUT/pipeline-gpu.log") 2>&1
 
 STEPS=()  # "name|limit|seconds|status"
 
 remaining() { echo $((BUDGET_S - ($(date +%s) - START))); }
-limit_for() { # limit_for WANTED: WANTED capped by the budget left (less 15 s for the summary)
-  local left=$(($(remaining) - 15))
+limit_for() { # limit_for WANTED: WANTED capped by the budget left (less the summary's reserve)
+  local left=$(($(remaining) - SUMMARY_RESERVE_S))
   [ "$1" -lt "$left" ] && echo "$1" || echo "$left"
 }
 
-# step NAME WANTED_LIMIT FUNCTION: runs FUNCTION under `timeout` in a subshell.
+# step NAME FUNCTION: runs FUNCTION under `timeout` (its limit from LIMITS) in a subshell.
 step() {
-  local name=$1 lim t0 rc status
-  lim=$(limit_for "$2")
+  local name=$1 lim t0 rc status kill_after=$KILL_AFTER_S
+  [ "$name" = daemon ] && kill_after=$((DAEMON_GRACE_S + KILL_AFTER_S))
+  lim=$(limit_for "${LIMITS[$name]}")
   if [ "$lim" -lt 10 ]; then
     echo "== $name: skipped (budget spent)"
     STEPS+=("$name|0|0|skipped (budget)")
@@ -104,7 +130,7 @@ step() {
   fi
   echo "== $name (limit ${lim} s)"
   t0=$(date +%s)
-  timeout -k 10 "$lim" bash -c "$(declare -f "$3" fetch); $3"
+  timeout -k "$kill_after" "$lim" bash -c "$(declare -f "$2" fetch stop_daemon); $2"
   rc=$?
   case $rc in
     0) status=ok ;;
@@ -127,9 +153,20 @@ open(sys.argv[2], "wb").write(urllib.request.urlopen(sys.argv[1], timeout=10).re
   fi
 }
 export -f fetch
-export R BUNDLE OUT WORK DEVICE FRAMES STREAMS PORT SIZE BENCH_FRAMES WORKERS MODEL RUN_S
+export R BUNDLE OUT WORK DEVICE FRAMES STREAMS PORT SIZE BENCH_FRAMES WORKERS MODEL RUN_S DAEMON_GRACE_S
 
 # ---------------------------------------------------------------- steps
+stop_daemon() { # stop_daemon PID: one TERM, then up to DAEMON_GRACE_S to finalise; its exit status
+  kill -TERM "$1" 2>/dev/null || return 1
+  local i
+  for i in $(seq 1 "$DAEMON_GRACE_S"); do
+    kill -0 "$1" 2>/dev/null || break
+    sleep 1
+  done
+  kill -0 "$1" 2>/dev/null && { echo "daemon still running ${DAEMON_GRACE_S} s after TERM: killed"; kill -KILL "$1"; }
+  wait "$1"
+}
+
 s_header() {
   echo "date: $(date -u +%FT%TZ), host $(uname -n), $(nproc) CPUs, $(getconf GNU_LIBC_VERSION 2>/dev/null)"
   echo "checkout: $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
@@ -202,16 +239,15 @@ s_daemon() {
   mkdir -p "$WORK/rec"
   timeout 60 "$R" check-config "$OUT/config.toml" || return 1
 
-  # --foreground: a signal to timeout reaches the daemon once. Without it timeout
-  # also signals its whole process group, the daemon gets SIGTERM twice, and a
-  # second signal means "exit at once" (code 1, outputs not finalised).
-  timeout --foreground -k 10 $((RUN_S + 150)) "$R" run --config "$OUT/config.toml" >"$WORK/daemon.log" 2>&1 &
+  # The daemon runs in a session of its own: the step's `timeout` signals its
+  # whole process group, and a second TERM means "exit at once" (outputs not
+  # finalised). So the only TERM it gets is stop_daemon's, on the way out of
+  # this step, even when the step is cut short.
+  setsid "$R" run --config "$OUT/config.toml" >"$WORK/daemon.log" 2>&1 &
   pid=$!
-  # Cut short by the step's own timeout: stop the daemon too (its `timeout`
-  # runs in a process group of its own, out of reach of the step's).
-  trap 'kill -TERM "$pid" 2>/dev/null; tail -c 1048576 "$WORK/daemon.log" >"$OUT/daemon.log"; exit 143' TERM INT
+  trap 'stop_daemon "$pid"; tail -c 1048576 "$WORK/daemon.log" >"$OUT/daemon.log"; exit 143' TERM INT
   # Ready: the model is loaded (CUDA kernels compiled) and every stream is up.
-  for t in $(seq 1 120); do
+  for t in $(seq 1 60); do
     kill -0 "$pid" 2>/dev/null || break
     if fetch "http://127.0.0.1:$PORT/readyz" "$WORK/readyz" 2>/dev/null; then ready=1; break; fi
     sleep 1
@@ -223,10 +259,10 @@ s_daemon() {
     fetch "http://127.0.0.1:$PORT/metrics" "$OUT/metrics.txt"
     fetch "http://127.0.0.1:$PORT/api/v1/streams" "$OUT/streams.json"
   else
-    echo "not ready after 120 s (or exited): see daemon.log"
+    echo "not ready after 60 s (or exited): see daemon.log"
   fi
-  kill -TERM "$pid" 2>/dev/null
-  wait "$pid"
+  trap - TERM INT
+  stop_daemon "$pid"
   local rc=$?
   echo "daemon exit status $rc"
   tail -c 1048576 "$WORK/daemon.log" >"$OUT/daemon.log"
@@ -355,15 +391,15 @@ write_summary() {
 
 # ---------------------------------------------------------------- run
 echo "pipeline-gpu: OUT=$OUT WORK=$WORK budget ${BUDGET_S} s"
-step header 60 s_header
+step header s_header
 write_summary
-step synth 200 s_synth && [ -s "$WORK/clip.mp4" ]
+step synth s_synth && [ -s "$WORK/clip.mp4" ]
 have_clip=$?
 write_summary
-step bench 150 s_bench
+step bench s_bench
 write_summary
 if [ "$have_clip" = 0 ]; then
-  step process 200 s_process
+  step process s_process
   if [ -s "$WORK/annotated.mp4" ] && command -v ffprobe >/dev/null; then
     n=$(timeout 120 ffprobe -v error -count_frames -select_streams v:0 -show_entries stream=nb_read_frames -of csv=p=0 "$WORK/annotated.mp4")
     echo "annotated.mp4: $n frames (input $FRAMES)"
@@ -373,7 +409,7 @@ else
   STEPS+=("process|0|0|skipped (no clip)")
 fi
 write_summary
-step daemon $((RUN_S + 200)) s_daemon
+step daemon s_daemon
 write_summary
 echo
 cat "$OUT/summary.md"

@@ -4,6 +4,7 @@
 //! works without any video code; the `video` feature adds the daemon.
 
 pub mod backend;
+pub mod annotate;
 pub mod checkpoint;
 pub mod clock;
 pub mod device;

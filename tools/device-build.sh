@@ -20,15 +20,23 @@ features=(--release --no-default-features --features cuda)
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target/device-cargo}
 cargo build "${features[@]}"
 cp "$CARGO_TARGET_DIR/release/roadseg" "$out/roadseg"
-# One test binary (tests/it): its cuda::, cuda_kernels:: and parity:: modules
-# are what the GPU machine runs (the video modules are compiled out).
+# One test binary (tests/it): its cuda::, cuda_attention::, cuda_kernels::,
+# frame_path::, overlay:: and parity:: modules are what the GPU machine runs
+# (the video modules are compiled out). Cargo's messages go to the terminal:
+# a compile error must be seen, not swallowed by `set -e`.
 for t in it; do
-  exe=$(cargo test "${features[@]}" --test "$t" --no-run --message-format=json 2>/dev/null |
-    python3 -c 'import sys, json
-for line in sys.stdin:
+  json=$out/.cargo-test-$t.json
+  cargo test "${features[@]}" --test "$t" --no-run --message-format=json-render-diagnostics >"$json"
+  exe=$(python3 -c 'import sys, json
+for line in open(sys.argv[1]):
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == sys.argv[1]:
-        print(m["executable"])' "$t")
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == sys.argv[2]:
+        print(m["executable"])' "$json" "$t")
+  rm -f "$json"
+  if [ -z "$exe" ] || [ ! -x "$exe" ]; then
+    echo "device-build: cargo built no test executable for tests/$t (see the messages above)" >&2
+    exit 1
+  fi
   cp "$exe" "$out/test-$t"
 done
 # Debug info would put the folder over the 64 MiB a device run can carry.

@@ -18,8 +18,10 @@
 #   lib/gstreamer-1.0/       the plugins roadseg's pipelines use (PLUGINS below)
 #   lib/gio/modules/         glib-networking's TLS module (https:// sources)
 #   libexec/gst-plugin-scanner
-#   share/roadseg/models/roadseg-camvid   the bundled model (found beside the
-#                            binary as bin/../share/roadseg/models/...)
+#   share/roadseg/models/roadseg-camvid   the bundled model, only with
+#                            WITH_MODEL=1 (found beside the binary as
+#                            bin/../share/roadseg/models/...): a device call
+#                            carries the checkout, whose models/ serves
 #   MANIFEST.txt             build revision, plugins, sizes
 #
 # H.264 decoding: gst-libav is left out (libavcodec pulls in ~150 MB of codec
@@ -31,15 +33,22 @@
 #
 # Environment:
 #   ROADSEG_BIN=PATH     use this binary instead of `cargo build --release`'s
-#   MAX_BYTES=N          size limit for the folder (default 60000000, 60 MB):
-#                        the script fails when the folder is bigger
-#   WITH_MODEL=0         leave out the bundled model
+#   MAX_CARRY_BYTES=N    what a device call may carry, the checkout's working
+#                        tree and this folder together (default 60 MiB,
+#                        tools/carry-size.sh): the script fails when they are
+#                        bigger. MAX_BYTES=N caps the folder alone instead.
+#   WITH_MODEL=1         put the bundled model in (default: left out)
+#   FULL=1               add the camera-side plugins (http(s), V4L2, VA-API,
+#                        MJPEG) and their libraries (~15 MB more)
 #   GST_PLUGINS_DIR, GST_SCANNER   where the system's plugins and scanner are
 set -euo pipefail
+shopt -s nullglob # an empty folder (lib/gio/modules without FULL=1) globs to nothing
 cd "$(dirname "$0")/.."
 
 out=${1:-target/device-bundle}
-max_bytes=${MAX_BYTES:-60000000}
+# The call carries the checkout's working tree too: the bundle gets the rest.
+tree_bytes=$(tools/carry-size.sh --tree)
+max_bytes=${MAX_BYTES:-$((${MAX_CARRY_BYTES:-$((60 * 1024 * 1024))} - tree_bytes))}
 plugdir=${GST_PLUGINS_DIR:-/usr/lib/x86_64-linux-gnu/gstreamer-1.0}
 scanner=${GST_SCANNER:-/usr/lib/x86_64-linux-gnu/gstreamer1.0/gstreamer-1.0/gst-plugin-scanner}
 model=models/roadseg-camvid
@@ -65,19 +74,29 @@ required=(
   tcp               # tcp elements used by the RTSP server/client
 )
 optional=(
-  soup              # souphttpsrc: http(s):// sources (libsoup-3.0 is dlopen()ed)
-  mpegtsdemux       # tsdemux: MPEG-TS over http / files
+  mpegtsdemux       # tsdemux: MPEG-TS files
   matroska          # matroskademux: .mkv files
   nvcodec           # nvh264dec, nvh265dec, nvh264enc: loads libcuda/libnvcuvid at run time
+  de265             # libde265dec: H.265 on the CPU
+)
+# Camera-side extras, only with FULL=1: the GPU check reads files and test
+# sources, and these pull in ~15 MB of libraries (TLS, Kerberos, SQLite, X11)
+# that would not leave the working tree room in a device call.
+extras=(
+  soup              # souphttpsrc: http(s):// sources (libsoup-3.0 is dlopen()ed)
   va                # vah264dec, vah264enc (VA-API: Intel/AMD)
   video4linux2      # v4l2src (v4l2:// cameras)
   jpeg              # jpegdec: MJPEG from USB cameras
-  de265             # libde265dec: H.265 on the CPU
 )
-# Libraries loaded with dlopen() that ldd does not see: libsoup (the soup plugin
-# picks 3.0 when present) and glib-networking's TLS module for https.
-dlopened_libs=(/usr/lib/x86_64-linux-gnu/libsoup-3.0.so.0)
-gio_modules=(/usr/lib/x86_64-linux-gnu/gio/modules/libgiognutls.so)
+dlopened_libs=()
+gio_modules=()
+if [ "${FULL:-0}" = 1 ]; then
+  optional+=("${extras[@]}")
+  # Loaded with dlopen(), which ldd does not see: libsoup (the soup plugin
+  # picks 3.0 when present) and glib-networking's TLS module for https.
+  dlopened_libs=(/usr/lib/x86_64-linux-gnu/libsoup-3.0.so.0)
+  gio_modules=(/usr/lib/x86_64-linux-gnu/gio/modules/libgiognutls.so)
+fi
 
 # The glibc core: every Linux machine has its own, and it must match its loader.
 is_glibc_core() {
@@ -173,7 +192,7 @@ floor=0
 for f in "$out/bin/roadseg" "$out/libexec/gst-plugin-scanner" "$out"/lib/*.so* "$out"/lib/gstreamer-1.0/*.so "$out"/lib/gio/modules/*.so; do
   case " ${host_replaceable[*]} " in *" $(basename "$f") "*) continue ;; esac
   v=$(glibc_of "$f")
-  [ -n "$v" ] && floor=$(printf '%s\n%s\n' "$floor" "$v" | sort -V | tail -1)
+  if [ -n "$v" ]; then floor=$(printf '%s\n%s\n' "$floor" "$v" | sort -V | tail -1); fi
 done
 compat_glibc=$floor
 for l in "${host_replaceable[@]}"; do
@@ -190,7 +209,7 @@ if [ ${#compat_libs[@]} -gt 0 ]; then
 fi
 
 # ---------------------------------------------------------------- the model
-if [ "${WITH_MODEL:-1}" != 0 ] && [ -f "$model/config.json" ]; then
+if [ "${WITH_MODEL:-0}" = 1 ] && [ -f "$model/config.json" ]; then
   mkdir -p "$out/share/roadseg/models"
   cp -r "$model" "$out/share/roadseg/models/"
 fi
@@ -267,7 +286,8 @@ fi
 # loads with the bundle's libraries) and every element roadseg uses is there.
 elements=(uridecodebin decodebin typefind queue fakesink filesink capsfilter appsrc appsink videoconvert
   videoscale videotestsrc qtdemux mp4mux splitmuxsink h264parse h265parse x264enc openh264enc openh264dec
-  rtspsrc rtph264pay rtph264depay rtpbin udpsrc tcpserversink souphttpsrc tsdemux matroskademux v4l2src jpegdec)
+  rtspsrc rtph264pay rtph264depay rtpbin udpsrc tcpserversink tsdemux matroskademux)
+[ "${FULL:-0}" = 1 ] && elements+=(souphttpsrc v4l2src jpegdec)
 if command -v gst-inspect-1.0 >/dev/null; then
   inspect() { env -i PATH=/usr/bin:/bin HOME="$tmp" "$out/roadseg" --bundle-exec gst-inspect-1.0 "$@"; }
   blacklisted=$(inspect -b 2>&1 | grep -v -e '^Blacklisted files:' -e '^Total count' -e '^$' || true)
@@ -307,7 +327,7 @@ bytes() { du -sb "$@" | awk '{ s += $1 } END { print s + 0 }'; }
   [ -d "$out/share" ] && printf '%-46s %12s\n' "share/ (model)" "$(bytes "$out/share")"
   printf '%-46s %12s\n' "launcher" "$(bytes "$out/roadseg")"
   printf '%-46s %12s\n' "total (with this file)" "@TOTAL@"
-  printf '%-46s %12s\n' "limit" "$max_bytes"
+  printf '%-46s %12s\n' "limit (carry limit less the working tree's $tree_bytes)" "$max_bytes"
   echo
   echo "largest libraries:"
   find "$out/lib" -maxdepth 2 -name '*.so*' ! -path '*/gstreamer-1.0/*' -printf '%s %P\n' | sort -rn | sed -n 1,12p |

@@ -14,7 +14,7 @@ use roadseg::images::{OverlayStyle, palette};
 use roadseg::input_size;
 use roadseg::model::MAX_BATCH;
 use roadseg::temporal::{DEFAULT_WEIGHT, TemporalSettings};
-use roadseg::video::annotate::{Annotator, FrameStats};
+use roadseg::annotate::{Annotator, FrameStats};
 use roadseg::video::output::StreamObserver;
 use roadseg::video::pool::{WorkerPool, WorkerWindow};
 use roadseg::video::ring::FrameBuf;

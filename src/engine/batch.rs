@@ -13,8 +13,8 @@
 
 use std::time::Instant;
 
-use super::frame_path::SlotKey;
 use super::pipeline::{Engine, EngineError, FrameTimings, ms_since};
+use super::state::{BatchPass, BatchRecording, SlotKey};
 use crate::backend::{Backend, FrameOutDims};
 use crate::frame::{FrameOverlay, FrameRef, Segmentation};
 use crate::model::{MAX_BATCH, Segformer};
@@ -25,48 +25,6 @@ pub type BatchFilter<'a> = &'a mut dyn FnMut(usize, &mut [f32]);
 
 /// Slot sets recorded per batch size; an older one is dropped past this.
 const MAX_RECORDINGS: usize = 8;
-
-/// The work recorded for one set of frame slots, in batch order.
-struct BatchRecording<B: Backend> {
-    slots: Vec<SlotKey>,
-    /// Which frames are drawn with their overlay.
-    annotate: Vec<bool>,
-    /// Frames in, segmentations out.
-    whole: B::Recording,
-    /// Frames in, logits out (for a round trip through the host).
-    to_logits: B::Recording,
-}
-
-struct BatchPass<B: Backend> {
-    model: Segformer<B>,
-    recordings: Vec<BatchRecording<B>>,
-    /// Host copy of the logits `[N, lh, lw, labels]` when a filter runs.
-    logits: Vec<f32>,
-}
-
-pub(crate) struct Batches<B: Backend> {
-    /// Index N - 2 holds the instance for N images, once built.
-    passes: Vec<Option<BatchPass<B>>>,
-    /// The last batch's segmentations (the first `last` of them), buffers reused.
-    outputs: Vec<Segmentation>,
-    /// Frames in the last batch.
-    last: usize,
-}
-
-impl<B: Backend> Default for Batches<B> {
-    fn default() -> Self {
-        Batches { passes: Vec::new(), outputs: Vec::new(), last: 0 }
-    }
-}
-
-impl<B: Backend> Batches<B> {
-    /// Drops every recording that uses the slot `key` (it is going away).
-    pub(super) fn forget_slot(&mut self, key: SlotKey) {
-        for pass in self.passes.iter_mut().flatten() {
-            pass.recordings.retain(|r| !r.slots.contains(&key));
-        }
-    }
-}
 
 impl<B: Backend> Engine<B> {
     /// Runs up to [`MAX_BATCH`] frames, of any sizes, as one batch and returns

@@ -19,31 +19,14 @@ pub fn load_cuda_engines(
     precision: Precision,
     count: usize,
 ) -> Result<(Vec<AnyEngine>, Vec<String>), LoadError> {
-    let mut options = cuda_options_from_env();
+    // The kernel defaults and the environment's overrides (`ROADSEG_CUDA_*`).
+    let mut options = CudaOptions::from_env();
     options.graphs &= spec.cuda_graphs;
     match precision {
         Precision::Fp16 => build::<f16>(spec, info, gpus, count, options, AnyEngine::CudaF16),
         Precision::Bf16 => build::<bf16>(spec, info, gpus, count, options, AnyEngine::CudaBf16),
         Precision::F32 => build::<f32>(spec, info, gpus, count, options, AnyEngine::CudaF32),
     }
-}
-
-/// Debug switches: `ROADSEG_CUDA_NO_GRAPH=1` runs the same kernels eagerly,
-/// `ROADSEG_CUDA_NO_FLASH=1` uses the reference attention kernel;
-/// `ROADSEG_CUDA_FUSED_DECODER=1` the one-kernel decode tail;
-/// `ROADSEG_CUDA_SPLIT_ATTENTION=1` the split-KV flash attention;
-/// `ROADSEG_CUDA_PAGEABLE_FRAMES=1` keeps the ring's frames in pageable memory.
-pub fn cuda_options_from_env() -> CudaOptions {
-    CudaOptions {
-        graphs: !env_on("ROADSEG_CUDA_NO_GRAPH"),
-        flash_attention: !env_on("ROADSEG_CUDA_NO_FLASH"),
-        fused_decoder: env_on("ROADSEG_CUDA_FUSED_DECODER"),
-        split_attention: env_on("ROADSEG_CUDA_SPLIT_ATTENTION"),
-    }
-}
-
-fn env_on(name: &str) -> bool {
-    std::env::var(name).is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
 }
 
 fn build<T: GemmElem>(
@@ -70,7 +53,7 @@ where
         let device = CudaDevice::open(gpu, info).map_err(fail)?;
         // The ring's frame buffers come pinned from now on, so the GPU copies
         // them up by DMA without a host copy into staging first.
-        if !env_on("ROADSEG_CUDA_PAGEABLE_FRAMES") && crate::host_memory::install(Arc::new(PinnedFrames::new(&device))) {
+        if !std::env::var("ROADSEG_CUDA_PAGEABLE_FRAMES").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true")) && crate::host_memory::install(Arc::new(PinnedFrames::new(&device))) {
             tracing::debug!("frame buffers are pinned host memory");
         }
         let first = CudaBackend::<T>::new(device, options).map_err(fail)?;

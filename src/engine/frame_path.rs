@@ -12,43 +12,14 @@
 use std::time::Instant;
 
 use super::pipeline::{Engine, EngineError, LogitsFilter, ms_since, sum_passes};
+use super::state::{FrameSlot, SlotKey};
 use crate::backend::{Backend, FrameOutDims};
-use crate::frame::{FrameGeometry, FrameRef, Segmentation};
+use crate::frame::{FrameRef, Segmentation};
 use crate::model::MAX_BATCH;
 
 /// Frame slots kept at once: every frame of a full batch, plus a few
 /// geometries. A stream of new sizes evicts the least recently used.
 const MAX_SLOTS: usize = MAX_BATCH + 8;
-
-/// Which slot a frame takes: its geometry, and how many frames of the same
-/// geometry came before it in its batch (0 outside batches).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct SlotKey {
-    geometry: FrameGeometry,
-    ordinal: usize,
-}
-
-impl SlotKey {
-    pub(super) fn nth(geometry: FrameGeometry, ordinal: usize) -> Self {
-        SlotKey { geometry, ordinal }
-    }
-}
-
-/// A backend's buffers for one frame geometry, and the work recorded with
-/// them (dropped with them; batches' recordings that use it are dropped
-/// when it is evicted).
-pub(crate) struct FrameSlot<B: Backend> {
-    key: SlotKey,
-    /// When it was last used, in the engine's slot clock: the smallest goes first.
-    used: u64,
-    pub(super) slot: B::FrameSlot,
-    /// Frame in, segmentation out.
-    whole: B::Recording,
-    /// As `whole`, and the frame drawn with its overlay.
-    pub(super) annotated: B::Recording,
-    /// Frame in, summed logits out (for a round trip through the host).
-    to_logits: B::Recording,
-}
 
 impl<B: Backend> Engine<B> {
     /// Full path for one frame: returns its segmentation at the frame's size.

@@ -15,6 +15,7 @@ mod layout;
 mod load;
 mod pipeline;
 mod spec;
+mod state;
 
 pub use any::AnyEngine;
 pub use batch::BatchFilter;

@@ -6,8 +6,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::batch::Batches;
-use super::frame_path::FrameSlot;
+use super::state::{Batches, FrameSlot};
 use crate::backend::cpu::resize_host;
 use crate::backend::{Backend, BackendError, ResizeDims};
 use crate::frame::{FrameError, FrameOverlay, Segmentation};

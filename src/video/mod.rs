@@ -1,10 +1,8 @@
 //! Video in and out (GStreamer) and the streaming pipeline between them:
 //! source -> ring -> worker pool -> reorder -> annotate -> sinks.
 
-pub mod annotate;
 mod encode_clock;
 pub mod encoder;
-mod font;
 pub mod frame;
 mod launch;
 pub mod output;

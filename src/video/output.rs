@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
-use super::annotate::FrameStats;
+use crate::annotate::FrameStats;
 use super::pool::{OutputItem, SkipReason, StreamCounters};
 use super::reorder::{Reorder, Slot};
 use super::ring::{FrameBuf, FrameRing};

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 
 use self::batch::{Job, take_ready};
-use super::annotate::{Annotator, FrameStats};
+use crate::annotate::{Annotator, FrameStats};
 use super::ring::{Doorbell, FrameBuf, FrameRing};
 use crate::engine::{AnyEngine, Segmentation, UNKNOWN};
 use crate::temporal::{HoodMask, StreamTemporal, scene_coverage};

@@ -11,35 +11,15 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::common::gpu::{backend, gpu_or_skip, test_frames};
 use crate::common::*;
 use cudarc::cublaslt::{CudaBlasLT, Matmul};
 use half::{bf16, f16};
-use roadseg::backend::cuda::{CudaBackend, CudaDevice, CudaOptions, GemmElem, first_gpu};
+use roadseg::backend::cuda::{CudaBackend, CudaDevice, CudaOptions, GemmElem};
 use roadseg::backend::{Affine, AttnDims, Backend, ConvDims, DwConvDims, GemmDims, NormDims, ResizeDims};
 use roadseg::engine::chw_to_hwc;
 use roadseg::npy;
 
-
-fn gpu_or_skip() -> Option<Arc<CudaDevice>> {
-    let (gpu, info) = match first_gpu() {
-        Ok(found) => found,
-        Err(why) => {
-            eprintln!("SKIP: no usable CUDA GPU here ({why})");
-            return None;
-        }
-    };
-    // A usable GPU that does not open (context, kernels) fails the test.
-    let d = CudaDevice::open(&gpu, &info).unwrap_or_else(|e| panic!("GPU {} is usable but did not open: {e}", gpu.name));
-    eprintln!("GPU: {} (sm_{}{})", d.gpu.name, d.gpu.compute_capability.0, d.gpu.compute_capability.1);
-    Some(d)
-}
-
-fn backend<T: GemmElem>(d: &Arc<CudaDevice>, options: CudaOptions) -> Arc<CudaBackend<T>>
-where
-    CudaBlasLT: Matmul<T>,
-{
-    Arc::new(CudaBackend::<T>::new(d.clone(), options).expect("CUDA backend"))
-}
 
 /// (relative L2 error, argmax agreement over pixels) of CHW logits.
 fn compare(ours: &[f32], reference: &[f32], labels: usize) -> (f64, f64) {
@@ -311,21 +291,6 @@ fn tiled_dwconv_matches_the_cpu_at_every_shape_it_serves() {
     }
 }
 
-/// A 322x198 frame with structure at every scale, as RGBA with padded rows and as NV12.
-fn test_frames() -> (Vec<u8>, Vec<u8>, usize, usize, usize) {
-    let (fw, fh) = (322, 198);
-    let stride = fw * 4 + 16;
-    let mut rgba = vec![0u8; stride * fh];
-    for y in 0..fh {
-        for x in 0..fw {
-            let v = [(x * 255 / fw) as u8, (y * 255 / fh) as u8, ((x * 7 + y * 13) % 256) as u8, 255];
-            rgba[y * stride + x * 4..y * stride + x * 4 + 4].copy_from_slice(&v);
-        }
-    }
-    let nv12: Vec<u8> = (0..fw * fh * 3 / 2).map(|i| ((i * 31 + i / fw * 17) % 256) as u8).collect();
-    (rgba, nv12, fw, fh, stride)
-}
-
 #[test]
 fn gpu_frame_path_matches_the_cpu_frame_path() {
     // Rule: the GPU's frame path (pre- and postprocessing kernels, every scale of a multi-scale preset and the logit averaging inside one graph) segments a frame as the CPU does: classes agree on >= 99% of pixels, confidence within 5e-2 (fp16 model), replays are identical.
@@ -399,56 +364,6 @@ fn dropping_a_frame_slot_drops_its_graphs() {
     assert_eq!(counts, expected, "one graph per geometry, at most {most}");
     drop(e);
     assert_eq!(b.recordings(), 0, "the engine's graphs went with it");
-}
-
-#[test]
-fn gpu_overlays_equal_the_cpu_annotator_bit_for_bit() {
-    // Rule: a frame drawn in the GPU frame path (road, full palette, unknown checker, hood; RGBA and NV12; single frames, batches, and the smoothing round trip) equals the CPU annotator's tint of the same segmentation byte for byte.
-    use roadseg::engine::{Engine, EngineOptions, FrameRef, PixelFormat};
-    use roadseg::images::OverlayStyle;
-    use roadseg::temporal::HoodMask;
-    use roadseg::video::annotate::{Annotator, FrameStats};
-    let Some(d) = gpu_or_skip() else { return };
-    let dir = repo().join("tests/data/odd-bf16-203x141");
-    let b = backend::<f16>(&d, CudaOptions::default());
-    let (rgba, nv12, fw, fh, _) = test_frames();
-    let rgba: Vec<u8> = rgba.chunks(fw * 4 + 16).flat_map(|row| row[..fw * 4].to_vec()).collect();
-    let frames = [FrameRef::packed(&rgba, fw, fh, PixelFormat::Rgba), FrameRef::packed(&nv12, fw, fh, PixelFormat::Nv12)];
-    // The median confidence as the threshold leaves about half the pixels unknown.
-    let mut confidence = engine(b.clone(), &dir, 224, 160, vec![1.0]).run_frame(&frames[0]).unwrap().confidence.clone();
-    confidence.sort_by(f32::total_cmp);
-    let threshold = confidence[confidence.len() / 2];
-    let options = EngineOptions { width: 224, height: 160, scales: vec![1.0], road_classes: vec![1], confidence_threshold: threshold };
-    let mut e = Engine::new(b.clone(), load(&dir, &*b), options).unwrap();
-    assert!(e.annotates_frames());
-    let hood = HoodMask::from_tops(fw, fh, (0..fw).map(|x| (fh - 20 + x % 7) as u32).collect());
-    for full_palette in [None, Some(vec![[10, 200, 30], [200, 10, 30], [30, 10, 200]])] {
-        let a = Annotator { style: OverlayStyle { road_classes: vec![1], full_palette, ..OverlayStyle::default() }, show_text: false };
-        let check = |what: &str, frame: &FrameRef<'_>, seg: &roadseg::engine::Segmentation, gpu: &[u8]| {
-            if frame.format == PixelFormat::Rgba {
-                assert!(seg.classes.contains(&roadseg::engine::UNKNOWN), "{what}: some pixels are unknown");
-            }
-            let mut cpu = frame.data.to_vec();
-            a.draw(&mut cpu, frame.format, seg, &hood, &FrameStats::default());
-            let differ = cpu.iter().zip(gpu).filter(|(x, y)| x != y).count();
-            assert_eq!(differ, 0, "{what} {:?}: {differ} bytes differ", frame.format);
-            assert_ne!(gpu, frame.data, "{what}: the overlay drew something");
-        };
-        for frame in &frames {
-            let overlay = a.overlay(&hood, fw, fh);
-            e.set_overlays(std::slice::from_ref(&overlay));
-            let seg = e.run_frame(frame).unwrap().clone();
-            check("single", frame, &seg, e.annotated(0).expect("drawn on the GPU"));
-            let seg = e.run_frame_filtered(frame, Some(&mut |_: &mut [f32]| {})).unwrap().clone();
-            check("filtered", frame, &seg, e.annotated(0).expect("drawn on the GPU"));
-        }
-        let overlays = vec![a.overlay(&hood, fw, fh); 2];
-        e.set_overlays(&overlays);
-        let segs = e.run_batch(&frames, None).unwrap().to_vec();
-        for (i, frame) in frames.iter().enumerate() {
-            check("batch", frame, &segs[i], e.annotated(i).expect("drawn on the GPU"));
-        }
-    }
 }
 
 #[test]

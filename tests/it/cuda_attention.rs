@@ -11,38 +11,18 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::common::gpu::{backend, gpu_or_skip};
 use crate::common::*;
 use cudarc::cublaslt::{CudaBlasLT, Matmul};
 use half::{bf16, f16};
-use roadseg::backend::cuda::{CudaBackend, CudaDevice, CudaOptions, GemmElem, first_gpu, plan_split};
+use roadseg::backend::cuda::{CudaBackend, CudaDevice, CudaOptions, GemmElem, plan_split};
 use roadseg::backend::{AttnDims, Backend};
 use roadseg::engine::{chw_to_hwc, hwc_to_chw};
 use roadseg::npy;
 
-fn gpu_or_skip() -> Option<Arc<CudaDevice>> {
-    let (gpu, info) = match first_gpu() {
-        Ok(found) => found,
-        Err(why) => {
-            eprintln!("SKIP: no usable CUDA GPU here ({why})");
-            return None;
-        }
-    };
-    // A usable GPU that does not open (context, kernels) fails the test.
-    let d = CudaDevice::open(&gpu, &info).unwrap_or_else(|e| panic!("GPU {} is usable but did not open: {e}", gpu.name));
-    eprintln!("GPU: {} (sm_{}{}), {} SMs", d.gpu.name, d.gpu.compute_capability.0, d.gpu.compute_capability.1, d.sm_count);
-    Some(d)
-}
-
-fn backend<T: GemmElem>(d: &Arc<CudaDevice>, options: CudaOptions) -> Arc<CudaBackend<T>>
-where
-    CudaBlasLT: Matmul<T>,
-{
-    Arc::new(CudaBackend::<T>::new(d.clone(), options).expect("CUDA backend"))
-}
-
-const SIMPLE: CudaOptions = CudaOptions { graphs: true, flash_attention: false, fused_decoder: false, split_attention: false };
-const FLASH: CudaOptions = CudaOptions { graphs: true, flash_attention: true, fused_decoder: false, split_attention: false };
-const SPLIT: CudaOptions = CudaOptions { graphs: true, flash_attention: true, fused_decoder: false, split_attention: true };
+const SIMPLE: CudaOptions = CudaOptions { flash_attention: false, fused_decoder: false, split_attention: false, ..CudaOptions::DEFAULT };
+const FLASH: CudaOptions = CudaOptions { flash_attention: true, fused_decoder: false, split_attention: false, ..CudaOptions::DEFAULT };
+const SPLIT: CudaOptions = CudaOptions { flash_attention: true, fused_decoder: false, split_attention: true, ..CudaOptions::DEFAULT };
 
 /// Deterministic values in [-1, 1).
 fn values(n: usize, seed: u64) -> Vec<f32> {

@@ -20,5 +20,6 @@ mod faults;
 mod frame_path;
 mod http;
 mod media;
+mod overlay;
 mod parity;
 mod process;

@@ -15,35 +15,13 @@ use super::elem::GemmElem;
 use super::error::CudaError;
 use super::frame::FrameArena;
 use super::kernels::Ops;
+use super::launch::{BLOCK, Queue, grid_for, launch};
+use super::options::CudaOptions;
 use crate::backend::{
     Affine, AttnDims, Backend, BackendError, ConvDims, DecodeDims, DwConvDims, FrameOutDims, GemmDims, HostPhases, NormDims, OpResult, Precision,
     ResizeDims, StageMap, check_len, decode_tail_unfused,
 };
 use crate::frame::{FrameGeometry, FrameOverlay, FrameRef, Segmentation};
-
-/// Switches that change how work is issued, not what is computed.
-#[derive(Clone, Copy, Debug)]
-pub struct CudaOptions {
-    /// Record the forward into a CUDA graph and replay it (off: `--no-graph`).
-    pub graphs: bool,
-    /// Use the tensor-core flash attention where it applies (off: the simple
-    /// kernel, the reference it is checked against).
-    pub flash_attention: bool,
-    /// Run the decode head's tail as one kernel (kernels/decoder.cu). Off
-    /// until it has been measured on a GPU against the separate ops; on with
-    /// `ROADSEG_CUDA_FUSED_DECODER=1`.
-    pub fused_decoder: bool,
-    /// Use the split-KV flash attention (kernels/attention_split.cu) where
-    /// the flash kernel applies. Off until it has been timed on a GPU against
-    /// the flash kernel; on with `ROADSEG_CUDA_SPLIT_ATTENTION=1`.
-    pub split_attention: bool,
-}
-
-impl Default for CudaOptions {
-    fn default() -> Self {
-        CudaOptions { graphs: true, flash_attention: true, fused_decoder: false, split_attention: false }
-    }
-}
 
 /// A recorded forward; only touched by its worker's thread (under the mutex).
 struct Recording(CudaGraph);
@@ -81,21 +59,7 @@ where
     _elem: PhantomData<T>,
 }
 
-/// Enqueues kernel `$f` on the worker's stream with the given arguments.
-macro_rules! launch {
-    ($self:ident, $f:expr, $cfg:expr, $($arg:expr),+ $(,)?) => {{
-        let mut builder = $self.stream.launch_builder($f);
-        $( builder.arg($arg); )+
-        // SAFETY: every launch site passes the kernel's exact parameter list
-        // (kernels/*.cu) with buffers whose lengths were checked against the
-        // dimensions beforehand.
-        unsafe { builder.launch($cfg) }.map(|_| ()).map_err($crate::backend::BackendError::from)
-    }};
-}
 
-pub(crate) use launch;
-
-const BLOCK: u32 = 256;
 /// kernels/decoder.cu: pixels per block and the most hidden channels its
 /// shared memory holds.
 const DEC_PIXELS: usize = 8;
@@ -104,11 +68,6 @@ const DEC_MAX_HIDDEN: usize = 1024;
 /// Row length of the im2col matrix: k*k*c_in rounded up to 8 elements.
 fn im2col_ld(d: ConvDims) -> usize {
     (d.kernel * d.kernel * d.c_in).div_ceil(8) * 8
-}
-
-pub(crate) fn grid_for(n: usize) -> LaunchConfig {
-    let blocks = n.div_ceil(BLOCK as usize).clamp(1, 1 << 30) as u32;
-    LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 }
 }
 
 /// kernels/attention_split.cu: queries per block (4 warps x 16) and keys per
@@ -178,30 +137,15 @@ pub(crate) fn layer_norm_chunks(dim: usize, elem_bytes: usize) -> Option<usize> 
     }
 }
 
-/// `ROADSEG_CUDA_IM2COL=naive` keeps the element-per-thread im2col.
-fn naive_im2col() -> bool {
-    static NAIVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *NAIVE.get_or_init(|| std::env::var("ROADSEG_CUDA_IM2COL").is_ok_and(|v| v == "naive"))
-}
-
-/// `ROADSEG_CUDA_LAYER_NORM=naive` keeps the scalar layer norm (the reference
-/// the vectorised one is tested against).
-fn naive_layer_norm() -> bool {
-    static NAIVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *NAIVE.get_or_init(|| std::env::var("ROADSEG_CUDA_LAYER_NORM").is_ok_and(|v| v == "naive"))
-}
-
-/// `ROADSEG_CUDA_DWCONV=naive` keeps the one-thread-per-output depthwise
-/// kernel (the reference the tiled one is tested against).
-fn naive_dwconv() -> bool {
-    static NAIVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *NAIVE.get_or_init(|| std::env::var("ROADSEG_CUDA_DWCONV").is_ok_and(|v| v == "naive"))
-}
-
 impl<T: GemmElem> CudaBackend<T>
 where
     CudaBlasLT: Matmul<T>,
 {
+    /// The stream and kernels, for the frame arena's launches.
+    fn queue(&self) -> Queue<'_> {
+        Queue { stream: &self.stream, ops: &self.ops }
+    }
+
     /// A worker's backend on `device`: its own stream, cuBLASLt handle and graphs.
     pub fn new(device: Arc<CudaDevice>, options: CudaOptions) -> Result<Self, CudaError> {
         let stream = device.ctx.new_stream()?;
@@ -397,7 +341,7 @@ where
         // Whole 16-byte chunks of channels: one chunk per thread. ld (a
         // multiple of 8 elements) and every image's offsets are whole chunks too.
         let chunk = 16 / std::mem::size_of::<T>();
-        let (kernel, per_thread) = if d.c_in.is_multiple_of(chunk) && !naive_im2col() { (&self.ops.im2col_vec, chunk) } else { (&self.ops.im2col, 1) };
+        let (kernel, per_thread) = if d.c_in.is_multiple_of(chunk) && self.options.vector_im2col { (&self.ops.im2col_vec, chunk) } else { (&self.ops.im2col, 1) };
         // One im2col launch per image at its offsets (the kernel knows one
         // map); the rows land one image after another, so one GEMM follows.
         for i in 0..d.batch {
@@ -416,7 +360,7 @@ where
         let cfg = LaunchConfig { grid_dim: (d.rows.div_ceil(WARPS).max(1) as u32, 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: 0 };
         let (rows, dim) = (d.rows as i32, d.dim as i32);
         let kernel = match layer_norm_chunks(d.dim, std::mem::size_of::<T>()) {
-            _ if naive_layer_norm() => &self.ops.layer_norm,
+            _ if !self.options.vector_layer_norm => &self.ops.layer_norm,
             Some(1) => &self.ops.layer_norm_vec1,
             Some(2) => &self.ops.layer_norm_vec2,
             Some(_) => &self.ops.layer_norm_vec4,
@@ -456,7 +400,7 @@ where
         // Every SegFormer's Mix-FFN width is a multiple of 4, and each image's
         // map starts at a multiple of 4 elements of a 256-byte aligned buffer
         // (n = h*w*c), as the vector loads need.
-        let tiled = c % 4 == 0 && !naive_dwconv();
+        let tiled = c % 4 == 0 && self.options.tiled_dwconv;
         for i in 0..d.batch {
             let xi = x.slice(i * n..(i + 1) * n);
             let mut yi = y.slice_mut(i * n..(i + 1) * n);
@@ -545,23 +489,23 @@ where
     }
 
     fn frame_slot(&self, geometry: FrameGeometry, road_classes: &[usize]) -> Result<FrameArena, BackendError> {
-        Ok(self.frame_arena(geometry, road_classes)?)
+        Ok(FrameArena::new(&self.stream, geometry, road_classes)?)
     }
 
     fn stage_frame(&self, slot: &mut FrameArena, frame: &FrameRef<'_>) -> OpResult {
-        self.stage_and_upload(slot, frame)
+        slot.upload(&self.stream, frame)
     }
 
     fn frame_to_input(&self, slot: &mut FrameArena, input: &mut Self::Tensor, image: usize, w: usize, h: usize) -> OpResult {
         let len = w * h * 3;
         check_len("frame input", (image + 1) * len, input.len())?;
-        self.enqueue_frame_in(slot, &mut input.slice_mut(image * len..(image + 1) * len), w, h)
+        slot.enqueue_in(&self.queue(), &mut input.slice_mut(image * len..(image + 1) * len), w, h)
     }
 
     fn frame_from_logits(&self, slot: &mut FrameArena, logits: &Self::Tensor, image: usize, d: FrameOutDims) -> OpResult {
         let len = d.logits_w * d.logits_h * d.labels;
         check_len("frame logits", (image + 1) * len, logits.len())?;
-        self.enqueue_frame_out(slot, &logits.slice(image * len..(image + 1) * len), d)
+        slot.enqueue_out(&self.queue(), &logits.slice(image * len..(image + 1) * len), d)
     }
 
     fn collect_frame(&self, slot: &mut FrameArena, out: &mut Segmentation) -> Result<Option<HostPhases>, BackendError> {
@@ -576,11 +520,11 @@ where
     }
 
     fn stage_overlay(&self, slot: &mut FrameArena, overlay: &FrameOverlay) -> OpResult {
-        self.stage_overlay_in(slot, overlay)
+        slot.stage_overlay(&self.stream, overlay)
     }
 
     fn frame_annotate(&self, slot: &mut FrameArena) -> OpResult {
-        self.enqueue_annotate(slot)
+        slot.enqueue_annotate(&self.queue())
     }
 
     fn collect_annotated(&self, slot: &mut FrameArena, out: &mut Vec<u8>) -> OpResult {

@@ -8,12 +8,12 @@
 //! frame geometry (size, stride, pixel format); a graph recorded with it is
 //! valid as long as it lives, and its owner holds that graph's handle.
 
-use cudarc::cublaslt::{CudaBlasLT, Matmul};
-use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DevicePtr, PinnedHostSlice, PushKernelArg, result};
+use std::sync::Arc;
 
-use super::backend::{CudaBackend, grid_for, launch};
-use super::elem::GemmElem;
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DeviceRepr, PinnedHostSlice, PushKernelArg, result};
+
 use super::error::CudaError;
+use super::launch::{Queue, grid_for, launch};
 use crate::backend::{BackendError, FrameOutDims};
 use crate::frame::{FrameError, FrameGeometry, FrameOverlay, FrameRef, PixelFormat, Segmentation};
 
@@ -122,19 +122,17 @@ impl FrameArena {
     }
 }
 
-impl<T: GemmElem> CudaBackend<T>
-where
-    CudaBlasLT: Matmul<T>,
-{
+impl FrameArena {
     /// Writes `overlay` into the arena's pinned staging (host work, before
     /// the replay), making the overlay buffers on first use.
-    pub(super) fn stage_overlay_in(&self, arena: &mut FrameArena, overlay: &FrameOverlay) -> Result<(), BackendError> {
+    pub(super) fn stage_overlay(&mut self, stream: &Arc<CudaStream>, overlay: &FrameOverlay) -> Result<(), BackendError> {
+        let arena = self;
         if overlay.class_tints.len() != 256 {
             return Err(BackendError::Size { op: "overlay class tints", expected: 256, actual: overlay.class_tints.len() });
         }
         let width = arena.geometry.width;
         if arena.overlay.is_none() {
-            arena.overlay = Some(self.overlay_buffers(width, arena.bytes)?);
+            arena.overlay = Some(overlay_buffers(stream, width, arena.bytes)?);
         }
         let buffers = arena.overlay.as_mut().expect("made above");
         // SAFETY: the staging buffers hold OVERLAY_FLOATS floats and `width`
@@ -156,55 +154,38 @@ where
         Ok(())
     }
 
-    fn overlay_buffers(&self, width: usize, bytes: usize) -> Result<OverlayBuffers, CudaError> {
-        let ctx = self.stream.context();
-        // SAFETY: pinned allocations are written before they are read.
-        let (mut tints_in, mut tops_in, mut frame_out) = unsafe {
-            (ctx.alloc_pinned::<f32>(OVERLAY_FLOATS)?, ctx.alloc_pinned::<u32>(width.max(1))?, ctx.alloc_pinned_with_flags::<u8>(bytes.max(1), 0)?)
-        };
-        Ok(OverlayBuffers {
-            tints_in_ptr: tints_in.as_mut_ptr()?,
-            tops_in_ptr: tops_in.as_mut_ptr()?,
-            frame_out_ptr: frame_out.as_mut_ptr()?,
-            _tints_in: tints_in,
-            _tops_in: tops_in,
-            _frame_out: frame_out,
-            tints: self.stream.alloc_zeros::<f32>(OVERLAY_FLOATS)?,
-            tops: self.stream.alloc_zeros::<u32>(width.max(1))?,
-        })
-    }
-
     /// Enqueues: overlay up, the uploaded frame tinted with the slot's
     /// classes (after `enqueue_frame_out` wrote them), the frame back down.
-    pub(super) fn enqueue_annotate(&self, arena: &mut FrameArena) -> Result<(), BackendError> {
+    pub(super) fn enqueue_annotate(&mut self, q: &Queue<'_>) -> Result<(), BackendError> {
+        let arena = self;
         let g = arena.geometry;
         let Some(ov) = arena.overlay.as_mut() else {
             return Err(BackendError::Frame(FrameError("a frame was annotated without an overlay staged".into())));
         };
-        let cu = self.stream.cu_stream();
+        let cu = q.stream.cu_stream();
         // SAFETY: the pinned staging and out buffers hold what the copies
         // move (OVERLAY_FLOATS, width, the frame's bytes) and are only
         // rewritten or read once the stream is synchronised.
         unsafe {
-            let (tints, _) = ov.tints.device_ptr(&self.stream);
+            let (tints, _) = ov.tints.device_ptr(q.stream);
             result::memcpy_htod_async(tints, std::slice::from_raw_parts(ov.tints_in_ptr as *const f32, OVERLAY_FLOATS), cu)?;
-            let (tops, _) = ov.tops.device_ptr(&self.stream);
+            let (tops, _) = ov.tops.device_ptr(q.stream);
             result::memcpy_htod_async(tops, std::slice::from_raw_parts(ov.tops_in_ptr as *const u32, g.width), cu)?;
         }
         let (fw, fh, stride, fmt) = (g.width as i32, g.height as i32, g.stride as i32, format_code(g.format));
         let ov = arena.overlay.as_ref().expect("checked above");
-        launch!(self, &self.ops.annotate_frame, grid_for(g.width * g.height), &mut arena.frame, &fw, &fh, &stride, &fmt, &arena.classes, &ov.tints, &ov.tops)?;
+        launch!(q, &q.ops.annotate_frame, grid_for(g.width * g.height), &mut arena.frame, &fw, &fh, &stride, &fmt, &arena.classes, &ov.tints, &ov.tops)?;
         // SAFETY: as above.
         unsafe {
-            let (frame, _) = arena.frame.device_ptr(&self.stream);
+            let (frame, _) = arena.frame.device_ptr(q.stream);
             result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(ov.frame_out_ptr, arena.bytes), frame, cu)?;
         }
         Ok(())
     }
 
     /// Allocates the buffers for frames of `geometry`.
-    pub(super) fn frame_arena(&self, geometry: FrameGeometry, road_classes: &[usize]) -> Result<FrameArena, CudaError> {
-        let ctx = self.stream.context();
+    pub(super) fn new(stream: &Arc<CudaStream>, geometry: FrameGeometry, road_classes: &[usize]) -> Result<FrameArena, CudaError> {
+        let ctx = stream.context();
         let bytes = geometry.bytes();
         let pixels = geometry.width * geometry.height;
         let mut road = vec![0u8; 256];
@@ -232,12 +213,12 @@ where
             _confidence_out: confidence_out,
             _totals_out: totals_out,
             overlay: None,
-            frame: self.stream.alloc_zeros::<u8>(bytes.max(1))?,
-            road_is: self.stream.clone_htod(&road)?,
-            classes: self.stream.alloc_zeros::<u8>(pixels.max(1))?,
-            confidence: self.stream.alloc_zeros::<f32>(pixels.max(1))?,
-            road_total: self.stream.alloc_zeros::<u32>(1)?,
-            confidence_total: self.stream.alloc_zeros::<f32>(1)?,
+            frame: stream.alloc_zeros::<u8>(bytes.max(1))?,
+            road_is: stream.clone_htod(&road)?,
+            classes: stream.alloc_zeros::<u8>(pixels.max(1))?,
+            confidence: stream.alloc_zeros::<f32>(pixels.max(1))?,
+            road_total: stream.alloc_zeros::<u32>(1)?,
+            confidence_total: stream.alloc_zeros::<f32>(1)?,
         })
     }
 
@@ -245,10 +226,11 @@ where
     /// the source address changes from frame to frame when it is the ring's
     /// pinned buffer). The caller's frame must stay untouched until the
     /// frame's work is synchronised, as the engine's does.
-    pub(super) fn stage_and_upload(&self, arena: &mut FrameArena, frame: &FrameRef<'_>) -> Result<(), BackendError> {
+    pub(super) fn upload(&mut self, stream: &Arc<CudaStream>, frame: &FrameRef<'_>) -> Result<(), BackendError> {
+        let arena = self;
         let src = arena.stage(frame)?;
-        let cu = self.stream.cu_stream();
-        let (dst, _) = arena.frame.device_ptr(&self.stream);
+        let cu = stream.cu_stream();
+        let (dst, _) = arena.frame.device_ptr(stream);
         // SAFETY: `src` is pinned and holds the frame's `bytes` (checked in
         // `stage`), as does the device buffer.
         unsafe { result::memcpy_htod_async(dst, std::slice::from_raw_parts(src, arena.bytes), cu)? };
@@ -256,24 +238,26 @@ where
     }
 
     /// Enqueues: uploaded frame -> model input `[h, w, 3]`.
-    pub(super) fn enqueue_frame_in(&self, arena: &FrameArena, input: &mut CudaViewMut<'_, T>, w: usize, h: usize) -> Result<(), BackendError> {
+    pub(super) fn enqueue_in<T: DeviceRepr>(&self, q: &Queue<'_>, input: &mut CudaViewMut<'_, T>, w: usize, h: usize) -> Result<(), BackendError> {
+        let arena = self;
         if input.len() < w * h * 3 {
             return Err(BackendError::Size { op: "frame input", expected: w * h * 3, actual: input.len() });
         }
         let g = arena.geometry;
         let (fw, fh, stride, fmt, w_i, h_i) = (g.width as i32, g.height as i32, g.stride as i32, format_code(g.format), w as i32, h as i32);
-        launch!(self, &self.ops.preprocess, grid_for(w * h), &arena.frame, &fw, &fh, &stride, &fmt, input, &w_i, &h_i)
+        launch!(q, &q.ops.preprocess, grid_for(w * h), &arena.frame, &fw, &fh, &stride, &fmt, input, &w_i, &h_i)
     }
 
     /// Enqueues: logits `[lh, lw, labels]` -> classes/confidence at frame
     /// size and road/confidence totals -> pinned host buffers.
-    pub(super) fn enqueue_frame_out(&self, arena: &mut FrameArena, logits: &CudaView<'_, T>, d: FrameOutDims) -> Result<(), BackendError> {
+    pub(super) fn enqueue_out<T: DeviceRepr>(&mut self, q: &Queue<'_>, logits: &CudaView<'_, T>, d: FrameOutDims) -> Result<(), BackendError> {
+        let arena = self;
         let (lw, lh, labels) = (d.logits_w, d.logits_h, d.labels);
         if logits.len() < lw * lh * labels {
             return Err(BackendError::Size { op: "frame logits", expected: lw * lh * labels, actual: logits.len() });
         }
-        self.stream.memset_zeros(&mut arena.road_total)?;
-        self.stream.memset_zeros(&mut arena.confidence_total)?;
+        q.stream.memset_zeros(&mut arena.road_total)?;
+        q.stream.memset_zeros(&mut arena.confidence_total)?;
         let (width, height) = (arena.geometry.width, arena.geometry.height);
         let pixels = width * height;
         let (lw_i, lh_i, labels_i, fw, fh) = (lw as i32, lh as i32, labels as i32, width as i32, height as i32);
@@ -281,23 +265,41 @@ where
         {
             let a = &mut *arena;
             launch!(
-                self, &self.ops.postprocess, cfg, logits, &lw_i, &lh_i, &labels_i, &d.logit_scale, &fw, &fh, &a.road_is, &d.threshold,
+                q, &q.ops.postprocess, cfg, logits, &lw_i, &lh_i, &labels_i, &d.logit_scale, &fw, &fh, &a.road_is, &d.threshold,
                 &mut a.classes, &mut a.confidence, &mut a.road_total, &mut a.confidence_total
             )?;
         }
-        let cu = self.stream.cu_stream();
+        let cu = q.stream.cu_stream();
         // SAFETY: the pinned out buffers hold `pixels` (and 2) elements and are
         // only read after the stream is synchronised.
         unsafe {
-            let (classes, _) = arena.classes.device_ptr(&self.stream);
+            let (classes, _) = arena.classes.device_ptr(q.stream);
             result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(arena.classes_out_ptr, pixels), classes, cu)?;
-            let (confidence, _) = arena.confidence.device_ptr(&self.stream);
+            let (confidence, _) = arena.confidence.device_ptr(q.stream);
             result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(arena.confidence_out_ptr, pixels), confidence, cu)?;
-            let (road, _) = arena.road_total.device_ptr(&self.stream);
+            let (road, _) = arena.road_total.device_ptr(q.stream);
             result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(arena.totals_out_ptr, 1), road, cu)?;
-            let (conf, _) = arena.confidence_total.device_ptr(&self.stream);
+            let (conf, _) = arena.confidence_total.device_ptr(q.stream);
             result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(arena.totals_out_ptr.add(1) as *mut f32, 1), conf, cu)?;
         }
         Ok(())
     }
+}
+
+fn overlay_buffers(stream: &Arc<CudaStream>, width: usize, bytes: usize) -> Result<OverlayBuffers, CudaError> {
+let ctx = stream.context();
+    // SAFETY: pinned allocations are written before they are read.
+    let (mut tints_in, mut tops_in, mut frame_out) = unsafe {
+        (ctx.alloc_pinned::<f32>(OVERLAY_FLOATS)?, ctx.alloc_pinned::<u32>(width.max(1))?, ctx.alloc_pinned_with_flags::<u8>(bytes.max(1), 0)?)
+    };
+    Ok(OverlayBuffers {
+        tints_in_ptr: tints_in.as_mut_ptr()?,
+        tops_in_ptr: tops_in.as_mut_ptr()?,
+        frame_out_ptr: frame_out.as_mut_ptr()?,
+        _tints_in: tints_in,
+        _tops_in: tops_in,
+        _frame_out: frame_out,
+        tints: stream.alloc_zeros::<f32>(OVERLAY_FLOATS)?,
+        tops: stream.alloc_zeros::<u32>(width.max(1))?,
+    })
 }

@@ -16,10 +16,13 @@ mod elem;
 pub(super) mod error;
 mod frame;
 mod host;
+mod launch;
+mod options;
 pub mod kernels;
 pub mod probe;
 
-pub use self::backend::{CudaBackend, CudaOptions, SplitPlan, plan_split};
+pub use self::backend::{CudaBackend, SplitPlan, plan_split};
+pub use self::options::CudaOptions;
 pub use self::device::{CudaDevice, first_gpu};
 pub use self::elem::{CudaElem, GemmElem};
 pub use self::error::CudaError;

@@ -14,7 +14,7 @@ use crate::device::Resolved;
 use crate::engine::{self, LoadError, ModelSpec};
 use crate::images::{OverlayStyle, palette};
 use crate::input_size::{self, FALLBACK_HEIGHT};
-use crate::video::annotate::{Annotator, FrameStats};
+use crate::annotate::{Annotator, FrameStats};
 use crate::video::pool::{WorkerPool, WorkerWindow};
 use crate::video::stop::StopSignal;
 use crate::video::stream;

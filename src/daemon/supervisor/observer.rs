@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::daemon::metrics::{DropReason, Sink, Stage, StreamMetrics, unix_now};
 use crate::daemon::status::StreamStatus;
-use crate::video::annotate::FrameStats;
+use crate::annotate::FrameStats;
 use crate::video::output::{OutputError, StreamObserver};
 use crate::video::pool::SkipReason;
 use crate::video::ring::FrameBuf;

@@ -107,7 +107,7 @@ mod tests {
     use crate::engine::{AnyEngine, ModelSpec, Preset, load_cpu_engines};
     use crate::frame::PixelFormat;
     use crate::temporal::{DEFAULT_WEIGHT, StreamTemporal, TemporalSettings};
-    use crate::video::annotate::Annotator;
+    use crate::annotate::Annotator;
     use crate::video::frame::DecodedFrame;
     use crate::video::pool::{OutputItem, StreamCounters, StreamInput, WorkerPool};
     use crate::video::ring::FrameRing;

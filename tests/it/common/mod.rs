@@ -3,6 +3,8 @@
 
 #[cfg(feature = "video")]
 pub mod daemon;
+#[cfg(feature = "cuda")]
+pub mod gpu;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

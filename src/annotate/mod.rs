@@ -1,11 +1,15 @@
 //! Draws a frame's segmentation and a status line onto the frame itself.
+//! No GStreamer here: the engine-only build (and the GPU test that compares
+//! the CUDA overlay with this one byte for byte) has it too.
+
+mod font;
 
 use crate::engine::Segmentation;
 use crate::frame::{FrameOverlay, PixelFormat};
 use crate::images::{OverlayStyle, draw_overlay, frame_overlay, overlay_tint};
 use crate::temporal::HoodMask;
 
-use super::font::{draw_text, shade_box, text_width};
+use font::{draw_text, shade_box, text_width};
 
 /// What the status line reports for one frame.
 #[derive(Clone, Copy, Debug, Default)]

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DeviceRepr, PinnedHostSlice, PushKernelArg, result};
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DeviceRepr, PinnedHostSlice, PushKernelArg, ValidAsZeroBits, result};
 
 use super::error::CudaError;
 use super::launch::{Queue, grid_for, launch};
@@ -23,8 +23,7 @@ pub struct FrameArena {
     /// Bytes of one frame (NV12: luma plus the interleaved chroma plane).
     bytes: usize,
     /// Frame in, write-combined: the CPU only writes it, the GPU reads it fast.
-    _staging: PinnedHostSlice<u8>,
-    staging_ptr: *mut u8,
+    staging: Pinned<u8>,
     frame: CudaSlice<u8>,
     road_is: CudaSlice<u8>,
     classes: CudaSlice<u8>,
@@ -32,14 +31,9 @@ pub struct FrameArena {
     road_total: CudaSlice<u32>,
     confidence_total: CudaSlice<f32>,
     // Results out, cached pinned memory (the CPU reads them).
-    // Kept alive for the raw pointers below (taken once: cudarc's accessors
-    // synchronise on every call).
-    _classes_out: PinnedHostSlice<u8>,
-    _confidence_out: PinnedHostSlice<f32>,
-    _totals_out: PinnedHostSlice<u32>,
-    classes_out_ptr: *mut u8,
-    confidence_out_ptr: *mut f32,
-    totals_out_ptr: *mut u32,
+    classes_out: Pinned<u8>,
+    confidence_out: Pinned<f32>,
+    totals_out: Pinned<u32>,
     /// Made by the first frame drawn with an overlay (before its graph is recorded).
     overlay: Option<OverlayBuffers>,
 }
@@ -47,14 +41,30 @@ pub struct FrameArena {
 /// kernels/overlay.cu's inputs and the annotated frame on its way back.
 struct OverlayBuffers {
     /// 258 tints (256 classes, unknown, hood) of 4 floats, then per column the first hood row.
-    _tints_in: PinnedHostSlice<f32>,
-    tints_in_ptr: *mut f32,
-    _tops_in: PinnedHostSlice<u32>,
-    tops_in_ptr: *mut u32,
+    tints_in: Pinned<f32>,
+    tops_in: Pinned<u32>,
     tints: CudaSlice<f32>,
     tops: CudaSlice<u32>,
-    _frame_out: PinnedHostSlice<u8>,
-    frame_out_ptr: *mut u8,
+    frame_out: Pinned<u8>,
+}
+
+/// Pinned host memory and a raw pointer into it, taken once: cudarc's
+/// accessors synchronise the stream on every call.
+struct Pinned<T> {
+    _slice: PinnedHostSlice<T>,
+    ptr: *mut T,
+}
+
+impl<T: DeviceRepr + ValidAsZeroBits> Pinned<T> {
+    /// `len` elements (at least one), write-combined where only the CPU
+    /// writes and the GPU reads, cached where the CPU reads.
+    fn new(stream: &Arc<CudaStream>, len: usize, write_combined: bool) -> Result<Self, CudaError> {
+        let ctx = stream.context();
+        let len = len.max(1);
+        // SAFETY: pinned allocations are written before they are read.
+        let mut slice = unsafe { if write_combined { ctx.alloc_pinned::<T>(len)? } else { ctx.alloc_pinned_with_flags::<T>(len, 0)? } };
+        Ok(Pinned { ptr: slice.as_mut_ptr()?, _slice: slice })
+    }
 }
 
 /// Floats of kernels/overlay.cu's `ov`: 256 class tints, unknown, hood.
@@ -88,8 +98,8 @@ impl FrameArena {
         }
         // SAFETY: staging holds `bytes` >= n bytes and no copy from it is in
         // flight (the previous frame's work was synchronised).
-        unsafe { std::ptr::copy_nonoverlapping(frame.data.as_ptr(), self.staging_ptr, n) };
-        Ok(self.staging_ptr)
+        unsafe { std::ptr::copy_nonoverlapping(frame.data.as_ptr(), self.staging.ptr, n) };
+        Ok(self.staging.ptr)
     }
 
     /// The annotated frame (after the stream is synchronised) into `out`.
@@ -97,7 +107,7 @@ impl FrameArena {
         out.clear();
         if let Some(ov) = &self.overlay {
             // SAFETY: the out buffer holds `bytes` bytes written by the finished copy.
-            out.extend_from_slice(unsafe { std::slice::from_raw_parts(ov.frame_out_ptr, self.bytes) });
+            out.extend_from_slice(unsafe { std::slice::from_raw_parts(ov.frame_out.ptr, self.bytes) });
         }
     }
 
@@ -112,9 +122,9 @@ impl FrameArena {
         // SAFETY: the out buffers hold `pixels` elements, written by the
         // finished copies; nothing writes them concurrently.
         unsafe {
-            out.classes.copy_from_slice(std::slice::from_raw_parts(self.classes_out_ptr, pixels));
-            out.confidence.copy_from_slice(std::slice::from_raw_parts(self.confidence_out_ptr, pixels));
-            let totals = std::slice::from_raw_parts(self.totals_out_ptr, 2);
+            out.classes.copy_from_slice(std::slice::from_raw_parts(self.classes_out.ptr, pixels));
+            out.confidence.copy_from_slice(std::slice::from_raw_parts(self.confidence_out.ptr, pixels));
+            let totals = std::slice::from_raw_parts(self.totals_out.ptr, 2);
             let p = pixels.max(1) as f64;
             out.road_coverage = (totals[0] as f64 / p) as f32;
             out.mean_confidence = (f32::from_bits(totals[1]) as f64 / p) as f32;
@@ -138,7 +148,7 @@ impl FrameArena {
         // SAFETY: the staging buffers hold OVERLAY_FLOATS floats and `width`
         // u32s, and no copy from them is in flight (the last frame was synchronised).
         let (tints, tops) = unsafe {
-            (std::slice::from_raw_parts_mut(buffers.tints_in_ptr, OVERLAY_FLOATS), std::slice::from_raw_parts_mut(buffers.tops_in_ptr, width))
+            (std::slice::from_raw_parts_mut(buffers.tints_in.ptr, OVERLAY_FLOATS), std::slice::from_raw_parts_mut(buffers.tops_in.ptr, width))
         };
         let unknown = overlay.unknown.unwrap_or(([0; 3], 0.0));
         let entries = overlay.class_tints.iter().chain([&unknown, &overlay.hood]);
@@ -168,9 +178,9 @@ impl FrameArena {
         // rewritten or read once the stream is synchronised.
         unsafe {
             let (tints, _) = ov.tints.device_ptr(q.stream);
-            result::memcpy_htod_async(tints, std::slice::from_raw_parts(ov.tints_in_ptr as *const f32, OVERLAY_FLOATS), cu)?;
+            result::memcpy_htod_async(tints, std::slice::from_raw_parts(ov.tints_in.ptr as *const f32, OVERLAY_FLOATS), cu)?;
             let (tops, _) = ov.tops.device_ptr(q.stream);
-            result::memcpy_htod_async(tops, std::slice::from_raw_parts(ov.tops_in_ptr as *const u32, g.width), cu)?;
+            result::memcpy_htod_async(tops, std::slice::from_raw_parts(ov.tops_in.ptr as *const u32, g.width), cu)?;
         }
         let (fw, fh, stride, fmt) = (g.width as i32, g.height as i32, g.stride as i32, format_code(g.format));
         let ov = arena.overlay.as_ref().expect("checked above");
@@ -178,40 +188,26 @@ impl FrameArena {
         // SAFETY: as above.
         unsafe {
             let (frame, _) = arena.frame.device_ptr(q.stream);
-            result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(ov.frame_out_ptr, arena.bytes), frame, cu)?;
+            result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(ov.frame_out.ptr, arena.bytes), frame, cu)?;
         }
         Ok(())
     }
 
     /// Allocates the buffers for frames of `geometry`.
     pub(super) fn new(stream: &Arc<CudaStream>, geometry: FrameGeometry, road_classes: &[usize]) -> Result<FrameArena, CudaError> {
-        let ctx = stream.context();
         let bytes = geometry.bytes();
         let pixels = geometry.width * geometry.height;
         let mut road = vec![0u8; 256];
         for &c in road_classes.iter().filter(|&&c| c < 256) {
             road[c] = 1;
         }
-        // SAFETY: pinned allocations are written before they are read.
-        let (mut staging, mut classes_out, mut confidence_out, mut totals_out) = unsafe {
-            (
-                ctx.alloc_pinned::<u8>(bytes)?,
-                ctx.alloc_pinned_with_flags::<u8>(pixels, 0)?,
-                ctx.alloc_pinned_with_flags::<f32>(pixels, 0)?,
-                ctx.alloc_pinned_with_flags::<u32>(2, 0)?,
-            )
-        };
         Ok(FrameArena {
             geometry,
             bytes,
-            staging_ptr: staging.as_mut_ptr()?,
-            classes_out_ptr: classes_out.as_mut_ptr()?,
-            confidence_out_ptr: confidence_out.as_mut_ptr()?,
-            totals_out_ptr: totals_out.as_mut_ptr()?,
-            _staging: staging,
-            _classes_out: classes_out,
-            _confidence_out: confidence_out,
-            _totals_out: totals_out,
+            staging: Pinned::new(stream, bytes, true)?,
+            classes_out: Pinned::new(stream, pixels, false)?,
+            confidence_out: Pinned::new(stream, pixels, false)?,
+            totals_out: Pinned::new(stream, 2, false)?,
             overlay: None,
             frame: stream.alloc_zeros::<u8>(bytes.max(1))?,
             road_is: stream.clone_htod(&road)?,
@@ -274,31 +270,23 @@ impl FrameArena {
         // only read after the stream is synchronised.
         unsafe {
             let (classes, _) = arena.classes.device_ptr(q.stream);
-            result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(arena.classes_out_ptr, pixels), classes, cu)?;
+            result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(arena.classes_out.ptr, pixels), classes, cu)?;
             let (confidence, _) = arena.confidence.device_ptr(q.stream);
-            result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(arena.confidence_out_ptr, pixels), confidence, cu)?;
+            result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(arena.confidence_out.ptr, pixels), confidence, cu)?;
             let (road, _) = arena.road_total.device_ptr(q.stream);
-            result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(arena.totals_out_ptr, 1), road, cu)?;
+            result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(arena.totals_out.ptr, 1), road, cu)?;
             let (conf, _) = arena.confidence_total.device_ptr(q.stream);
-            result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(arena.totals_out_ptr.add(1) as *mut f32, 1), conf, cu)?;
+            result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(arena.totals_out.ptr.add(1) as *mut f32, 1), conf, cu)?;
         }
         Ok(())
     }
 }
 
 fn overlay_buffers(stream: &Arc<CudaStream>, width: usize, bytes: usize) -> Result<OverlayBuffers, CudaError> {
-let ctx = stream.context();
-    // SAFETY: pinned allocations are written before they are read.
-    let (mut tints_in, mut tops_in, mut frame_out) = unsafe {
-        (ctx.alloc_pinned::<f32>(OVERLAY_FLOATS)?, ctx.alloc_pinned::<u32>(width.max(1))?, ctx.alloc_pinned_with_flags::<u8>(bytes.max(1), 0)?)
-    };
     Ok(OverlayBuffers {
-        tints_in_ptr: tints_in.as_mut_ptr()?,
-        tops_in_ptr: tops_in.as_mut_ptr()?,
-        frame_out_ptr: frame_out.as_mut_ptr()?,
-        _tints_in: tints_in,
-        _tops_in: tops_in,
-        _frame_out: frame_out,
+        tints_in: Pinned::new(stream, OVERLAY_FLOATS, true)?,
+        tops_in: Pinned::new(stream, width, true)?,
+        frame_out: Pinned::new(stream, bytes, false)?,
         tints: stream.alloc_zeros::<f32>(OVERLAY_FLOATS)?,
         tops: stream.alloc_zeros::<u32>(width.max(1))?,
     })

@@ -476,50 +476,53 @@ pub fn unix_now() -> f64 {
 /// Handles for one inference device (`cpu`, `cuda:0`, ...).
 #[derive(Clone)]
 pub struct DeviceMetrics {
-    device: String,
     pub inference: Histogram,
 }
 
 impl DeviceMetrics {
     pub fn new(device: &str) -> DeviceMetrics {
-        DeviceMetrics { device: device.to_string(), inference: histogram!(INFERENCE, "device" => device.to_string()) }
+        DeviceMetrics { inference: histogram!(INFERENCE, "device" => device.to_string()) }
     }
 
     pub fn record_inference(&self, took: Duration) {
         self.inference.record(took.as_secs_f64());
     }
 
-    /// The gauge worker `worker` sets to its busy fraction (0..=1); call once
-    /// per worker and keep it.
-    pub fn worker_busy(&self, worker: usize) -> Gauge {
-        gauge!(WORKER_BUSY, "device" => self.device.clone(), "worker" => worker.to_string())
+    /// The gauge worker `worker` sets to its busy fraction (0..=1), labelled
+    /// with the device it runs on (`cpu`, or its own GPU `cuda:N`,
+    /// `Resolved::worker_devices`); call once per worker and keep it.
+    pub fn worker_busy(&self, worker: usize, device: &str) -> Gauge {
+        gauge!(WORKER_BUSY, "device" => device.to_string(), "worker" => worker.to_string())
     }
 
-    /// `roadseg_gpu_busy_ratio` of this device, fed by its `workers`.
-    pub fn gpu_busy(&self, workers: usize) -> GpuBusy {
-        GpuBusy { device: self.device.clone(), gauge: OnceLock::new(), shares: Mutex::new(vec![0.0; workers]) }
+    /// `roadseg_gpu_busy_ratio` per GPU, fed by the workers on it
+    /// (`worker_devices[i]` is worker i's device).
+    pub fn gpu_busy(&self, worker_devices: &[String]) -> GpuBusy {
+        let workers = worker_devices.len();
+        GpuBusy { devices: worker_devices.to_vec(), gauges: (0..workers).map(|_| OnceLock::new()).collect(), shares: Mutex::new(vec![0.0; workers]) }
     }
 }
 
-/// One device's GPU busy share: its workers' shares summed, at most 1 (their
-/// streams overlap only when kernels run side by side). The series appears
-/// with the first timed frame, so a CPU device never exports one.
+/// Each GPU's busy share: its workers' shares summed, at most 1 (their
+/// streams overlap only when kernels run side by side). A GPU's series
+/// appears with its first timed frame, so a CPU device never exports one.
 pub struct GpuBusy {
-    device: String,
-    gauge: OnceLock<Gauge>,
+    /// Worker i's device.
+    devices: Vec<String>,
+    /// Worker i's handle on its device's gauge.
+    gauges: Vec<OnceLock<Gauge>>,
     shares: Mutex<Vec<f64>>,
 }
 
 impl GpuBusy {
     pub fn set(&self, worker: usize, share: f64) {
+        let Some(device) = self.devices.get(worker) else { return };
         let total = {
             let mut shares = self.shares.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(s) = shares.get_mut(worker) {
-                *s = share;
-            }
-            shares.iter().sum::<f64>().min(1.0)
+            shares[worker] = share;
+            shares.iter().zip(&self.devices).filter(|(_, d)| *d == device).map(|(s, _)| s).sum::<f64>().min(1.0)
         };
-        self.gauge.get_or_init(|| gauge!(GPU_BUSY, "device" => self.device.clone())).set(total);
+        self.gauges[worker].get_or_init(|| gauge!(GPU_BUSY, "device" => device.clone())).set(total);
     }
 }
 
@@ -621,8 +624,8 @@ mod tests {
         stream.record_stage(Stage::Encode, Duration::from_micros(300));
         let d = DeviceMetrics::new("test-device");
         d.record_inference(Duration::from_millis(3));
-        d.worker_busy(1).set(0.5);
-        let gpu = d.gpu_busy(2);
+        d.worker_busy(1, "test-device").set(0.5);
+        let gpu = d.gpu_busy(&["test-device".to_string(), "test-device".to_string()]);
         gpu.set(0, 0.5);
         gpu.set(1, 0.75);
         let text = handle.render();
@@ -634,5 +637,25 @@ mod tests {
         assert_eq!(sample(&text, "roadseg_worker_busy_ratio{device=\"test-device\",worker=\"1\"}"), Some(0.5));
         assert_eq!(sample(&text, "roadseg_gpu_busy_ratio{device=\"test-device\"}"), Some(1.0), "two workers' shares summed, capped at 1");
         assert_eq!(sample(&text, "roadseg_gpu_busy_ratio{device=\"cpu\"}"), None);
+    }
+
+    #[test]
+    fn workers_and_gpu_busy_are_labelled_by_their_own_gpu() {
+        // Rule: with workers spread over GPUs, each worker's busy gauge names its GPU, and each GPU's busy share sums only its own workers.
+        let handle = install().unwrap();
+        let d = DeviceMetrics::new("cuda:7,8");
+        let devices = vec!["cuda:7".to_string(), "cuda:8".to_string(), "cuda:7".to_string()];
+        for (i, dev) in devices.iter().enumerate() {
+            d.worker_busy(i, dev).set((i + 1) as f64 / 4.0);
+        }
+        let gpu = d.gpu_busy(&devices);
+        gpu.set(0, 0.25);
+        gpu.set(1, 0.5);
+        gpu.set(2, 0.125);
+        let text = handle.render();
+        assert_eq!(sample(&text, "roadseg_worker_busy_ratio{device=\"cuda:8\",worker=\"1\"}"), Some(0.5), "{text}");
+        assert_eq!(sample(&text, "roadseg_worker_busy_ratio{device=\"cuda:7\",worker=\"2\"}"), Some(0.75));
+        assert_eq!(sample(&text, "roadseg_gpu_busy_ratio{device=\"cuda:7\"}"), Some(0.375), "workers 0 and 2");
+        assert_eq!(sample(&text, "roadseg_gpu_busy_ratio{device=\"cuda:8\"}"), Some(0.5), "worker 1 alone");
     }
 }

@@ -41,13 +41,15 @@ where
     CudaBlasLT: Matmul<T>,
 {
     let fail = |e: CudaError| load_error(spec, BackendError::from(e));
-    let count = count.max(1);
-    let mut engines = Vec::with_capacity(count);
+    // Worker i runs on GPU plan[i] (round robin): each GPU builds its
+    // workers' engines, which are then dealt out in worker order.
+    let plan = crate::device::plan_workers(count.max(1), gpus.len());
+    let mut per_gpu = Vec::with_capacity(gpus.len());
     let mut labels = Vec::new();
     for (g, gpu) in gpus.iter().enumerate() {
-        // Engines g, g + n, g + 2n, ... run on GPU g.
-        let here = (g..count).step_by(gpus.len()).count();
+        let here = plan.iter().filter(|&&p| p == g).count();
         if here == 0 {
+            per_gpu.push(Vec::new().into_iter());
             continue;
         }
         let device = CudaDevice::open(gpu, info).map_err(fail)?;
@@ -64,8 +66,10 @@ where
             backends.push(Arc::new(first.sibling().map_err(fail)?));
         }
         backends.insert(0, Arc::new(first));
-        engines.extend(engines_on(spec, &weights, backends)?.into_iter().map(wrap));
+        let built: Vec<AnyEngine> = engines_on(spec, &weights, backends)?.into_iter().map(wrap).collect();
+        per_gpu.push(built.into_iter());
         tracing::info!(gpu = gpu.ordinal, name = %gpu.name, engines = here, precision = %T::PRECISION, "model loaded on GPU");
     }
+    let engines = plan.iter().map(|&g| per_gpu[g].next().expect("one engine per planned worker")).collect();
     Ok((engines, labels))
 }

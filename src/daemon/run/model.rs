@@ -61,8 +61,10 @@ pub(super) fn start_pool(config: &DaemonConfig, height: u32, resolved: &Resolved
     let (engines, labels) = engine::load_engines(&spec, resolved, workers, CpuBackend::new())?;
     let annotator = annotator(&config.annotate, engines[0].options().road_classes.clone(), &labels);
     let device = DeviceMetrics::new(&resolved.device);
-    let busy: Vec<_> = (0..workers).map(|i| device.worker_busy(i)).collect();
-    let gpu_busy = device.gpu_busy(workers);
+    // Labelled by each worker's own GPU (workers are spread round robin).
+    let worker_devices = resolved.worker_devices(workers);
+    let busy: Vec<_> = worker_devices.iter().enumerate().map(|(i, d)| device.worker_busy(i, d)).collect();
+    let gpu_busy = device.gpu_busy(&worker_devices);
     let on_inference = {
         let (streams, health) = (streams.clone(), health.clone());
         Arc::new(move |stream: &str, ms: f64, stats: &FrameStats| {

@@ -13,9 +13,12 @@
 
 #define OV_UNKNOWN 256
 #define OV_HOOD 257
+#define OV_PICTURE 258
 
 __device__ __forceinline__ bool overlay_tint(const float* ov, const u8* classes, const u32* tops, int fw, int x, int y,
                                              float* c, float* a) {
+    const float* pic = ov + OV_PICTURE * 4;
+    if ((float)x < pic[0] || (float)y < pic[1] || (float)x >= pic[2] || (float)y >= pic[3]) return false;
     int entry;
     if ((u32)y >= tops[x]) {
         entry = OV_HOOD;

@@ -145,13 +145,19 @@ pub struct FrameOverlay {
     pub hood: ([u8; 3], f32),
     /// First hood row per column (frame width entries), or empty: no hood.
     pub hood_tops: Vec<u32>,
+    /// The picture inside letterbox/pillarbox bars, `[x0, y0, x1, y1]` (x1,
+    /// y1 exclusive): nothing is drawn outside it.
+    pub picture: [u32; 4],
 }
 
 impl FrameOverlay {
     /// The tint of pixel (x, y) of class `class`, or None where the frame shows through.
     #[inline]
     pub fn tint(&self, class: u8, x: usize, y: usize) -> Option<([u8; 3], f32)> {
-        if self.hood_tops.get(x).is_some_and(|&top| y >= top as usize) {
+        let [x0, y0, x1, y1] = self.picture.map(|v| v as usize);
+        if x < x0 || y < y0 || x >= x1 || y >= y1 {
+            None
+        } else if self.hood_tops.get(x).is_some_and(|&top| y >= top as usize) {
             Some(self.hood)
         } else if class == UNKNOWN {
             self.unknown.filter(|_| (x / 4 + y / 4).is_multiple_of(2))

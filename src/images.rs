@@ -7,7 +7,7 @@ use image::{ImageBuffer, Luma, Rgb, RgbImage};
 
 use crate::engine::Segmentation;
 use crate::frame::FrameOverlay;
-use crate::temporal::HoodMask;
+use crate::temporal::{Bars, HoodMask};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
@@ -158,12 +158,15 @@ pub fn frame_overlay(style: &OverlayStyle, hood: Option<&HoodMask>, width: usize
     for &c in &style.road_classes {
         class_tints[c.min(255)] = (style.road_colour, style.road_alpha);
     }
-    let hood_tops = hood.filter(|h| !h.is_empty() && h.width == width && h.height == height).map(|h| h.top.clone()).unwrap_or_default();
+    let hood = hood.filter(|h| h.width == width && h.height == height);
+    let hood_tops = hood.filter(|h| !h.is_empty()).map(|h| h.top.clone()).unwrap_or_default();
+    let (x0, y0, x1, y1) = hood.map_or(Bars::NONE, |h| h.bars).picture(width, height);
     FrameOverlay {
         class_tints,
         unknown: style.show_unknown.then_some((style.unknown_colour, 0.35)),
         hood: (style.hood_colour, HOOD_ALPHA),
         hood_tops,
+        picture: [x0, y0, x1, y1].map(|v| v as u32),
     }
 }
 

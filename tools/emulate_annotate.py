@@ -5,9 +5,10 @@ it with a line-for-line numpy port of the CPU's overlay (images.rs
 video/annotate.rs `tint_nv12`, `yuv` and `blend`).
 
 What it replays, so that a mistake in any of them shows as a byte difference:
-- the host's packing of the overlay (backend/cuda/frame.rs `stage_overlay_in`:
-  258 (r, g, b, alpha) floats, unknown as alpha 0 when not shown, hood tops
-  as u32::MAX when there is no hood);
+- the host's packing of the overlay (backend/cuda/frame.rs `stage_overlay`:
+  258 (r, g, b, alpha) floats, unknown as alpha 0 when not shown, then the
+  picture inside letterbox/pillarbox bars as 4 floats; hood tops as u32::MAX
+  when there is no hood);
 - the launch (`grid_for`: blocks of 256, one thread per pixel) and the
   kernel's grid-stride loop, also with a 3-block grid so the loop wraps;
 - each thread's arithmetic in f32, one rounding per operation as
@@ -21,7 +22,8 @@ What it replays, so that a mistake in any of them shows as a byte difference:
 Cases: RGB (including one pixel wide and 1x1), RGBA and NV12 with padded
 strides, odd RGB/RGBA sizes, hood present/absent/mismatched, unknown checker
 on/off, full palette on/off/empty, road alpha 0 and 1, road classes 255 and
-above (clamped to 255, which UNKNOWN pre-empts).
+above (clamped to 255, which UNKNOWN pre-empts), pillarbox/letterbox bars
+(odd sizes, with and without a hood; bars covering the whole frame).
 
     python3 tools/emulate_annotate.py      # exit 0 when every case matches
 """
@@ -45,8 +47,15 @@ def round_half_away(v):
 
 # ---- The CPU, as written in Rust ----
 
-def frame_overlay(style, hood_tops, hood_size, width, height):
-    """images.rs frame_overlay: (class_tints, unknown, hood, hood_tops)."""
+def picture(bars, width, height):
+    """bars.rs Bars::picture: (x0, y0, x1, y1) inside (left, right, top, bottom)."""
+    left, right, top, bottom = bars
+    x0, y0 = min(left, width), min(top, height)
+    return x0, y0, max(max(width - right, 0), x0), max(max(height - bottom, 0), y0)
+
+
+def frame_overlay(style, hood_tops, hood_size, width, height, bars=(0, 0, 0, 0)):
+    """images.rs frame_overlay: (class_tints, unknown, hood, hood_tops, picture)."""
     tints = [((0, 0, 0), F(0.0))] * 256
     palette = style["full_palette"]
     if palette:
@@ -56,12 +65,15 @@ def frame_overlay(style, hood_tops, hood_size, width, height):
         tints[min(c, 255)] = (style["road_colour"], F(style["road_alpha"]))
     hood_ok = hood_tops is not None and any(t < hood_size[1] for t in hood_tops) and hood_size == (width, height)
     unknown = (style["unknown_colour"], UNKNOWN_ALPHA) if style["show_unknown"] else None
-    return tints, unknown, (style["hood_colour"], HOOD_ALPHA), (list(hood_tops) if hood_ok else [])
+    pic = picture(bars, width, height) if hood_size == (width, height) else (0, 0, width, height)
+    return tints, unknown, (style["hood_colour"], HOOD_ALPHA), (list(hood_tops) if hood_ok else []), pic
 
 
 def tint(overlay, cls, x, y):
     """frame.rs FrameOverlay::tint."""
-    tints, unknown, hood, tops = overlay
+    tints, unknown, hood, tops, (x0, y0, x1, y1) = overlay
+    if x < x0 or y < y0 or x >= x1 or y >= y1:
+        return None
     if x < len(tops) and y >= tops[x]:
         return hood
     if cls == UNKNOWN:
@@ -115,11 +127,11 @@ def tint_nv12(pixels, classes, w, h, overlay):
 # ---- The GPU: host packing, launch, kernel ----
 
 def stage_overlay(overlay, width):
-    """frame.rs stage_overlay_in: the kernel's `ov` and `tops`."""
-    tints, unknown, hood, tops = overlay
+    """frame.rs stage_overlay: the kernel's `ov` and `tops`."""
+    tints, unknown, hood, tops, pic = overlay
     unknown = unknown if unknown is not None else ((0, 0, 0), F(0.0))
-    ov = np.array([[F(c[0]), F(c[1]), F(c[2]), F(a)] for c, a in tints + [unknown, hood]], np.float32).reshape(-1)
-    assert ov.size == 258 * 4
+    ov = np.array([[F(c[0]), F(c[1]), F(c[2]), F(a)] for c, a in tints + [unknown, hood]] + [[F(v) for v in pic]], np.float32).reshape(-1)
+    assert ov.size == 259 * 4
     assert len(tops) in (0, width)
     return ov, np.array(tops if tops else [NO_HOOD] * width, np.uint32)
 
@@ -156,6 +168,9 @@ def annotate_frame(frame, fw, fh, stride, fmt, classes, ov, tops, grid, writes):
                 x, y = i % fw, i // fw
                 i += grid * BLOCK
                 # overlay_tint
+                pic = ov[258 * 4:259 * 4]
+                if F(x) < pic[0] or F(y) < pic[1] or F(x) >= pic[2] or F(y) >= pic[3]:
+                    continue
                 if np.uint32(y) >= tops[x]:
                     entry = 257
                 else:
@@ -191,7 +206,7 @@ STYLE = dict(road_classes=[1], road_colour=(255, 0, 200), road_alpha=0.45, full_
 PALETTE = [(10, 200, 30), (200, 10, 30), (30, 10, 200), (255, 255, 255), (0, 0, 0)]
 
 
-def case(name, fmt, w, h, pad, seed, hood="random", **style):
+def case(name, fmt, w, h, pad, seed, hood="random", bars=(0, 0, 0, 0), **style):
     rng = np.random.default_rng(seed)
     style = {**STYLE, **style}
     bpp = {0: 3, 1: 4, 2: 1}[fmt]
@@ -215,7 +230,7 @@ def case(name, fmt, w, h, pad, seed, hood="random", **style):
     else:
         tops = [min(int(t), h) for t in rng.integers(0, h + 2, w)]
         tops[0], tops[-1] = 0, h
-    overlay = frame_overlay(style, tops, hood_size, w, h)
+    overlay = frame_overlay(style, tops, hood_size, w, h, bars)
 
     want = [int(v) for v in packed]
     if fmt == 2:
@@ -243,7 +258,7 @@ def case(name, fmt, w, h, pad, seed, hood="random", **style):
     tinted = int((want != packed).sum())
     print(f"{name}: {['RGB', 'RGBA', 'NV12'][fmt]} {w}x{h} stride {stride}, {tinted} bytes tinted: "
           f"max abs diff {max(diffs)} {'ok' if ok else 'MISMATCH'}")
-    return ok and tinted > 0
+    return ok and (tinted > 0) == style.get("expect_tint", True)
 
 
 def main():
@@ -262,6 +277,11 @@ def main():
         case("nv12 packed no hood no unknown", 2, 64, 32, 0, 12, hood="none", show_unknown=False),
         case("nv12 padded hood, no unknown", 2, 30, 18, 2, 13, show_unknown=False),
         case("nv12 empty hood, alpha 1", 2, 16, 12, 16, 14, hood="empty", road_alpha=1.0),
+        case("rgba pillarbox, hood", 1, 41, 29, 12, 15, bars=(5, 6, 0, 0)),
+        case("rgb letterbox, no hood", 0, 37, 23, 0, 16, hood="none", bars=(0, 0, 3, 4)),
+        case("nv12 windowbox, hood, palette", 2, 40, 26, 8, 17, bars=(3, 5, 2, 3), full_palette=PALETTE),
+        case("nv12 odd bars, unknown", 2, 30, 18, 2, 18, bars=(1, 1, 1, 1)),
+        case("rgba bars over the whole frame", 1, 24, 16, 8, 19, bars=(20, 10, 0, 0), expect_tint=False),
     ]
     sys.exit(0 if all(cases) else 1)
 

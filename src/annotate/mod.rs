@@ -67,23 +67,28 @@ impl Annotator {
             stats.inference_ms,
             stats.fps
         );
-        // Scale the font with the frame so it stays legible at 1080p and fits at 320 px.
-        let scale = (w / 640).clamp(1, 4);
+        // Scale the font with the picture so it stays legible at 1080p and fits at 320 px.
+        // Nothing is drawn on letterbox/pillarbox bars: the box sits at the
+        // picture's corner (on NV12 at even coordinates, as chroma is 2x2).
+        let (x0, y0, x1, _) = hood.bars.picture(w, h);
+        let (x0, y0) = if format == PixelFormat::Nv12 { (x0.next_multiple_of(2), y0.next_multiple_of(2)) } else { (x0, y0) };
+        let pic_w = x1.saturating_sub(x0);
+        let scale = (pic_w / 640).clamp(1, 4);
         let pad = 4 * scale;
-        let box_w = (text_width(&text, scale) + 2 * pad).min(w);
+        let box_w = (text_width(&text, scale) + 2 * pad).min(pic_w);
         let box_h = 7 * scale + 2 * pad;
-        shade_box(pixels, w, h, channels, 0, 0, box_w, box_h);
+        shade_box(pixels, w, h, channels, x0, y0, box_w, box_h);
         if format == PixelFormat::Nv12 {
             // Grey box, white text: the box's chroma goes to neutral.
             let uv = &mut pixels[w * h..];
-            for row in uv.chunks_exact_mut(w).take(box_h.div_ceil(2)) {
-                for c in &mut row[..box_w.min(w)] {
+            for row in uv.chunks_exact_mut(w).skip(y0 / 2).take(box_h.div_ceil(2)) {
+                for c in &mut row[x0.min(w)..(x0 + box_w).min(w)] {
                     *c = 128;
                 }
             }
         }
         let white = if format == PixelFormat::Nv12 { [235; 3] } else { [255; 3] };
-        draw_text(pixels, w, h, channels, pad, pad, scale, &text, white);
+        draw_text(pixels, w, h, channels, x0 + pad, y0 + pad, scale, &text, white);
     }
 }
 

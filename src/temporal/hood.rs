@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use super::bars::Bars;
 use crate::frame::{FrameRef, PixelFormat};
 
 /// Grid cells are at most this many per row / column: enough to place the
@@ -40,21 +41,23 @@ const MAX_HEIGHT_SHARE: f32 = 0.4;
 /// frame) would make the road look still: they are not used.
 const MOVING_SHARE: f32 = 0.5;
 
-/// A hood estimate at frame resolution: column `x` is hood from row `top[x]`
-/// down to the bottom. No hood: `top` empty (so "none" costs no allocation
-/// on the frame path) or every `top[x] == height`.
+/// What of a frame is not the scene: the hood, at frame resolution (column
+/// `x` is hood from row `top[x]` down to the bottom), and the letterbox or
+/// pillarbox `bars` around the picture. No hood: `top` empty (so "none"
+/// costs no allocation on the frame path) or every `top[x] == height`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct HoodMask {
     pub width: usize,
     pub height: usize,
     pub top: Vec<u32>,
     pixels: usize,
+    pub bars: Bars,
 }
 
 impl HoodMask {
     /// No hood over a `width` x `height` frame.
     pub fn none(width: usize, height: usize) -> Self {
-        HoodMask { width, height, top: Vec::new(), pixels: 0 }
+        HoodMask { width, height, top: Vec::new(), pixels: 0, bars: Bars::NONE }
     }
 
     /// From each column's first hood row (clamped to the frame).
@@ -62,7 +65,49 @@ impl HoodMask {
         assert_eq!(top.len(), width, "one top per column");
         let top: Vec<u32> = top.into_iter().map(|t| t.min(height as u32)).collect();
         let pixels = top.iter().map(|&t| height - t as usize).sum();
-        HoodMask { width, height, top, pixels }
+        HoodMask { width, height, top, pixels, bars: Bars::NONE }
+    }
+
+    /// This hood inside `bars`. A hood column that starts inside the bottom
+    /// bar is that bar seen as still, not a bonnet: no hood there.
+    pub fn with_bars(&self, bars: Bars) -> Self {
+        let (_, _, _, y1) = bars.picture(self.width, self.height);
+        let mut inside = if self.top.iter().any(|&t| t as usize >= y1 && (t as usize) < self.height) {
+            let tops = self.top.iter().map(|&t| if t as usize >= y1 { self.height as u32 } else { t }).collect();
+            HoodMask::from_tops(self.width, self.height, tops)
+        } else {
+            self.clone()
+        };
+        inside.bars = bars;
+        inside
+    }
+
+    /// Whether (x, y) is picture, not bar.
+    pub fn in_picture(&self, x: usize, y: usize) -> bool {
+        let (x0, y0, x1, y1) = self.bars.picture(self.width, self.height);
+        (x0..x1).contains(&x) && (y0..y1).contains(&y)
+    }
+
+    /// Calls `f` with the row-major index of every pixel that is not the
+    /// scene: hood or bar (each once).
+    pub fn for_each_unseen_pixel(&self, mut f: impl FnMut(usize)) {
+        let (w, h) = (self.width, self.height);
+        if !self.bars.is_none() {
+            for y in 0..h {
+                for x in 0..w {
+                    if !self.in_picture(x, y) {
+                        f(y * w + x);
+                    }
+                }
+            }
+        }
+        for (x, &top) in self.top.iter().enumerate() {
+            for y in top as usize..h {
+                if self.in_picture(x, y) {
+                    f(y * w + x);
+                }
+            }
+        }
     }
 
     pub fn is_empty(&self) -> bool {

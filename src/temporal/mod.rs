@@ -1,16 +1,19 @@
 //! What one frame cannot tell but a stream of them can: the ego vehicle's
-//! hood (still while the scene moves) and masks that do not flicker (logits
-//! smoothed over time, restarted at scene cuts and reconnects).
+//! hood (still while the scene moves), letterbox and pillarbox bars (flat,
+//! dark and unchanging), and masks that do not flicker (logits smoothed over
+//! time, restarted at scene cuts and reconnects).
 //!
 //! One [`StreamTemporal`] per stream. Workers call [`StreamTemporal::observe`]
 //! before inference and [`StreamTemporal::smooth`] on the logits after it;
 //! both take a short lock, so several workers can serve one stream.
 
+mod bars;
 mod hood;
 mod smooth;
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+pub use bars::{Bars, BarsEstimator};
 pub use hood::{HoodEstimator, HoodMask, frame_luma, rgba_luma};
 pub use smooth::{DEFAULT_WEIGHT, LogitSmoother};
 
@@ -29,7 +32,8 @@ const GAP_NS: u64 = 1_000_000_000;
 pub struct TemporalSettings {
     /// Weight of the newest frame in the logit average, (0, 1]; None = off.
     pub smoothing: Option<f32>,
-    /// Estimate the hood, keep it out of road coverage and masks, draw it.
+    /// Estimate the hood and the letterbox/pillarbox bars, keep them out
+    /// of road coverage and masks; draw the hood, nothing on the bars.
     pub hood: bool,
 }
 
@@ -52,6 +56,10 @@ pub struct StreamTemporal {
 #[derive(Default)]
 struct State {
     hood: Option<HoodEstimator>,
+    bars: Option<BarsEstimator>,
+    /// The last hood estimate handed out with the bars in it, and what it
+    /// was made from (so a frame whose hood and bars are unchanged shares it).
+    merged: Option<(Arc<HoodMask>, Bars, Arc<HoodMask>)>,
     smoother: Option<LogitSmoother>,
     /// Newest frame observed, and its timestamp.
     newest: Option<u64>,
@@ -78,7 +86,9 @@ impl StreamTemporal {
     /// The latest hood estimate (None when off or before the first frame).
     pub fn hood(&self) -> Option<Arc<HoodMask>> {
         let st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        st.hood.as_ref().filter(|_| self.settings.hood).map(HoodEstimator::estimate)
+        let hood = st.hood.as_ref().filter(|_| self.settings.hood).map(HoodEstimator::estimate)?;
+        let bars = st.bars.as_ref().map_or(Bars::NONE, BarsEstimator::bars);
+        Some(if bars.is_none() { hood } else { Arc::new(hood.with_bars(bars)) })
     }
 
     /// Feeds frame `seq` to the hood estimator and the cut detector. Frames
@@ -94,6 +104,8 @@ impl StreamTemporal {
         let resized = st.hood.as_ref().is_none_or(|h| h.size() != (width, height));
         if resized {
             st.hood = Some(HoodEstimator::new(width, height));
+            st.bars = Some(BarsEstimator::new(width, height));
+            st.merged = None;
         }
         let estimator = st.hood.as_mut().expect("made above");
         if !late {
@@ -106,13 +118,21 @@ impl StreamTemporal {
             }
             frame_luma(frame, &mut st.luma);
             let motion = estimator.observe(&st.luma);
+            if self.settings.hood {
+                st.bars.as_mut().expect("made with the hood estimator").observe(&st.luma);
+            }
             if resized || gap || motion.is_some_and(|m| m > CUT_MOTION) {
                 st.restart_at = seq;
             }
             st.newest = Some(seq);
             st.newest_pts = pts_ns.or(st.newest_pts);
         }
-        let hood = if self.settings.hood { estimator.estimate() } else { Arc::new(HoodMask::none(width, height)) };
+        let hood = if self.settings.hood {
+            let hood = estimator.estimate();
+            st.with_bars(hood)
+        } else {
+            Arc::new(HoodMask::none(width, height))
+        };
         Observation { hood }
     }
 
@@ -132,20 +152,51 @@ impl StreamTemporal {
     }
 }
 
-/// Road coverage of the scene: the share of non-hood pixels confidently
-/// classed as road (the hood is the car, not the road ahead). Also returns
-/// the hood's share of the frame.
+impl State {
+    /// `hood` with the current bars in it; unchanged inputs share one mask.
+    fn with_bars(&mut self, hood: Arc<HoodMask>) -> Arc<HoodMask> {
+        let bars = self.bars.as_ref().map_or(Bars::NONE, BarsEstimator::bars);
+        if bars.is_none() {
+            return hood;
+        }
+        if let Some((from, b, merged)) = &self.merged
+            && Arc::ptr_eq(from, &hood)
+            && *b == bars
+        {
+            return merged.clone();
+        }
+        let merged = Arc::new(hood.with_bars(bars));
+        self.merged = Some((hood, bars, merged.clone()));
+        merged
+    }
+}
+
+/// Road coverage of the scene: the share of the picture (the frame less its
+/// letterbox/pillarbox bars) that is not hood and is confidently classed as
+/// road (the hood is the car, not the road ahead). Also returns the hood's
+/// share of the frame.
 pub fn scene_coverage(seg: &Segmentation, hood: &HoodMask, road_classes: &[usize]) -> (f32, f32) {
-    if hood.is_empty() || hood.width != seg.width || hood.height != seg.height {
+    if hood.width != seg.width || hood.height != seg.height || (hood.is_empty() && hood.bars.is_none()) {
         return (seg.road_coverage, 0.0);
+    }
+    let is_road = |c: u8| c != UNKNOWN && road_classes.contains(&(c as usize));
+    if !hood.bars.is_none() {
+        let (x0, y0, x1, y1) = hood.bars.picture(seg.width, seg.height);
+        let (mut scene, mut road) = (0usize, 0usize);
+        for y in y0..y1 {
+            for x in x0..x1 {
+                if !hood.contains(x, y) {
+                    scene += 1;
+                    road += usize::from(is_road(seg.classes[y * seg.width + x]));
+                }
+            }
+        }
+        return (road as f32 / scene.max(1) as f32, hood.coverage());
     }
     let pixels = seg.width * seg.height;
     let road_total = (seg.road_coverage as f64 * pixels as f64).round() as usize;
     let mut road_in_hood = 0usize;
-    hood.for_each_pixel(|i| {
-        let c = seg.classes[i];
-        road_in_hood += usize::from(c != UNKNOWN && road_classes.contains(&(c as usize)));
-    });
+    hood.for_each_pixel(|i| road_in_hood += usize::from(is_road(seg.classes[i])));
     let scene = (pixels - hood.pixels()).max(1);
     (road_total.saturating_sub(road_in_hood) as f32 / scene as f32, hood.coverage())
 }
@@ -190,5 +241,30 @@ mod tests {
         assert_eq!((road, hood_share), (0.0, 0.25));
         let (road, hood_share) = scene_coverage(&seg, &HoodMask::none(w, h), &[1]);
         assert_eq!((road, hood_share), (0.25, 0.0));
+    }
+
+    #[test]
+    fn coverage_leaves_bars_out_and_a_bar_is_never_a_hood() {
+        // 8x4: columns 0 and 7 are pillarbox bars (classed road, as a model may
+        // call black), the picture's bottom row is hood, the rest of its
+        // bottom-but-one row is road.
+        let (w, h) = (8, 4);
+        let classes: Vec<u8> = (0..w * h).map(|i| u8::from(i % w == 0 || i % w == 7 || i / w == 2)).collect();
+        let road = classes.iter().filter(|&&c| c == 1).count() as f32 / (w * h) as f32;
+        let seg = Segmentation { width: w, height: h, classes, confidence: vec![1.0; w * h], road_coverage: road, mean_confidence: 1.0 };
+        let bars = Bars { left: 1, right: 1, ..Bars::NONE };
+        let hood = HoodMask::from_tops(w, h, vec![3; w]).with_bars(bars);
+        let (road, hood_share) = scene_coverage(&seg, &hood, &[1]);
+        assert_eq!(road, 6.0 / 18.0, "picture 6x4 less its hood row: 18 pixels, 6 road");
+        assert_eq!(hood_share, 0.25);
+        let mut unseen = Vec::new();
+        hood.for_each_unseen_pixel(|i| unseen.push(i));
+        unseen.sort();
+        let expected: Vec<usize> = (0..w * h).filter(|&i| i % w == 0 || i % w == 7 || i / w == 3).collect();
+        assert_eq!(unseen, expected, "bars and hood, each pixel once");
+        // A still bottom letterbox bar looks like a hood to the hood
+        // estimator; inside the bar it is no hood.
+        let letterbox = Bars { bottom: 1, ..Bars::NONE };
+        assert!(HoodMask::from_tops(w, h, vec![3; w]).with_bars(letterbox).is_empty());
     }
 }

@@ -321,7 +321,7 @@ impl Done<'_> {
         if stream.want_masks {
             buf.road_mask.clear();
             buf.road_mask.extend(seg.classes.iter().map(|&c| u8::from(c != UNKNOWN && road.contains(&(c as usize)))));
-            hood.for_each_pixel(|i| buf.road_mask[i] = 0);
+            hood.for_each_unseen_pixel(|i| buf.road_mask[i] = 0);
         }
         match annotated {
             Some(pixels) => {

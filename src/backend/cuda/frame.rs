@@ -40,7 +40,7 @@ pub struct FrameArena {
 
 /// kernels/overlay.cu's inputs and the annotated frame on its way back.
 struct OverlayBuffers {
-    /// 258 tints (256 classes, unknown, hood) of 4 floats, then per column the first hood row.
+    /// 258 tints (256 classes, unknown, hood) of 4 floats and the picture rectangle; then per column the first hood row.
     tints_in: Pinned<f32>,
     tops_in: Pinned<u32>,
     tints: CudaSlice<f32>,
@@ -67,8 +67,10 @@ impl<T: DeviceRepr + ValidAsZeroBits> Pinned<T> {
     }
 }
 
-/// Floats of kernels/overlay.cu's `ov`: 256 class tints, unknown, hood.
-const OVERLAY_FLOATS: usize = 258 * 4;
+/// Floats of kernels/overlay.cu's `ov`: 256 class tints, unknown, hood (4
+/// each), then the picture rectangle x0, y0, x1, y1 (exact as floats: frame
+/// sides are far below 2^24).
+const OVERLAY_FLOATS: usize = 259 * 4;
 
 // SAFETY: the raw pointers point into the pinned allocations this arena owns;
 // the arena is used by one worker thread at a time.
@@ -155,6 +157,8 @@ impl FrameArena {
         for (dst, (colour, alpha)) in tints.chunks_exact_mut(4).zip(entries) {
             dst.copy_from_slice(&[colour[0] as f32, colour[1] as f32, colour[2] as f32, *alpha]);
         }
+        let picture = overlay.picture.map(|v| v as f32);
+        tints[258 * 4..].copy_from_slice(&picture);
         // u32::MAX: no row is at or below it, so no hood in that column.
         match overlay.hood_tops.len() {
             0 => tops.fill(u32::MAX),

@@ -22,3 +22,4 @@ mod http;
 mod media;
 mod parity;
 mod process;
+mod shard;

@@ -1,4 +1,4 @@
-// Rule: daemons sharing one config with `[daemon] shard` run each stream exactly once between them (the union of their /api/v1/streams is every stream, with no overlap); a shard with no streams still serves /healthz and metrics; a bad shard is a config error (exit 78) naming daemon.shard.
+// Rule: daemons sharing one config with `[daemon] shard` run each stream exactly once between them (the union of their /api/v1/streams is every stream, with no overlap); a shard with no streams still serves /healthz and metrics; a bad shard is a config error (exit 78) naming daemon.shard; deploy/kubernetes/configmap.yaml passes check-config as each StatefulSet pod.
 
 #![cfg(feature = "video")]
 
@@ -157,4 +157,46 @@ fn bad_shards_are_config_errors_naming_daemon_shard() {
     }
     let (code, stderr) = exit_code(&["check-config", cfg], &[("ROADSEG__DAEMON__SHARD", "1/3")]);
     assert_eq!(code, 0, "{stderr}");
+}
+
+/// The `roadseg.toml: |` block of deploy/kubernetes/configmap.yaml, dedented
+/// (a literal block scalar: its lines as written, less their indentation).
+fn configmap_toml() -> String {
+    let yaml = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes/configmap.yaml")).unwrap();
+    let mut lines = yaml.lines().skip_while(|l| l.trim() != "roadseg.toml: |").skip(1);
+    let first = lines.next().expect("roadseg.toml has lines");
+    let indent = first.len() - first.trim_start().len();
+    let block = std::iter::once(first).chain(lines.take_while(|l| l.trim().is_empty() || l.len() - l.trim_start().len() >= indent));
+    block.map(|l| l.get(indent..).unwrap_or("")).collect::<Vec<_>>().join("\n") + "\n"
+}
+
+#[test]
+fn the_kubernetes_configmap_checks_with_each_pods_environment() {
+    // Also: deploy/kubernetes/configmap.yaml's config passes check-config as each of the 3 StatefulSet pods would run it (credentials from the Secret as env), and its cameras split over the pods with none run twice.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("roadseg.toml");
+    std::fs::write(&cfg, configmap_toml()).unwrap();
+    let mut runs: Vec<String> = Vec::new();
+    for pod in 0..3 {
+        let host = format!("roadseg-{pod}");
+        let env = [
+            ("HOSTNAME", host.as_str()),
+            ("ROADSEG_SHARDS", "3"),
+            ("ROADSEG__METRICS__USERNAME", "prometheus"),
+            ("ROADSEG__METRICS__PASSWORD", "secret-1"),
+            ("ROADSEG__RTSP__USERNAME", "viewer"),
+            ("ROADSEG__RTSP__PASSWORD", "secret-2"),
+        ];
+        let mut cmd = Command::new(BIN);
+        cmd.args(["check-config", cfg.to_str().unwrap()]).env_remove("ROADSEG__DAEMON__SHARD").env_remove("ROADSEG_MODEL").envs(env);
+        let (ok, stdout, stderr) = crate::common::run_with_timeout(&mut cmd, Duration::from_secs(30));
+        assert!(ok, "{host}: {stderr}\n{}", configmap_toml());
+        let line = stdout.lines().find(|l| l.starts_with("  runs:  ")).unwrap_or_else(|| panic!("{host}: no shard lines:\n{stdout}"));
+        runs.extend(line["  runs:  ".len()..].split(", ").filter(|n| *n != "none (it still serves /healthz, /readyz and /metrics)").map(String::from));
+        assert!(!stdout.contains("secret-"), "passwords are not shown: {stdout}");
+    }
+    let count = runs.len();
+    runs.sort();
+    runs.dedup();
+    assert_eq!((runs.len(), count), (6, 6), "the six cameras, each on one pod: {runs:?}");
 }

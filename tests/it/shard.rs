@@ -200,3 +200,32 @@ fn the_kubernetes_configmap_checks_with_each_pods_environment() {
     runs.dedup();
     assert_eq!((runs.len(), count), (6, 6), "the six cameras, each on one pod: {runs:?}");
 }
+
+#[test]
+fn a_reload_keeps_the_shard_it_started_with() {
+    // Also: SIGHUP applies the new streams through the shard settled at start; a changed `shard` is logged and kept until a restart.
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let cfg = config(dir.path(), port, &["cam-0".to_string()]);
+    let with_shard = |shard: &str, names: &[String]| {
+        let text = std::fs::read_to_string(config(dir.path(), port, names)).unwrap();
+        std::fs::write(&cfg, text.replacen("[daemon]\n", &format!("[daemon]\nshard = \"{shard}\"\n"), 1)).unwrap();
+    };
+    with_shard("1/3", &["cam-0".to_string()]);
+    let mut d = start(&cfg, &dir.path().join("log"), &[]);
+    d.wait_for("cam-0 listed", Duration::from_secs(30), || api_names(port) == Some(vec!["cam-0".to_string()]));
+    // cam-0, cam-1 and cam-7 fall to shard 1 of 3; the file now says 2/3.
+    let nine: Vec<String> = (0..9).map(|i| format!("cam-{i}")).collect();
+    with_shard("2/3", &nine);
+    d.signal("-HUP");
+    let expected: Vec<String> = ["cam-0", "cam-1", "cam-7"].map(String::from).to_vec();
+    d.wait_for("shard 1/3's streams after the reload", Duration::from_secs(30), || {
+        api_names(port).map(|mut n| {
+            n.sort();
+            n
+        }) == Some(expected.clone())
+    });
+    assert_eq!(shard_gauge(port, "skipped"), Some(6.0));
+    assert!(d.log().contains("daemon.shard changed to 2/3; restart required"), "{}", d.log());
+    d.stop_cleanly();
+}

@@ -163,7 +163,7 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
     limit_malloc_arenas();
-    let result = Daemon::start(config_path, config, (shard, &skipped), &signals).and_then(|mut daemon| {
+    let result = Daemon::start(config_path, config, shard, &skipped, &signals).and_then(|mut daemon| {
         daemon.run_until_signal(&signals);
         daemon.shutdown()
     });
@@ -175,7 +175,7 @@ impl Daemon {
     /// Everything up to running streams, in order: the HTTP endpoint, the
     /// RTSP server, the model and its workers, then the streams.
     /// `config` holds this shard's streams; `skipped` names the others.
-    fn start(config_path: Option<&Path>, config: DaemonConfig, (shard, skipped): (Shard, &[String]), signals: &Signals) -> Result<Daemon, DaemonError> {
+    fn start(config_path: Option<&Path>, config: DaemonConfig, shard: Shard, skipped: &[String], signals: &Signals) -> Result<Daemon, DaemonError> {
         let stall_after = (config.daemon.stall_timeout_s > 0).then(|| Duration::from_secs(config.daemon.stall_timeout_s));
         let health = Arc::new(Health::with_stall_timeout(stall_after));
         for s in &config.streams {

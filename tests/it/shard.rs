@@ -59,6 +59,7 @@ fn shard_gauge(port: u16, state: &str) -> Option<f64> {
 
 #[test]
 fn three_shards_serve_each_of_nine_streams_exactly_once() {
+    // Rule: shards 0/3, 1/3 and 2/3 (the last as "auto" in a pod named roadseg-2) over one config of nine streams: the union of their /api/v1/streams is the nine, none twice; each logs what it runs and skips and exports roadseg_shard_streams.
     let dir = tempfile::tempdir().unwrap();
     let names: Vec<String> = (0..9).map(|i| format!("cam-{i}")).collect();
     // Shard 2 as a StatefulSet pod would be: "auto", host name roadseg-2, ROADSEG_SHARDS=3.
@@ -99,6 +100,7 @@ fn three_shards_serve_each_of_nine_streams_exactly_once() {
 
 #[test]
 fn a_shard_with_no_streams_still_serves_health_and_metrics() {
+    // Rule: a shard that owns none of the streams still runs: /healthz, /metrics (owned 0, skipped 1), an empty stream list, and a log line saying so.
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     // cam-0 falls to shard 1 of 3 (daemon::shard's fixed values).
@@ -138,6 +140,7 @@ fn exit_code(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
 
 #[test]
 fn bad_shards_are_config_errors_naming_daemon_shard() {
+    // Rule: shard "3/3", "0/0", "x", and "auto" without ROADSEG_SHARDS or a -N host name make check-config and run exit 78 naming daemon.shard; a good one checks.
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), free_port(), &["cam-0".to_string()]);
     let cfg = cfg.to_str().unwrap();
@@ -172,7 +175,7 @@ fn configmap_toml() -> String {
 
 #[test]
 fn the_kubernetes_configmap_checks_with_each_pods_environment() {
-    // Also: deploy/kubernetes/configmap.yaml's config passes check-config as each of the 3 StatefulSet pods would run it (credentials from the Secret as env), and its cameras split over the pods with none run twice.
+    // Rule: deploy/kubernetes/configmap.yaml's config passes check-config as each of the 3 StatefulSet pods would run it (credentials from the Secret as env), and its cameras split over the pods with none run twice.
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("roadseg.toml");
     std::fs::write(&cfg, configmap_toml()).unwrap();
@@ -203,7 +206,7 @@ fn the_kubernetes_configmap_checks_with_each_pods_environment() {
 
 #[test]
 fn a_reload_keeps_the_shard_it_started_with() {
-    // Also: SIGHUP applies the new streams through the shard settled at start; a changed `shard` is logged and kept until a restart.
+    // Rule: SIGHUP applies the new streams through the shard settled at start; a changed `shard` is logged and kept until a restart.
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let cfg = config(dir.path(), port, &["cam-0".to_string()]);

@@ -14,7 +14,7 @@ use safetensors::{Dtype, SafeTensorError, SafeTensors};
 
 pub use config::SegformerConfig;
 pub use error::{CheckpointError, ConfigProblem, TensorProblem};
-pub use locate::{BUNDLED_MODEL, MODEL_ENV, SYSTEM_MODEL, locate_model};
+pub use locate::{BUNDLED_MODEL, MODEL_ENV, ModelNotFound, SYSTEM_MODEL, locate_model, search_path};
 
 struct TensorEntry {
     dtype: Dtype,

@@ -79,8 +79,9 @@ pub fn load_engines(args: &ModelArgs, size: (usize, usize), threshold: f32, back
     if !(0.0..=1.0).contains(&threshold) {
         bail!("--threshold {threshold} is outside 0..=1");
     }
+    let path = roadseg::checkpoint::locate_model(&args.model)?;
     let spec = ModelSpec {
-        path: &args.model,
+        path: &path,
         size,
         preset: args.preset,
         road_classes: &args.road_classes,
@@ -91,6 +92,10 @@ pub fn load_engines(args: &ModelArgs, size: (usize, usize), threshold: f32, back
     Ok(LoadedMany { engines, device: resolved.device, precision: resolved.precision })
 }
 
+/// The bundled default as found; when it is nowhere, the default stays and
+/// `load_engines` reports every place searched (one line, exit 1, like
+/// other load errors) rather than clap failing on a default value.
 fn parse_model_path(s: &str) -> Result<PathBuf, String> {
-    Ok(roadseg::checkpoint::locate_model(std::path::Path::new(s)))
+    let path = std::path::Path::new(s);
+    Ok(roadseg::checkpoint::locate_model(path).unwrap_or_else(|_| path.to_path_buf()))
 }

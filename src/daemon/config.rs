@@ -44,6 +44,7 @@ pub use template::format_start;
 pub use crate::video::source::{RtspTransport, UnknownTransport};
 pub use crate::video::uri::{Scheme, SourceUri, UriError};
 pub use validate::{Problem, Problems};
+pub use crate::daemon::shard::{Shard, ShardSetting};
 
 /// Base layer, read whenever it exists.
 pub const SYSTEM_CONFIG: &str = "/etc/roadseg/roadseg.toml";
@@ -312,11 +313,18 @@ pub struct DaemonSection {
     /// oldest recording segments on it are deleted (each stream's newest is
     /// kept). 0 = never. Default 1 GiB.
     pub min_free_bytes: u64,
+    /// Run only this daemon's share of `[[streams]]`, so replicas with one
+    /// config run each stream exactly once (see `daemon::shard`): "I/N"
+    /// (shard I of N, 0 <= I < N), or "auto" (I from the host name's
+    /// trailing -N, as in a StatefulSet pod `roadseg-2`; N from
+    /// `ROADSEG_SHARDS`). Read at start only. Default "0/1": every stream.
+    #[serde(with = "crate::daemon::shard::serde_shard")]
+    pub shard: ShardSetting,
 }
 
 impl Default for DaemonSection {
     fn default() -> Self {
-        DaemonSection { shutdown_timeout_s: 10, stall_timeout_s: 30, min_free_bytes: 1 << 30 }
+        DaemonSection { shutdown_timeout_s: 10, stall_timeout_s: 30, min_free_bytes: 1 << 30, shard: ShardSetting::default() }
     }
 }
 

@@ -46,9 +46,10 @@ pub const GPU_MEMORY_USED: &str = "roadseg_gpu_memory_used_bytes";
 pub const GPU_TEMPERATURE: &str = "roadseg_gpu_temperature_celsius";
 pub const GPU_POWER: &str = "roadseg_gpu_power_watts";
 pub const GPU_BUSY: &str = "roadseg_gpu_busy_ratio";
+pub const SHARD_STREAMS: &str = "roadseg_shard_streams";
 
 /// Every name above, for checks that dashboards and docs use only real ones.
-pub const ALL_NAMES: [&str; 30] = [
+pub const ALL_NAMES: [&str; 31] = [
     GPU_UTILIZATION,
     GPU_BUSY,
     STAGE,
@@ -79,6 +80,7 @@ pub const ALL_NAMES: [&str; 30] = [
     DEVICE_FALLBACK,
     MODEL_LOADED,
     BUILD_INFO,
+    SHARD_STREAMS,
 ];
 
 /// Source frame to annotated output, 5 ms to 10 s.
@@ -172,6 +174,7 @@ const GAUGES: &[(&str, Option<Unit>, &str)] = &[
     (GPU_POWER, None, "GPU board power draw in watts (NVML)"),
     (RING_DEPTH, Some(Unit::Count), "Frames waiting between the source and the workers"),
     (RTSP_CLIENTS, Some(Unit::Count), "Clients connected to the stream's RTSP mount"),
+    (SHARD_STREAMS, Some(Unit::Count), "Configured streams this daemon runs (state=owned) and leaves to other shards (state=skipped), per [daemon] shard"),
     (LAST_INFERRED, Some(Unit::Seconds), "Unix time of the stream's last inferred frame"),
     (LAST_WRITTEN, Some(Unit::Seconds), "Unix time of the stream's last frame through its outputs"),
     (STORAGE_FREE, Some(Unit::Bytes), "Free bytes on the disk holding the stream's recordings"),
@@ -556,6 +559,12 @@ pub fn device_fallback(from: &str, to: &str) {
 /// Drives `roadseg_model_loaded`; see `Health::set_model_loaded` (health.rs).
 pub(super) fn set_model_loaded(loaded: bool) {
     gauge!(MODEL_LOADED).set(if loaded { 1.0 } else { 0.0 });
+}
+
+/// `roadseg_shard_streams{state}`: how `[daemon] shard` split the configured streams.
+pub fn set_shard_streams(owned: usize, skipped: usize) {
+    gauge!(SHARD_STREAMS, "state" => "owned").set(owned as f64);
+    gauge!(SHARD_STREAMS, "state" => "skipped").set(skipped as f64);
 }
 
 /// Drives `roadseg_stream_up`; see `Health::set_stream_up` (health.rs).

@@ -14,6 +14,7 @@ pub mod status;
 #[cfg(feature = "video")]
 pub mod retention;
 pub mod run;
+pub mod shard;
 #[cfg(feature = "video")]
 pub mod supervisor;
 #[cfg(feature = "video")]

@@ -14,6 +14,7 @@
 
 mod model;
 mod reload;
+mod sharding;
 mod signals;
 mod watchdog;
 
@@ -23,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::config::{ConfigError, DaemonConfig, SourceUri, StreamConfig, Summary, check};
+use super::config::{ConfigError, DaemonConfig, Shard, SourceUri, StreamConfig, Summary, check};
 use super::health::Health;
 use super::metrics::{self, MetricsError, StreamMetrics};
 use super::mqtt::{MqttError, MqttPublisher};
@@ -103,7 +104,10 @@ type StreamMetricMap = Arc<RwLock<HashMap<String, StreamMetrics>>>;
 
 struct Daemon {
     config_path: Option<PathBuf>,
+    /// This daemon's streams only: the others belong to other shards.
     config: DaemonConfig,
+    /// Settled at start; every reloaded config is filtered by it.
+    shard: Shard,
     /// `{start}` in the names of the first streams' outputs.
     start_time: SystemTime,
     services: Services,
@@ -145,7 +149,9 @@ fn limit_malloc_arenas() {
 
 /// `roadseg run --config FILE`. Returns when the daemon has shut down.
 pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
-    let config = load_config(config_path)?;
+    let mut config = load_config(config_path)?;
+    let shard = sharding::resolve(&config)?;
+    let skipped = sharding::select(&mut config, shard);
     for w in config.warnings() {
         tracing::warn!("{w}");
     }
@@ -157,7 +163,7 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
     limit_malloc_arenas();
-    let result = Daemon::start(config_path, config, &signals).and_then(|mut daemon| {
+    let result = Daemon::start(config_path, config, shard, &skipped, &signals).and_then(|mut daemon| {
         daemon.run_until_signal(&signals);
         daemon.shutdown()
     });
@@ -168,7 +174,8 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
 impl Daemon {
     /// Everything up to running streams, in order: the HTTP endpoint, the
     /// RTSP server, the model and its workers, then the streams.
-    fn start(config_path: Option<&Path>, config: DaemonConfig, signals: &Signals) -> Result<Daemon, DaemonError> {
+    /// `config` holds this shard's streams; `skipped` names the others.
+    fn start(config_path: Option<&Path>, config: DaemonConfig, shard: Shard, skipped: &[String], signals: &Signals) -> Result<Daemon, DaemonError> {
         let stall_after = (config.daemon.stall_timeout_s > 0).then(|| Duration::from_secs(config.daemon.stall_timeout_s));
         let health = Arc::new(Health::with_stall_timeout(stall_after));
         for s in &config.streams {
@@ -183,6 +190,8 @@ impl Daemon {
                 Some(WebServer::start(addr, ctx)?)
             }
         };
+        // After the recorder is installed, so the gauge is exported.
+        sharding::report(config.daemon.shard, shard, &config, skipped);
         let resolved = device::resolve(&config.model.device, config.model.precision).map_err(DaemonError::Device)?;
         for w in &resolved.warnings {
             tracing::warn!("{w}");
@@ -201,6 +210,7 @@ impl Daemon {
         };
         let mut daemon = Daemon {
             config_path: config_path.map(Path::to_path_buf),
+            shard,
             // [daemon] min_free_bytes is read at start (a reload updates the streams' targets).
             retention: Some(Retention::start(Target::all(&config), config.daemon.min_free_bytes)),
             start_time: SystemTime::now(),

@@ -182,3 +182,24 @@ fn json_logs_and_the_model_found_from_any_directory() {
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/model"), "the error names $ROADSEG_MODEL's folder");
 }
+
+#[test]
+fn a_source_build_finds_its_checkouts_model_from_any_directory() {
+    // Rule: with no --model, no [model] path and no $ROADSEG_MODEL, a source build run from another directory finds the checkout's models/roadseg-camvid (infer and check-config).
+    let tmp = tempfile::tempdir().unwrap();
+    write_test_images(tmp.path());
+    let run = |args: &[&str]| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_roadseg"));
+        cmd.current_dir(tmp.path()).env_remove("ROADSEG_MODEL").env("ROADSEG_LOG", "warn").args(args);
+        run_with_timeout(&mut cmd, std::time::Duration::from_secs(60))
+    };
+    let (ok, _, stderr) = run(&["infer", "--device", "cpu", "--image", "a.png", "--size", "256x160", "--classes-out", "a-classes.png"]);
+    assert!(ok, "{stderr}");
+    assert!(tmp.path().join("a-classes.png").is_file());
+    let config = tmp.path().join("roadseg.toml");
+    std::fs::write(&config, "[[streams]]\nname = \"cam\"\nuri = \"test://\"\n[streams.output]\nstats = \"cam.jsonl\"\n").unwrap();
+    let (ok, stdout, stderr) = run(&["check-config", config.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    let checkout_model = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/roadseg-camvid");
+    assert!(stdout.contains(&format!("model: {} (", checkout_model.display())), "{stdout}");
+}

@@ -23,3 +23,4 @@ mod media;
 mod overlay;
 mod parity;
 mod process;
+mod shard;

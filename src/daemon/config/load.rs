@@ -116,7 +116,10 @@ impl DaemonConfig {
         let origin = sources.describe();
         let parse = |err| ConfigError::parse(&origin, err);
         let mut config: DaemonConfig = builder.add_source(env).build().map_err(parse)?.try_deserialize().map_err(parse)?;
-        config.model.path = crate::checkpoint::locate_model(&config.model.path);
+        // Not found: the default stays, and validation lists where it was looked for.
+        if let Ok(found) = crate::checkpoint::locate_model(&config.model.path) {
+            config.model.path = found;
+        }
         Ok(config)
     }
 

@@ -8,7 +8,8 @@ use std::time::SystemTime;
 use super::validate::{self, Problem};
 use super::template::{self, format_start};
 use crate::video::uri::redact_text;
-use super::{ConfigError, DaemonConfig, Problems, SourceUri, Sources};
+use super::{ConfigError, DaemonConfig, Problems, Shard, ShardSetting, SourceUri, Sources, StreamConfig};
+use crate::daemon::shard::shard_of;
 
 /// A checked configuration and a human description of it (`Display`).
 #[derive(Clone, Debug, PartialEq)]
@@ -67,10 +68,16 @@ impl Summary {
             Some(a) => writeln!(f, "rtsp: {a} ({auth})")?,
             None => writeln!(f, "rtsp: server disabled")?,
         }
+        let shard = self.describe_shard(f)?;
         writeln!(f, "streams ({}):", c.streams.len())?;
         for s in &c.streams {
             let live = if s.is_live() { "live" } else { "not live" };
-            writeln!(f, "  {}: {} ({live}, ring {})", s.name, SourceUri::redacted(&s.uri), s.ring_capacity)?;
+            // Another replica's stream: listed so one config reads the same everywhere.
+            let skipped = match shard {
+                Some(me) if !me.owns(&s.name) => format!(", skipped: shard {} of {} runs it", shard_of(&s.name, me.count), me.count),
+                _ => String::new(),
+            };
+            writeln!(f, "  {}: {} ({live}, ring {}{skipped})", s.name, SourceUri::redacted(&s.uri), s.ring_capacity)?;
             let o = &s.output;
             // {start} stays as written: it is only known when the daemon starts.
             let named = |t: &String| t.replace("{stream}", &s.name);
@@ -91,5 +98,30 @@ impl Summary {
             writeln!(f, "warning: {w}")?;
         }
         Ok(())
+    }
+
+    /// The `shard:` lines, when the config is sharded: which streams this
+    /// daemon runs and which it skips. The shard, when there is one.
+    fn describe_shard(&self, f: &mut dyn fmt::Write) -> Result<Option<Shard>, fmt::Error> {
+        let setting = self.config.daemon.shard;
+        let shard = match setting.resolve() {
+            Ok(shard) if shard.count > 1 || setting == ShardSetting::Auto => shard,
+            Ok(_) => return Ok(None),
+            Err(e) => {
+                writeln!(f, "shard: {e}")?;
+                return Ok(None);
+            }
+        };
+        let from = if setting == ShardSetting::Auto { " (auto: host name and ROADSEG_SHARDS)" } else { "" };
+        let (owned, skipped) = shard.partition(self.config.streams.iter().collect(), |s| &s.name);
+        let names = |v: &[&StreamConfig]| v.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ");
+        writeln!(f, "shard: {shard}{from}: runs {} of {} streams", owned.len(), self.config.streams.len())?;
+        if owned.is_empty() {
+            writeln!(f, "  runs:  none (it still serves /healthz, /readyz and /metrics)")?;
+        } else {
+            writeln!(f, "  runs:  {}", names(&owned))?;
+        }
+        writeln!(f, "  skips: {}", if skipped.is_empty() { "none".to_string() } else { names(&skipped) })?;
+        Ok(Some(shard))
     }
 }

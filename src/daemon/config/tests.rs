@@ -607,3 +607,40 @@ fn only_files_loop_and_a_looped_file_is_live() {
     let parsed = parse(&format!("[[streams]]\nname = \"f\"\nuri = \"file://{}\"\nloop = true\n", clip.display()));
     assert!(parsed.streams[0].r#loop);
 }
+
+#[test]
+fn shard_is_read_from_toml_and_environment_and_bad_ones_name_daemon_shard() {
+    // Rule: [daemon] shard = "I/N" | "auto" (default "0/1"), also ROADSEG__DAEMON__SHARD; "3/3", "0/0", "x" are errors naming daemon.shard.
+    assert_eq!(DaemonConfig::default().daemon.shard, ShardSetting::Fixed(Shard::ALL));
+    assert_eq!(parse("[daemon]\nshard = \"1/3\"").daemon.shard, ShardSetting::Fixed(Shard { index: 1, count: 3 }));
+    assert_eq!(parse("[daemon]\nshard = \"auto\"").daemon.shard, ShardSetting::Auto);
+    let c = DaemonConfig::load_from(&Sources { env: env(&[("ROADSEG__DAEMON__SHARD", "2/3")]), ..Sources::default() }).unwrap();
+    assert_eq!(c.daemon.shard, ShardSetting::Fixed(Shard { index: 2, count: 3 }));
+    expect_errors(&[
+        ("[daemon]\nshard = \"3/3\"", &["daemon.shard", "0 to 2"]),
+        ("[daemon]\nshard = \"0/0\"", &["daemon.shard", "count of 0"]),
+        ("[daemon]\nshard = \"x\"", &["daemon.shard", "\"I/N\""]),
+    ]);
+    for bad in ["3/3", "0/0", "x"] {
+        let sources = Sources { env: env(&[("ROADSEG__DAEMON__SHARD", bad)]), ..Sources::default() };
+        let e = DaemonConfig::load_from(&sources).unwrap_err().to_string();
+        assert!(e.contains("daemon.shard") && e.contains("environment"), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn check_config_says_which_streams_this_shard_runs_and_skips() {
+    // Rule: a sharded config's summary names the streams this daemon runs and the ones it skips (and whose they are).
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "config.json", "{}");
+    let mut text = format!("[model]\npath = {:?}\n[daemon]\nshard = \"1/3\"\n", dir.path().display().to_string());
+    for i in 0..9 {
+        text += &format!("[[streams]]\nname = \"cam-{i}\"\nuri = \"test://\"\n[streams.output]\nstats = \"{{stream}}.jsonl\"\n");
+    }
+    let file = write(dir.path(), "sharded.toml", &text);
+    let shown = check_sources(&Sources { system: None, file: Some(file), env: env(&[]) }).unwrap().to_string();
+    // Shards of cam-0..cam-8 over 3: 1 1 0 0 2 0 0 1 2 (see daemon::shard's fixed values).
+    assert!(shown.contains("shard: 1/3: runs 3 of 9 streams\n  runs:  cam-0, cam-1, cam-7\n  skips: cam-2, cam-3, cam-4, cam-5, cam-6, cam-8\n"), "{shown}");
+    assert!(shown.contains("  cam-2: test:// (live, ring 8, skipped: shard 0 of 3 runs it)"), "{shown}");
+    assert!(shown.contains("  cam-0: test:// (live, ring 8)\n"), "{shown}");
+}

@@ -93,6 +93,10 @@ pub(super) fn problems(config: &DaemonConfig) -> Vec<Problem> {
             c.check((0.0..=1.0).contains(&t), "mqtt.coverage_threshold", || format!("{t} is outside 0..=1 (a share of the scene)"));
         }
     }
+    // "I/N" is checked as it is read; "auto" needs this process's environment.
+    if let Err(e) = config.daemon.shard.resolve() {
+        c.add("daemon.shard", e.to_string());
+    }
     let stall = config.daemon.stall_timeout_s;
     c.check(stall <= 3600, "daemon.stall_timeout_s", || format!("{stall} is above 3600 (0 turns stall detection off)"));
     streams(&mut c, config);
@@ -274,7 +278,10 @@ fn output(c: &mut Collector, i: usize, o: &OutputConfig, config: &DaemonConfig) 
 
 pub(super) fn model_path_problems(path: &Path) -> Vec<Problem> {
     let shown = path.display();
-    let message = if !path.exists() {
+    let message = if let Err(not_found) = crate::checkpoint::locate_model(path) {
+        // The bundled default, searched for in vain: say everywhere it was looked for.
+        not_found.to_string()
+    } else if !path.exists() {
         format!("{shown} does not exist")
     } else if !path.is_dir() {
         format!("{shown} is not a folder (a SegFormer checkpoint folder holds config.json and model.safetensors)")

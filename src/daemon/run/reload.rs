@@ -15,7 +15,10 @@ impl Daemon {
         tracing::info!("SIGHUP: reloading the configuration");
         match load_config(self.config_path.as_deref()) {
             Err(e) => tracing::error!("reload failed, keeping the running configuration: {e}"),
-            Ok(new) => self.apply(new),
+            Ok(mut new) => {
+                self.keep_shard(&mut new);
+                self.apply(new)
+            }
         }
         note(notify::ready());
     }
@@ -50,6 +53,21 @@ impl Daemon {
             }
         }
         tracing::info!("reload done");
+    }
+
+    /// The shard settled at start filters the new config too: a reload never
+    /// starts another replica's stream. A changed `shard` needs a restart.
+    fn keep_shard(&self, new: &mut DaemonConfig) {
+        if new.daemon.shard != self.config.daemon.shard {
+            tracing::warn!(
+                "reload: daemon.shard changed to {}; restart required to apply (keeping shard {})",
+                new.daemon.shard,
+                self.shard
+            );
+            new.daemon.shard = self.config.daemon.shard;
+        }
+        let skipped = super::sharding::select(new, self.shard);
+        super::sharding::report(new.daemon.shard, self.shard, new, &skipped);
     }
 
     /// Sections only a restart applies: a change is logged and the running value kept.

@@ -658,13 +658,18 @@ mod tests {
             d.worker_busy(i, dev).set((i + 1) as f64 / 4.0);
         }
         let gpu = d.gpu_busy(&devices);
-        gpu.set(0, 0.25);
-        gpu.set(1, 0.5);
-        gpu.set(2, 0.125);
+        for (worker, share) in [0.25, 0.5, 0.125].into_iter().enumerate() {
+            gpu.set(worker, share);
+        }
         let text = handle.render();
-        assert_eq!(sample(&text, "roadseg_worker_busy_ratio{device=\"cuda:8\",worker=\"1\"}"), Some(0.5), "{text}");
-        assert_eq!(sample(&text, "roadseg_worker_busy_ratio{device=\"cuda:7\",worker=\"2\"}"), Some(0.75));
-        assert_eq!(sample(&text, "roadseg_gpu_busy_ratio{device=\"cuda:7\"}"), Some(0.375), "workers 0 and 2");
-        assert_eq!(sample(&text, "roadseg_gpu_busy_ratio{device=\"cuda:8\"}"), Some(0.5), "worker 1 alone");
+        let expected = [
+            ("roadseg_worker_busy_ratio{device=\"cuda:8\",worker=\"1\"}", 0.5),
+            ("roadseg_worker_busy_ratio{device=\"cuda:7\",worker=\"2\"}", 0.75),
+            ("roadseg_gpu_busy_ratio{device=\"cuda:7\"}", 0.375), // workers 0 and 2
+            ("roadseg_gpu_busy_ratio{device=\"cuda:8\"}", 0.5),   // worker 1 alone
+        ];
+        for (series, value) in expected {
+            assert_eq!(sample(&text, series), Some(value), "{series} in {text}");
+        }
     }
 }

@@ -4,30 +4,37 @@
 //!
 //! Per frame, each column near the left and right edges (and each row near
 //! the top and bottom) is sampled every few pixels: a bar line is flat (its
-//! samples within `FLAT` luma levels), dark, and the same as in the previous
-//! frame. A line that has been a bar line for `MIN_FRAMES` frames in a row
+//! samples within `RULES.flat` luma levels), dark, and the same as in the previous
+//! frame. A line that has been a bar line for `RULES.min_frames` frames in a row
 //! counts; the bars are the runs of such lines from each edge inwards. A
 //! scene's own dark areas (a tunnel, a night sky) move, grain or change from
 //! frame to frame, so they rarely stay flat and still for long, and when they
 //! do there is nothing to segment in them either.
 
-/// Widest spread of a bar line's luma samples (full-range levels): decoded
-/// black bars are flat to a level or two; picture lines, even dark ones,
-/// carry more texture and grain.
-const FLAT: u8 = 6;
-/// Brightest mean luma a bar line may have: bars are black or nearly so.
-const DARK: f32 = 40.0;
-/// Largest change of a bar line's mean luma between consecutive frames.
-const STEADY: f32 = 1.5;
-/// Frames a line must stay a bar line before it counts (0.3 s at 25 fps).
-const MIN_FRAMES: u16 = 8;
-/// Bars narrower than this are edge artefacts, not bars.
-const MIN_BAR: usize = 4;
-/// A bar never covers more than this share of the frame's width (height):
-/// beyond, the "bar" is a dark scene, not framing.
-const MAX_SHARE: f32 = 0.3;
-/// Every `SAMPLE`-th pixel of a line is looked at.
-const SAMPLE: usize = 4;
+/// What makes a line (a column near the left or right edge, a row near the
+/// top or bottom) a bar line, and a run of them a bar.
+struct Rules {
+    /// Widest spread of a bar line's luma samples (full-range levels):
+    /// decoded black bars are flat to a level or two; picture lines, even
+    /// dark ones, carry more texture and grain.
+    flat: u8,
+    /// Brightest mean luma a bar line may have: bars are black or nearly so.
+    dark: f32,
+    /// Largest change of a bar line's mean luma between consecutive frames.
+    steady: f32,
+    /// Frames a line must stay a bar line before it counts.
+    min_frames: u16,
+    /// Bars narrower than this (pixels) are edge artefacts, not bars.
+    min_bar: usize,
+    /// A bar never covers this share of the frame's width (height) or more:
+    /// that is a dark scene, not framing.
+    max_share: f32,
+    /// Every `sample`-th pixel of a line is looked at.
+    sample: usize,
+}
+
+/// 8 frames: 0.3 s at 25 fps.
+const RULES: Rules = Rules { flat: 6, dark: 40.0, steady: 1.5, min_frames: 8, min_bar: 4, max_share: 0.3, sample: 4 };
 
 /// Bars along each edge, in pixels; all zero: the whole frame is picture.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -60,7 +67,7 @@ impl Bars {
 pub struct BarsEstimator {
     width: usize,
     height: usize,
-    /// Per candidate column (the outer `MAX_SHARE` on each side): frames in
+    /// Per candidate column (the outer `RULES.max_share` on each side): frames in
     /// a row it was a bar line, and its last mean luma.
     col_runs: Vec<u16>,
     col_mean: Vec<f32>,
@@ -93,20 +100,20 @@ impl BarsEstimator {
         if w == 0 || h == 0 {
             return;
         }
-        let reach_x = ((w as f32 * MAX_SHARE) as usize).min(w);
-        let reach_y = ((h as f32 * MAX_SHARE) as usize).min(h);
+        let reach_x = ((w as f32 * RULES.max_share) as usize).min(w);
+        let reach_y = ((h as f32 * RULES.max_share) as usize).min(h);
         for x in edge_lines(w, reach_x) {
-            let stats = line_stats((0..h).step_by(SAMPLE).map(|y| luma[y * w + x]));
+            let stats = line_stats((0..h).step_by(RULES.sample).map(|y| luma[y * w + x]));
             update(&mut self.col_runs[x], &mut self.col_mean[x], stats);
         }
         for y in edge_lines(h, reach_y) {
-            let stats = line_stats(luma[y * w..(y + 1) * w].iter().step_by(SAMPLE).copied());
+            let stats = line_stats(luma[y * w..(y + 1) * w].iter().step_by(RULES.sample).copied());
             update(&mut self.row_runs[y], &mut self.row_mean[y], stats);
         }
         let bar = |runs: &mut dyn Iterator<Item = &u16>, reach: usize| {
             // A run that reaches the limit is a dark scene, not framing.
-            let n = runs.take(reach).take_while(|&&r| r >= MIN_FRAMES).count();
-            if n >= MIN_BAR && n < reach { n as u32 } else { 0 }
+            let n = runs.take(reach).take_while(|&&r| r >= RULES.min_frames).count();
+            if n >= RULES.min_bar && n < reach { n as u32 } else { 0 }
         };
         self.bars = Bars {
             left: bar(&mut self.col_runs.iter(), reach_x),
@@ -136,8 +143,8 @@ fn line_stats(samples: impl Iterator<Item = u8>) -> (u8, f32) {
 }
 
 fn update(run: &mut u16, last_mean: &mut f32, (spread, mean): (u8, f32)) {
-    let bar_line = spread <= FLAT && mean <= DARK;
-    let steady = *last_mean >= 0.0 && (mean - *last_mean).abs() <= STEADY;
+    let bar_line = spread <= RULES.flat && mean <= RULES.dark;
+    let steady = *last_mean >= 0.0 && (mean - *last_mean).abs() <= RULES.steady;
     *run = match (bar_line, steady) {
         (true, true) => run.saturating_add(1),
         (true, false) => 1,
@@ -183,7 +190,7 @@ mod tests {
     fn a_full_picture_has_no_bars_and_bars_wait_for_enough_frames() {
         assert_eq!(run(320, 180, Bars::NONE, 30), Bars::NONE);
         let pillar = Bars { left: 40, right: 40, ..Bars::NONE };
-        assert_eq!(run(320, 180, pillar, (MIN_FRAMES - 1) as usize), Bars::NONE, "not before MIN_FRAMES");
+        assert_eq!(run(320, 180, pillar, (RULES.min_frames - 1) as usize), Bars::NONE, "not before RULES.min_frames");
     }
 
     #[test]

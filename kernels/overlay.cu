@@ -14,6 +14,24 @@
 #define OV_UNKNOWN 256
 #define OV_HOOD 257
 #define OV_PICTURE 258
+#define OV_EDGE 259
+#define OV_ROAD (260 * 4)
+
+__device__ __forceinline__ bool overlay_road_at(const float* ov, const u8* classes, const float* pic, int fw, int x, int y) {
+    if ((float)x < pic[0] || (float)y < pic[1] || (float)x >= pic[2] || (float)y >= pic[3]) return false;
+    return ov[OV_ROAD + classes[(long)y * fw + x]] > 0.0f;
+}
+
+__device__ __forceinline__ bool overlay_near_road(const float* ov, const u8* classes, const float* pic, int fw, int x, int y) {
+    const int reach[2] = {3, 8};
+    for (int k = 0; k < 2; ++k) {
+        int r = reach[k];
+        if ((x >= r && overlay_road_at(ov, classes, pic, fw, x - r, y)) || overlay_road_at(ov, classes, pic, fw, x + r, y) ||
+            (y >= r && overlay_road_at(ov, classes, pic, fw, x, y - r)) || overlay_road_at(ov, classes, pic, fw, x, y + r))
+            return true;
+    }
+    return false;
+}
 
 __device__ __forceinline__ bool overlay_tint(const float* ov, const u8* classes, const u32* tops, int fw, int x, int y,
                                              float* c, float* a) {
@@ -25,8 +43,12 @@ __device__ __forceinline__ bool overlay_tint(const float* ov, const u8* classes,
     } else {
         u8 cls = classes[(long)y * fw + x];
         if (cls == 255) {
-            if (((x / 4 + y / 4) & 1) != 0) return false;
-            entry = OV_UNKNOWN;
+            if (ov[OV_EDGE * 4 + 3] > 0.0f && overlay_near_road(ov, classes, pic, fw, x, y)) {
+                entry = OV_EDGE;
+            } else {
+                if (((x / 4 + y / 4) & 1) != 0) return false;
+                entry = OV_UNKNOWN;
+            }
         } else {
             entry = cls;
         }

@@ -132,14 +132,24 @@ impl Segmentation {
     }
 }
 
+/// Offsets (in pixels, along rows and columns) at which an unknown pixel
+/// looks for road: one found makes it part of the road's uncertain edge.
+pub const EDGE_REACH: [usize; 2] = [3, 8];
+
 /// What an overlay draws, as plain data a backend can copy to its device:
 /// per class a tint (colour, opacity; opacity 0 leaves the pixel alone), a
-/// sparse checker over pixels of [`UNKNOWN`] class, and the ego vehicle's
-/// hood (from each column's first hood row down) over everything else.
+/// faint tint over the road's uncertain edge (pixels of [`UNKNOWN`] class
+/// with road [`EDGE_REACH`] pixels away), optionally a sparse checker over
+/// the other unknown pixels, and the ego vehicle's hood (from each column's
+/// first hood row down) over everything else; nothing outside the picture.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FrameOverlay {
     /// 256 entries, by class index ([`UNKNOWN`]'s entry is unused).
     pub class_tints: Vec<([u8; 3], f32)>,
+    /// Which classes are road (256 entries): the edge looks for them.
+    pub road: Vec<bool>,
+    /// The road's uncertain edge; None: not drawn.
+    pub edge: Option<([u8; 3], f32)>,
     /// Drawn where `(x / 4 + y / 4)` is even; None: unknown pixels untouched.
     pub unknown: Option<([u8; 3], f32)>,
     pub hood: ([u8; 3], f32),
@@ -151,18 +161,30 @@ pub struct FrameOverlay {
 }
 
 impl FrameOverlay {
-    /// The tint of pixel (x, y) of class `class`, or None where the frame shows through.
+    /// The tint of pixel (x, y) of a `width`-wide frame whose classes are
+    /// `classes` (row-major), or None where the frame shows through.
     #[inline]
-    pub fn tint(&self, class: u8, x: usize, y: usize) -> Option<([u8; 3], f32)> {
+    pub fn tint(&self, classes: &[u8], width: usize, x: usize, y: usize) -> Option<([u8; 3], f32)> {
         let [x0, y0, x1, y1] = self.picture.map(|v| v as usize);
         if x < x0 || y < y0 || x >= x1 || y >= y1 {
-            None
-        } else if self.hood_tops.get(x).is_some_and(|&top| y >= top as usize) {
-            Some(self.hood)
-        } else if class == UNKNOWN {
-            self.unknown.filter(|_| (x / 4 + y / 4).is_multiple_of(2))
-        } else {
-            Some(self.class_tints[class as usize]).filter(|t| t.1 > 0.0)
+            return None;
         }
+        if self.hood_tops.get(x).is_some_and(|&top| y >= top as usize) {
+            return Some(self.hood);
+        }
+        let class = classes[y * width + x];
+        if class != UNKNOWN {
+            return Some(self.class_tints[class as usize]).filter(|t| t.1 > 0.0);
+        }
+        if let Some(edge) = self.edge.filter(|e| e.1 > 0.0) {
+            let road_at = |nx: usize, ny: usize| (x0..x1).contains(&nx) && (y0..y1).contains(&ny) && self.road[classes[ny * width + nx] as usize];
+            let near = EDGE_REACH.iter().any(|&r| {
+                (x >= r && road_at(x - r, y)) || road_at(x + r, y) || (y >= r && road_at(x, y - r)) || road_at(x, y + r)
+            });
+            if near {
+                return Some(edge);
+            }
+        }
+        self.unknown.filter(|_| (x / 4 + y / 4).is_multiple_of(2))
     }
 }

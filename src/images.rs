@@ -102,15 +102,20 @@ pub struct OverlayStyle {
     /// Tint every class with the palette (at half the road alpha), not just road.
     pub full_palette: Option<Vec<[u8; 3]>>,
     /// Colour for low-confidence pixels, drawn as a sparse checker so the
-    /// frame stays visible beneath.
+    /// frame stays visible beneath (off by default: it covers skies).
     pub unknown_colour: [u8; 3],
     pub show_unknown: bool,
+    /// Tint the road's uncertain edge faintly: low-confidence pixels next to
+    /// road (`frame::EDGE_REACH`), in the road colour at `EDGE_ALPHA`.
+    pub road_edge: bool,
     /// Tint of the ego vehicle's hood (never counted as road).
     pub hood_colour: [u8; 3],
 }
 
 /// Opacity of the hood tint: strong enough to read as "not the scene".
 const HOOD_ALPHA: f32 = 0.55;
+/// Opacity of the road's uncertain edge: a hint beside the road's tint.
+pub const EDGE_ALPHA: f32 = 0.2;
 
 impl Default for OverlayStyle {
     fn default() -> Self {
@@ -120,7 +125,8 @@ impl Default for OverlayStyle {
             road_alpha: 0.45,
             full_palette: None,
             unknown_colour: [255, 220, 0],
-            show_unknown: true,
+            show_unknown: false,
+            road_edge: true,
             hood_colour: [0, 150, 255],
         }
     }
@@ -143,7 +149,7 @@ pub fn draw_overlay(pixels: &mut [u8], channels: usize, seg: &Segmentation, styl
 /// overlay draws, whatever its pixel format.
 pub fn overlay_tint<'a>(seg: &'a Segmentation, style: &'a OverlayStyle, hood: Option<&'a HoodMask>) -> impl Fn(usize) -> Option<([u8; 3], f32)> + 'a {
     let overlay = frame_overlay(style, hood, seg.width, seg.height);
-    move |i| overlay.tint(seg.classes[i], i % seg.width, i / seg.width)
+    move |i| overlay.tint(&seg.classes, seg.width, i % seg.width, i / seg.width)
 }
 
 /// The overlay `style` draws over a `width` x `height` frame with `hood`, as
@@ -155,14 +161,20 @@ pub fn frame_overlay(style: &OverlayStyle, hood: Option<&HoodMask>, width: usize
             *tint = (palette[class % palette.len()], style.road_alpha * 0.5);
         }
     }
+    let mut road = vec![false; 256];
     for &c in &style.road_classes {
         class_tints[c.min(255)] = (style.road_colour, style.road_alpha);
+        road[c.min(255)] = true;
     }
+    // UNKNOWN is never road, even where a road class id collides with it.
+    road[255] = false;
     let hood = hood.filter(|h| h.width == width && h.height == height);
     let hood_tops = hood.filter(|h| !h.is_empty()).map(|h| h.top.clone()).unwrap_or_default();
     let (x0, y0, x1, y1) = hood.map_or(Bars::NONE, |h| h.bars).picture(width, height);
     FrameOverlay {
         class_tints,
+        road,
+        edge: style.road_edge.then_some((style.road_colour, EDGE_ALPHA)),
         unknown: style.show_unknown.then_some((style.unknown_colour, 0.35)),
         hood: (style.hood_colour, HOOD_ALPHA),
         hood_tops,

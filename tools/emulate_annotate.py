@@ -35,6 +35,8 @@ import numpy as np
 BLOCK = 256
 UNKNOWN = 255
 HOOD_ALPHA = np.float32(0.55)
+EDGE_ALPHA = np.float32(0.2)
+EDGE_REACH = (3, 8)
 UNKNOWN_ALPHA = np.float32(0.35)
 NO_HOOD = 0xFFFFFFFF
 F = np.float32
@@ -61,25 +63,36 @@ def frame_overlay(style, hood_tops, hood_size, width, height, bars=(0, 0, 0, 0))
     if palette:
         for cls in range(256):
             tints[cls] = (palette[cls % len(palette)], F(style["road_alpha"]) * F(0.5))
+    road = [False] * 256
     for c in style["road_classes"]:
         tints[min(c, 255)] = (style["road_colour"], F(style["road_alpha"]))
+        road[min(c, 255)] = True
+    road[255] = False
+    edge = (style["road_colour"], EDGE_ALPHA) if style["road_edge"] else None
     hood_ok = hood_tops is not None and any(t < hood_size[1] for t in hood_tops) and hood_size == (width, height)
     unknown = (style["unknown_colour"], UNKNOWN_ALPHA) if style["show_unknown"] else None
     pic = picture(bars, width, height) if hood_size == (width, height) else (0, 0, width, height)
-    return tints, unknown, (style["hood_colour"], HOOD_ALPHA), (list(hood_tops) if hood_ok else []), pic
+    return tints, unknown, (style["hood_colour"], HOOD_ALPHA), (list(hood_tops) if hood_ok else []), pic, road, edge
 
 
-def tint(overlay, cls, x, y):
+def tint(overlay, classes, w, x, y):
     """frame.rs FrameOverlay::tint."""
-    tints, unknown, hood, tops, (x0, y0, x1, y1) = overlay
+    tints, unknown, hood, tops, (x0, y0, x1, y1), road, edge = overlay
     if x < x0 or y < y0 or x >= x1 or y >= y1:
         return None
     if x < len(tops) and y >= tops[x]:
         return hood
-    if cls == UNKNOWN:
-        return unknown if unknown is not None and (x // 4 + y // 4) % 2 == 0 else None
-    t = tints[cls]
-    return t if t[1] > 0.0 else None
+    cls = int(classes[y * w + x])
+    if cls != UNKNOWN:
+        t = tints[cls]
+        return t if t[1] > 0.0 else None
+    if edge is not None and edge[1] > 0.0:
+        def road_at(nx, ny):
+            return x0 <= nx < x1 and y0 <= ny < y1 and road[int(classes[ny * w + nx])]
+        if any((x >= r and road_at(x - r, y)) or road_at(x + r, y) or (y >= r and road_at(x, y - r)) or road_at(x, y + r)
+               for r in EDGE_REACH):
+            return edge
+    return unknown if unknown is not None and (x // 4 + y // 4) % 2 == 0 else None
 
 
 def as_u8(v):
@@ -100,7 +113,7 @@ def cpu_yuv(rgb):
 
 def draw_overlay(pixels, channels, classes, w, h, overlay):
     for i in range(w * h):
-        t = tint(overlay, classes[i], i % w, i // w)
+        t = tint(overlay, classes, w, i % w, i // w)
         if t is None:
             continue
         colour, alpha = t
@@ -110,13 +123,13 @@ def draw_overlay(pixels, channels, classes, w, h, overlay):
 
 def tint_nv12(pixels, classes, w, h, overlay):
     for i in range(w * h):
-        t = tint(overlay, classes[i], i % w, i // w)
+        t = tint(overlay, classes, w, i % w, i // w)
         if t is not None:
             pixels[i] = cpu_blend(pixels[i], cpu_yuv(t[0])[0], t[1])
     for by in range(h // 2):
         for bx in range(w // 2):
             i = 2 * by * w + 2 * bx
-            t = tint(overlay, classes[i], i % w, i // w)
+            t = tint(overlay, classes, w, i % w, i // w)
             if t is not None:
                 _, u, v = cpu_yuv(t[0])
                 uv = w * h + by * w + 2 * bx
@@ -128,10 +141,13 @@ def tint_nv12(pixels, classes, w, h, overlay):
 
 def stage_overlay(overlay, width):
     """frame.rs stage_overlay: the kernel's `ov` and `tops`."""
-    tints, unknown, hood, tops, pic = overlay
+    tints, unknown, hood, tops, pic, road, edge = overlay
     unknown = unknown if unknown is not None else ((0, 0, 0), F(0.0))
-    ov = np.array([[F(c[0]), F(c[1]), F(c[2]), F(a)] for c, a in tints + [unknown, hood]] + [[F(v) for v in pic]], np.float32).reshape(-1)
-    assert ov.size == 259 * 4
+    edge = edge if edge is not None else ((0, 0, 0), F(0.0))
+    rows = [[F(c[0]), F(c[1]), F(c[2]), F(a)] for c, a in tints + [unknown, hood]] + [[F(v) for v in pic]]
+    rows += [[F(edge[0][0]), F(edge[0][1]), F(edge[0][2]), F(edge[1])]]
+    ov = np.concatenate([np.array(rows, np.float32).reshape(-1), np.array([F(1.0) if r else F(0.0) for r in road], np.float32)])
+    assert ov.size == 260 * 4 + 256
     assert len(tops) in (0, width)
     return ov, np.array(tops if tops else [NO_HOOD] * width, np.uint32)
 
@@ -176,9 +192,19 @@ def annotate_frame(frame, fw, fh, stride, fmt, classes, ov, tops, grid, writes):
                 else:
                     cls = int(classes[y * fw + x])
                     if cls == 255:
-                        if ((x // 4 + y // 4) & 1) != 0:
+                        def road_at(nx, ny):
+                            if F(nx) < pic[0] or F(ny) < pic[1] or F(nx) >= pic[2] or F(ny) >= pic[3]:
+                                return False
+                            return ov[260 * 4 + int(classes[ny * fw + nx])] > 0.0
+                        near = ov[259 * 4 + 3] > 0.0 and any(
+                            (x >= r and road_at(x - r, y)) or road_at(x + r, y) or (y >= r and road_at(x, y - r)) or road_at(x, y + r)
+                            for r in (3, 8))
+                        if near:
+                            entry = 259
+                        elif ((x // 4 + y // 4) & 1) != 0:
                             continue
-                        entry = 256
+                        else:
+                            entry = 256
                     else:
                         entry = cls
                 t = ov[entry * 4:entry * 4 + 4]
@@ -202,7 +228,7 @@ def annotate_frame(frame, fw, fh, stride, fmt, classes, ov, tops, grid, writes):
 # ---- Cases ----
 
 STYLE = dict(road_classes=[1], road_colour=(255, 0, 200), road_alpha=0.45, full_palette=None,
-             unknown_colour=(255, 220, 0), show_unknown=True, hood_colour=(0, 150, 255))
+             unknown_colour=(255, 220, 0), show_unknown=True, road_edge=False, hood_colour=(0, 150, 255))
 PALETTE = [(10, 200, 30), (200, 10, 30), (30, 10, 200), (255, 255, 255), (0, 0, 0)]
 
 
@@ -282,6 +308,11 @@ def main():
         case("nv12 windowbox, hood, palette", 2, 40, 26, 8, 17, bars=(3, 5, 2, 3), full_palette=PALETTE),
         case("nv12 odd bars, unknown", 2, 30, 18, 2, 18, bars=(1, 1, 1, 1)),
         case("rgba bars over the whole frame", 1, 24, 16, 8, 19, bars=(20, 10, 0, 0), expect_tint=False),
+        case("rgba road edge (the default), no unknown", 1, 41, 29, 12, 20, road_edge=True, show_unknown=False),
+        case("rgb road edge and unknown, bars", 0, 37, 23, 0, 21, road_edge=True, bars=(4, 2, 3, 1)),
+        case("nv12 road edge, hood, palette", 2, 40, 26, 8, 22, road_edge=True, full_palette=PALETTE),
+        case("rgba road edge, road alpha 0", 1, 24, 16, 8, 23, road_edge=True, road_alpha=0.0),
+        case("nv12 road edge, road class 255", 2, 30, 18, 2, 24, road_edge=True, road_classes=[255], show_unknown=False),
     ]
     sys.exit(0 if all(cases) else 1)
 

@@ -52,6 +52,12 @@ pub struct ProcessArgs {
     /// Tint every class with its palette colour, not only the road.
     #[arg(long)]
     pub full_palette: bool,
+    /// Mark low-confidence pixels with a sparse yellow checker (a debugging view).
+    #[arg(long)]
+    pub show_unknown: bool,
+    /// Do not tint the road's uncertain edge (low-confidence pixels next to road).
+    #[arg(long)]
+    pub no_road_edge: bool,
     /// Folder for per-frame road masks (PNG, 255 = road, frame-sized), named by frame number.
     #[arg(long)]
     pub masks_out: Option<PathBuf>,
@@ -174,6 +180,8 @@ fn start_pool(args: &ProcessArgs, size: (usize, usize), workers: usize, gpu_time
         style: OverlayStyle {
             road_classes: loaded.engines[0].options().road_classes.clone(),
             full_palette: args.full_palette.then(|| palette(&labels)),
+            show_unknown: args.show_unknown,
+            road_edge: !args.no_road_edge,
             ..OverlayStyle::default()
         },
         show_text: true,
@@ -213,7 +221,15 @@ fn report(args: &ProcessArgs, output: &Path, drained: Drained, (wall, gpu): (f64
             .save(path)
             .with_context(|| format!("writing the hood mask {}", path.display()))?;
     }
+    let bars_note = drained
+        .hood
+        .as_ref()
+        .map(|h| h.bars)
+        .filter(|b| !b.is_none())
+        .map(|b| format!(", bars left {} right {} top {} bottom {} px (left out)", b.left, b.right, b.top, b.bottom))
+        .unwrap_or_default();
     let hood_note = drained.hood.filter(|h| !h.is_empty()).map(|h| format!(", hood {:.1}% of the frame", h.coverage() * 100.0)).unwrap_or_default();
+    let hood_note = format!("{hood_note}{bars_note}");
     let flicker = summary.road_flicker().map(|f| format!(", road flicker {:.3}%", f * 100.0)).unwrap_or_default();
     let gpu_note = gpu.map(|g| format!(", GPU busy {:.0}%", g.as_secs_f64() / wall.max(1e-9) * 100.0)).unwrap_or_default();
     println!(

@@ -286,15 +286,19 @@ pub struct AnnotateConfig {
     pub road_alpha: f32,
     /// Tint every class with the model palette, not just road. Default false.
     pub full_palette: bool,
-    /// Mark low-confidence pixels with a sparse checker. Default true.
+    /// Mark low-confidence pixels with a sparse checker (a debugging view:
+    /// it covers skies and trees). Default false.
     pub show_unknown: bool,
+    /// Tint the road's uncertain edge faintly (low-confidence pixels next to
+    /// road). Default true.
+    pub road_edge: bool,
     /// Draw stream name, time, fps and road coverage on the frame. Default true.
     pub overlay_text: bool,
 }
 
 impl Default for AnnotateConfig {
     fn default() -> Self {
-        AnnotateConfig { road_colour: [255, 0, 200], road_alpha: 0.45, full_palette: false, show_unknown: true, overlay_text: true }
+        AnnotateConfig { road_colour: [255, 0, 200], road_alpha: 0.45, full_palette: false, show_unknown: false, road_edge: true, overlay_text: true }
     }
 }
 

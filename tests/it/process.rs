@@ -176,3 +176,67 @@ fn batched_workers_keep_every_frame_in_order_with_its_timestamps() {
     assert_eq!(ffprobe_stream(&out)["nb_read_frames"].as_str(), Some("30"));
     assert_clean_failure(&[clip.to_str().unwrap(), "-o", out.to_str().unwrap(), "--batch", "17"], "--batch");
 }
+
+/// `frame` of `clip` as packed RGB (ffmpeg), with its size.
+fn decode_rgb(clip: &Path, frame: usize) -> Vec<u8> {
+    let out = std::process::Command::new("ffmpeg")
+        .args(["-v", "error", "-i"])
+        .arg(clip)
+        .args(["-vf", &format!("select=eq(n\\,{frame})"), "-frames:v", "1", "-f", "rawvideo", "-pix_fmt", "rgb24", "-"])
+        .output()
+        .expect("ffmpeg runs");
+    assert!(out.status.success(), "ffmpeg on {}: {}", clip.display(), String::from_utf8_lossy(&out.stderr));
+    out.stdout
+}
+
+#[test]
+fn pillarbox_bars_of_a_real_clip_are_found_left_out_and_left_untouched() {
+    // Rule: constant black side bars (a real 960x540 dashcam clip pillarboxed to 1280x540) are found within the first frames; road masks are zero on them, nothing is drawn on them (every class counts as road here, so anything not left out would be tinted), and the summary names them.
+    let Some(src) = shared("data/dashcam/solidWhiteRight.mp4") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let clip = tmp.path().join("pillarbox.mp4");
+    let padded = std::process::Command::new("ffmpeg")
+        .args(["-v", "error", "-i"])
+        .arg(&src)
+        .args(["-vf", "pad=1280:540:160:0:black", "-frames:v", "40", "-c:v", "libx264", "-pix_fmt", "yuv420p"])
+        .arg(&clip)
+        .status()
+        .expect("ffmpeg runs");
+    assert!(padded.success());
+    let (out, masks) = (tmp.path().join("out.mp4"), tmp.path().join("masks"));
+    let mut args = vec![clip.to_str().unwrap(), "-o", out.to_str().unwrap(), "--masks-out", masks.to_str().unwrap(), "--threshold", "0", "--hood", "on"];
+    let labels = ["label_0", "label_1", "label_2", "label_3", "label_4", "label_5", "label_6"];
+    for l in &labels {
+        args.extend(["--road-class", l]);
+    }
+    let (code, stdout, stderr) = process(&args);
+    assert_eq!(code, 0, "{stderr}");
+    let bars = |side: &str| -> u32 {
+        let at = stdout.find(&format!("{side} ")).unwrap_or_else(|| panic!("no bars in the summary: {stdout}"));
+        stdout[at + side.len() + 1..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+    };
+    assert!(stdout.contains("bars left"), "{stdout}");
+    for side in ["left", "right"] {
+        assert!((156..=164).contains(&bars(side)), "{side} bar {} px, 160 padded: {stdout}", bars(side));
+    }
+    let mask = image::open(masks.join("00039.png")).unwrap().to_luma8();
+    let (w, h) = mask.dimensions();
+    assert_eq!((w, h), (1280, 540));
+    let road_at = |x: u32| (0..h).filter(|&y| mask.get_pixel(x, y).0[0] == 255).count();
+    for x in [0, 80, 150, 1130, 1200, 1279] {
+        assert_eq!(road_at(x), 0, "bar column {x} is in the road mask");
+    }
+    assert!(road_at(640) > 270, "the picture is road (every class is road here)");
+    let (input, output) = (decode_rgb(&clip, 39), decode_rgb(&out, 39));
+    let px = |buf: &[u8], x: usize, y: usize| -> [i32; 3] { std::array::from_fn(|c| buf[(y * 1280 + x) * 3 + c] as i32) };
+    let mut worst_bar = 0;
+    for y in (0..540).step_by(7) {
+        for x in (0..150).chain(1130..1280).step_by(3) {
+            let (a, b) = (px(&input, x, y), px(&output, x, y));
+            worst_bar = worst_bar.max((0..3).map(|c| (a[c] - b[c]).abs()).max().unwrap());
+        }
+    }
+    assert!(worst_bar <= 16, "a bar pixel changed by {worst_bar} (tinted?)");
+    let tinted = (0..540).step_by(7).filter(|&y| (px(&output, 640, y)[0] - px(&input, 640, y)[0]).abs() > 20 || (px(&output, 640, y)[1] - px(&input, 640, y)[1]).abs() > 20).count();
+    assert!(tinted > 40, "the picture is tinted ({tinted} of 78 rows at x=640)");
+}

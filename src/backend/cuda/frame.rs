@@ -40,7 +40,7 @@ pub struct FrameArena {
 
 /// kernels/overlay.cu's inputs and the annotated frame on its way back.
 struct OverlayBuffers {
-    /// 258 tints (256 classes, unknown, hood) of 4 floats and the picture rectangle; then per column the first hood row.
+    /// `ov` (OVERLAY_FLOATS: tints, picture, edge, road flags), then per column the first hood row.
     tints_in: Pinned<f32>,
     tops_in: Pinned<u32>,
     tints: CudaSlice<f32>,
@@ -68,9 +68,10 @@ impl<T: DeviceRepr + ValidAsZeroBits> Pinned<T> {
 }
 
 /// Floats of kernels/overlay.cu's `ov`: 256 class tints, unknown, hood (4
-/// each), then the picture rectangle x0, y0, x1, y1 (exact as floats: frame
-/// sides are far below 2^24).
-const OVERLAY_FLOATS: usize = 259 * 4;
+/// each), the picture rectangle x0, y0, x1, y1 (exact as floats: frame sides
+/// are far below 2^24), the road edge's tint, then 256 road flags (1: the
+/// class is road).
+const OVERLAY_FLOATS: usize = 260 * 4 + 256;
 
 // SAFETY: the raw pointers point into the pinned allocations this arena owns;
 // the arena is used by one worker thread at a time.
@@ -157,8 +158,15 @@ impl FrameArena {
         for (dst, (colour, alpha)) in tints.chunks_exact_mut(4).zip(entries) {
             dst.copy_from_slice(&[colour[0] as f32, colour[1] as f32, colour[2] as f32, *alpha]);
         }
-        let picture = overlay.picture.map(|v| v as f32);
-        tints[258 * 4..].copy_from_slice(&picture);
+        if overlay.road.len() != 256 {
+            return Err(BackendError::Size { op: "overlay road classes", expected: 256, actual: overlay.road.len() });
+        }
+        tints[258 * 4..259 * 4].copy_from_slice(&overlay.picture.map(|v| v as f32));
+        let (colour, alpha) = overlay.edge.unwrap_or(([0; 3], 0.0));
+        tints[259 * 4..260 * 4].copy_from_slice(&[colour[0] as f32, colour[1] as f32, colour[2] as f32, alpha]);
+        for (dst, &road) in tints[260 * 4..].iter_mut().zip(&overlay.road) {
+            *dst = f32::from(u8::from(road));
+        }
         // u32::MAX: no row is at or below it, so no hood in that column.
         match overlay.hood_tops.len() {
             0 => tops.fill(u32::MAX),

@@ -98,6 +98,7 @@ fn annotator(a: &AnnotateConfig, road_classes: Vec<usize>, labels: &[String]) ->
             road_alpha: a.road_alpha,
             full_palette: a.full_palette.then(|| palette(labels)),
             show_unknown: a.show_unknown,
+            road_edge: a.road_edge,
             ..OverlayStyle::default()
         },
         show_text: a.overlay_text,

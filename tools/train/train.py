@@ -43,6 +43,9 @@ import torch.nn.functional as F
 import torch.utils.data
 from PIL import Image, ImageEnhance
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import augment as road_augment  # noqa: E402  (tools/train/augment.py, beside this file)
+
 CLASSES = [
     "sky", "building", "pole", "road", "pavement", "tree",
     "signsymbol", "fence", "car", "pedestrian", "bicyclist",
@@ -165,9 +168,14 @@ def color_jitter(im: Image.Image, rng: random.Random, b: float, c: float,
 
 
 def augment(im: Image.Image, lab: np.ndarray, rng: random.Random, args):
-    """Random scale (relative to the base width) + random crop (pad with
-    ignore) + horizontal flip + colour jitter.  Returns uint8 HWC image and
-    uint8 HW label of size crop_h x crop_w."""
+    """Road-scene augmentations (tools/train/augment.py: night, dusk, glare,
+    haze, blur and codec, camera roll and zoom, bars, a bonnet; with
+    --road-augment S > 0, each at its probability times S), then random
+    scale (relative to the base width) + random crop (pad with ignore) +
+    horizontal flip + colour jitter.  Returns uint8 HWC image and uint8 HW
+    label of size crop_h x crop_w."""
+    if args.road_augment > 0:
+        im, lab = road_augment.random_road_augment(im, lab, rng, args.road_augment)
     W, H = im.size
     ch, cw = args.crop_h, args.crop_w
     s = (args.base_width / W) * rng.uniform(args.scale_min, args.scale_max)
@@ -549,6 +557,10 @@ def main(argv=None):
     ap.add_argument("--jitter-contrast", type=float, default=0.3)
     ap.add_argument("--jitter-saturation", type=float, default=0.3)
     ap.add_argument("--jitter-hue", type=float, default=0.05)
+    ap.add_argument("--road-augment", type=float, default=0.0, metavar="S",
+                    help="strength of tools/train/augment.py's road-scene augmentations "
+                         "(night, dusk, glare, haze, blur/codec, camera, bars, bonnet): "
+                         "each applied with its probability times S; 0 = off")
     ap.add_argument("--val-width", type=int, default=1024,
                     help="validation inference width (height from the image aspect)")
     ap.add_argument("--val-every", type=int, default=1,

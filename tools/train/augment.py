@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""Road-scene augmentations for tools/train/train.py, beyond colour jitter:
+the light, weather and cameras the bundled model meets away from CamVid's
+daytime Cambridge (issue 20). PIL + numpy only (no torch), so they can be
+looked at on any machine:
+
+  python3 tools/train/augment.py --preview OUT.png [--data ../shared/data/camvid]
+
+writes a grid of CamVid training frames, each as it is and as a few random
+draws of every augmentation, with its label's road pixels outlined.
+
+Each takes and returns (image: PIL RGB, label: uint8 HxW, rng):
+- `night`: exposure down to 8-45%, gamma 1.4-2.6, a warm or cold cast,
+  street lamps (additive glows), the car's own headlight cone on the road,
+  sensor noise;
+- `dusk`: exposure 35-75% with an orange-to-blue sky gradient;
+- `glare`: a low sun (radial bloom and a veiling haze) at a random point of
+  the upper half;
+- `haze`: fog that thickens towards the horizon (airlight blend by row);
+- `blur_and_codec`: defocus or motion blur, then JPEG at quality 15-60
+  (dashcam compression);
+- `camera`: roll +-7 degrees and a focal change (zoom 0.85-1.25) about a
+  random centre (labels nearest-neighbour, new borders ignored);
+- `bars`: letterbox or pillarbox bars (black, labels ignored: the daemon
+  finds bars and leaves them out);
+- `hood`: an ego-vehicle bonnet along the bottom (random height 6-22%,
+  curved edge, paint colour, sky reflection, dashboard band), labelled car,
+  so that a bonnet is never road.
+`random_road_augment` applies each with its probability.
+"""
+import argparse
+import math
+import random
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFilter
+
+IGNORE = 11
+CAR = 8
+ROAD = 3
+
+
+def _arr(im):
+    return np.asarray(im, dtype=np.float32)
+
+
+def _img(a):
+    return Image.fromarray(np.clip(a, 0, 255).astype(np.uint8), "RGB")
+
+
+def _glow(h, w, cx, cy, radius, strength):
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    d2 = ((xx - cx) ** 2 + (yy - cy) ** 2) / max(radius, 1.0) ** 2
+    return strength * np.exp(-d2)[..., None]
+
+
+def night(im, lab, rng):
+    a = _arr(im) / 255.0
+    h, w = lab.shape
+    a = (a ** rng.uniform(1.4, 2.6)) * rng.uniform(0.08, 0.45)
+    cast = np.array([1.1, 0.95, 0.75] if rng.random() < 0.6 else [0.8, 0.9, 1.15], np.float32)
+    a = a * cast
+    for _ in range(rng.randint(0, 6)):  # street lamps and lit windows, upper part
+        a += _glow(h, w, rng.uniform(0, w), rng.uniform(0, h * 0.55), rng.uniform(4, w * 0.04), rng.uniform(0.3, 1.0)) * np.array([1.0, 0.85, 0.55], np.float32)
+    if rng.random() < 0.8:  # own headlights: the road ahead, brighter near the car
+        yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+        horizon = h * rng.uniform(0.45, 0.6)
+        t = np.clip((yy - horizon) / (h - horizon), 0, 1)
+        cone = np.exp(-((xx - w / 2) / (w * (0.1 + 0.4 * t) + 1)) ** 2) * t
+        a += (cone * rng.uniform(0.15, 0.45))[..., None]
+    a += np.random.default_rng(rng.randrange(1 << 30)).normal(0, rng.uniform(0.005, 0.03), a.shape).astype(np.float32)
+    return _img(a * 255), lab
+
+
+def dusk(im, lab, rng):
+    a = _arr(im) / 255.0
+    h, w = lab.shape
+    a = a * rng.uniform(0.35, 0.75)
+    t = np.linspace(0, 1, h, dtype=np.float32)[:, None, None]
+    top, low = np.array([0.25, 0.3, 0.55], np.float32), np.array([0.6, 0.35, 0.15], np.float32)
+    tint = top * (1 - t) + low * t
+    a = a * (0.75 + 0.5 * tint)
+    return _img(a * 255), lab
+
+
+def glare(im, lab, rng):
+    a = _arr(im) / 255.0
+    h, w = lab.shape
+    cx, cy = rng.uniform(0, w), rng.uniform(-0.1 * h, 0.45 * h)
+    a = a * (1 - rng.uniform(0.1, 0.35)) + rng.uniform(0.1, 0.35)  # veiling glare lifts the blacks
+    a += _glow(h, w, cx, cy, rng.uniform(0.1, 0.35) * w, rng.uniform(0.6, 1.5)) * np.array([1.0, 0.95, 0.85], np.float32)
+    return _img(a * 255), lab
+
+
+def haze(im, lab, rng):
+    a = _arr(im) / 255.0
+    h, w = lab.shape
+    horizon = rng.uniform(0.3, 0.6)
+    rows = np.linspace(0, 1, h, dtype=np.float32)
+    density = rng.uniform(0.3, 0.8) * np.clip(1.0 - np.abs(rows - horizon) / max(horizon, 1 - horizon), 0.15, 1.0)
+    air = rng.uniform(0.7, 0.95)
+    a = a * (1 - density[:, None, None]) + air * density[:, None, None]
+    return _img(a * 255), lab
+
+
+def blur_and_codec(im, lab, rng):
+    if rng.random() < 0.5:
+        im = im.filter(ImageFilter.GaussianBlur(rng.uniform(0.5, 2.0)))
+    else:
+        k = rng.choice([3, 5])  # PIL kernels are 3x3 or 5x5
+        kernel = [1.0 / k if i // k == k // 2 else 0.0 for i in range(k * k)]  # horizontal motion
+        im = im.filter(ImageFilter.Kernel((k, k), kernel, scale=1))
+    import io
+
+    buf = io.BytesIO()
+    im.save(buf, "JPEG", quality=rng.randint(15, 60))
+    buf.seek(0)
+    return Image.open(buf).convert("RGB"), lab
+
+
+def camera(im, lab, rng):
+    w, h = im.size
+    angle = rng.uniform(-7, 7)
+    zoom = rng.uniform(0.85, 1.25)
+    cx, cy = w * rng.uniform(0.4, 0.6), h * rng.uniform(0.4, 0.6)
+    # Inverse map: output (x, y) -> input, rotation by `angle` and scale 1/zoom about (cx, cy).
+    c, s = math.cos(math.radians(angle)) / zoom, math.sin(math.radians(angle)) / zoom
+    coeffs = (c, s, cx - c * cx - s * cy, -s, c, cy + s * cx - c * cy)
+    out = im.transform((w, h), Image.AFFINE, coeffs, Image.BILINEAR, fillcolor=(0, 0, 0))
+    lab_im = Image.fromarray(lab).transform((w, h), Image.AFFINE, coeffs, Image.NEAREST, fillcolor=IGNORE)
+    return out, np.asarray(lab_im).copy()
+
+
+def bars(im, lab, rng):
+    a = np.asarray(im).copy()
+    lab = lab.copy()
+    h, w = lab.shape
+    if rng.random() < 0.5:
+        n = int(w * rng.uniform(0.05, 0.15))
+        a[:, :n] = a[:, w - n:] = 0
+        lab[:, :n] = lab[:, w - n:] = IGNORE
+    else:
+        n = int(h * rng.uniform(0.05, 0.12))
+        a[:n] = a[h - n:] = 0
+        lab[:n] = lab[h - n:] = IGNORE
+    return Image.fromarray(a), lab
+
+
+def hood(im, lab, rng):
+    w, h = im.size
+    height = h * rng.uniform(0.06, 0.22)
+    sag = height * rng.uniform(0.1, 0.6)  # the bonnet's edge curves down at the sides
+    top = h - height
+    pts = [(x, top + sag * (2 * x / w - 1) ** 2) for x in np.linspace(0, w, 33)]
+    mask = Image.new("L", (w, h), 0)
+    ImageDraw.Draw(mask).polygon(pts + [(w, h), (0, h)], fill=255)
+    m = np.asarray(mask, np.float32)[..., None] / 255.0
+    paint = np.array(rng.choice([(20, 20, 22), (235, 235, 238), (150, 150, 155), (120, 15, 20), (20, 40, 90), (60, 60, 55)]), np.float32)
+    yy = np.mgrid[0:h, 0:w][0].astype(np.float32)
+    shade = 0.7 + 0.5 * np.clip((yy - top) / max(height, 1), 0, 1)[..., None]  # darker towards the car
+    body = paint * shade
+    sky = _arr(im)[: max(int(top), 1)].mean(axis=(0, 1))  # the sky's colour, reflected
+    reflect = rng.uniform(0.05, 0.35)
+    body = body * (1 - reflect) + sky * reflect
+    a = _arr(im) * (1 - m) + body * m
+    if rng.random() < 0.3:  # a dashboard band under the windscreen instead of paint near the bottom
+        band = int(height * rng.uniform(0.2, 0.5))
+        a[h - band:] = np.array([25, 25, 28], np.float32) + rng.uniform(0, 20)
+    lab = lab.copy()
+    lab[np.asarray(mask) > 127] = CAR
+    return _img(a), lab
+
+
+# (function, probability) in the order applied: geometry first, then the
+# scene's light, then what the camera and codec do to it.
+AUGMENTS = [
+    (camera, 0.35),
+    (hood, 0.25),
+    (night, 0.15),
+    (dusk, 0.15),
+    (glare, 0.1),
+    (haze, 0.1),
+    (bars, 0.08),
+    (blur_and_codec, 0.3),
+]
+
+
+def random_road_augment(im, lab, rng, strength=1.0):
+    """Applies each augmentation with its probability times `strength`."""
+    for fn, p in AUGMENTS:
+        if rng.random() < p * strength:
+            im, lab = fn(im, lab, rng)
+    return im, lab
+
+
+def _preview(data, out, n_frames, seed):
+    import glob
+    import os
+
+    rng = random.Random(seed)
+    files = sorted(glob.glob(os.path.join(data, "train", "*")))
+    picks = rng.sample(files, n_frames)
+    tiles = []
+    for f in picks:
+        im = Image.open(f).convert("RGB")
+        lab = np.asarray(Image.open(os.path.join(data, "trainannot", os.path.splitext(os.path.basename(f))[0] + ".png")))
+        row = [(im, lab)] + [fn(im, lab, rng) for fn, _ in AUGMENTS]
+        tiles.append(row)
+    tw, th = 240, 180
+    sheet = Image.new("RGB", (tw * len(tiles[0]), th * len(tiles)))
+    for r, row in enumerate(tiles):
+        for c, (im, lab) in enumerate(row):
+            t = im.resize((tw, th))
+            edge = np.asarray(Image.fromarray(((lab == ROAD) * 255).astype(np.uint8)).resize((tw, th)).filter(ImageFilter.FIND_EDGES)) > 0
+            a = np.asarray(t).copy()
+            a[edge] = (255, 0, 200)
+            sheet.paste(Image.fromarray(a), (c * tw, r * th))
+    sheet.save(out)
+    print(f"{out}: {len(tiles)} frames x (original + {', '.join(fn.__name__ for fn, _ in AUGMENTS)})")
+
+
+def _selftest():
+    rng = random.Random(0)
+    im = Image.fromarray(np.random.default_rng(0).integers(0, 255, (90, 120, 3), dtype=np.uint8))
+    lab = np.full((90, 120), ROAD, np.uint8)
+    for fn, _ in AUGMENTS:
+        out, out_lab = fn(im, lab, rng)
+        assert out.size == im.size and out.mode == "RGB", fn.__name__
+        assert out_lab.shape == lab.shape and out_lab.dtype == np.uint8, fn.__name__
+        assert set(np.unique(out_lab)) <= {ROAD, CAR, IGNORE}, fn.__name__
+    _, hl = hood(im, lab, random.Random(1))
+    assert (hl[-1] == CAR).all() and (hl[0] == ROAD).all(), "the bonnet is car at the bottom, the top untouched"
+    print("augment self-test: ok")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--preview", metavar="PNG")
+    ap.add_argument("--data", default="../shared/data/camvid")
+    ap.add_argument("--frames", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--selftest", action="store_true")
+    a = ap.parse_args()
+    if a.selftest or not a.preview:
+        _selftest()
+    if a.preview:
+        _preview(a.data, a.preview, a.frames, a.seed)

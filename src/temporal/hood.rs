@@ -310,8 +310,43 @@ impl HoodEstimator {
                 known[known.len() / 2]
             })
             .collect();
+        // A bonnet's edge is a smooth curve: the medians' steps are averaged
+        // out (Gaussian-weighted over the hood's own columns, so its sides
+        // stay where they are), and pixels between cell centres interpolated.
+        let sigma = (self.cols as f32 / 48.0).max(1.0);
+        let reach = (3.0 * sigma) as usize;
+        let heights: Vec<f32> = (0..self.cols)
+            .map(|c| {
+                if smoothed[c] == 0 {
+                    return 0.0;
+                }
+                let (mut sum, mut weight) = (0.0f32, 0.0f32);
+                for n in c.saturating_sub(reach)..(c + reach + 1).min(self.cols) {
+                    if smoothed[n] > 0 {
+                        let d = (n as f32 - c as f32) / sigma;
+                        let g = (-0.5 * d * d).exp();
+                        sum += g * smoothed[n] as f32;
+                        weight += g;
+                    }
+                }
+                sum / weight
+            })
+            .collect();
+        let cell_w = self.cell_w as f32;
         let top = (0..self.width)
-            .map(|x| (self.height - smoothed[x / self.cell_w] * self.cell_h) as u32)
+            .map(|x| {
+                let c = x / self.cell_w;
+                let h = if heights[c] == 0.0 {
+                    0.0
+                } else {
+                    // Between this cell's centre and its neighbour's, where both are hood.
+                    let at = (x as f32 + 0.5) / cell_w - 0.5;
+                    let (a, b) = (at.floor().max(0.0) as usize, (at.floor().max(0.0) as usize + 1).min(self.cols - 1));
+                    let t = (at - a as f32).clamp(0.0, 1.0);
+                    if heights[a] > 0.0 && heights[b] > 0.0 { heights[a] * (1.0 - t) + heights[b] * t } else { heights[c] }
+                };
+                self.height.saturating_sub((h * self.cell_h as f32).round() as usize) as u32
+            })
             .collect();
         HoodMask::from_tops(self.width, self.height, top)
     }

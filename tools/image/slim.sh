@@ -65,7 +65,7 @@ needed=$( {
 } | sed 's/:.*//; s/ //g' | sort -u)
 installed=$(dpkg-query -W -f '${Package}\n' | sort -u)
 purge=$(echo "$installed" | grep -vxF "$needed" || true)
-before=$(du -sxm / | cut -f1)
+before=$(du -sm /usr | cut -f1)
 if [ -n "$purge" ]; then
   echo "slim: purging $(echo "$purge" | wc -l) packages:" $purge
   # shellcheck disable=SC2086
@@ -75,4 +75,4 @@ if [ -n "$purge" ]; then
 fi
 missing=$(for f in /usr/bin/roadseg /usr/bin/curl $scanner "$plugdir"/*.so; do ldd "$f" | grep "not found" | sed "s|^|$f: |" || true; done)
 [ -z "$missing" ] || { echo "slim: libraries gone after the purge: $missing" >&2; exit 1; }
-echo "slim: root $before MB -> $(du -sxm / | cut -f1) MB"
+echo "slim: /usr $before MB -> $(du -sm /usr | cut -f1) MB"

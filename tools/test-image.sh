@@ -19,7 +19,9 @@ step() { echo; echo "== test-image [$(( $(date +%s) - started )) s] $*"; }
 fail() { echo "test-image: FAIL: $*" >&2; exit 1; }
 
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | sed -n 1p)
-image=localhost/roadseg-test:$version-$$
+# The name build-image.sh gives it; removed from podman's store at the end (the
+# archives stay in target/image).
+image=localhost/roadseg:$version
 name=roadseg-test-$$
 max_mb=${MAX_MB:-250}
 SUDO=""
@@ -57,13 +59,28 @@ trap cleanup EXIT
 
 step "1. build the image"
 IMAGE=$image ./tools/build-image.sh
+# One-off runs below use --no-healthcheck: podman schedules a HEALTHCHECK with a
+# systemd timer, and without systemd here it logs "unable to get systemd
+# connection" for the long-running container (harmless; step 5a runs the check).
 
 step "2. run it"
-uid=$("${pod[@]}" run --rm --network=none --entrypoint /usr/bin/id "$image" -u)
-user=$("${pod[@]}" run --rm --network=none --entrypoint /usr/bin/id "$image" -un)
+uid=$("${pod[@]}" run --rm --no-healthcheck --network=none --entrypoint /usr/bin/id "$image" -u)
+user=$("${pod[@]}" run --rm --no-healthcheck --network=none --entrypoint /usr/bin/id "$image" -un)
 echo "the image runs as $user (uid $uid)"
 [ "$uid" != 0 ] || fail "the image runs as root"
 [ "$user" = roadseg ] || fail "the image runs as $user, not roadseg"
+
+# The image's own /etc/roadseg/roadseg.toml listens on 0.0.0.0: refused (exit 78,
+# EX_CONFIG) without credentials, accepted with them from the environment.
+set +e
+"${pod[@]}" run --rm --no-healthcheck --network=none "$image" check-config /etc/roadseg/roadseg.toml > "$work/default.txt" 2>&1
+rc=$?
+set -e
+cat "$work/default.txt"
+[ "$rc" = 78 ] || fail "the image's default config without credentials: exit $rc, not 78"
+"${pod[@]}" run --rm --no-healthcheck --network=none -e ROADSEG__RTSP__USERNAME=viewer -e ROADSEG__RTSP__PASSWORD=change-me \
+  "$image" check-config /etc/roadseg/roadseg.toml
+echo "the image's default config: exit 78 without credentials, accepted with ROADSEG__RTSP__USERNAME/PASSWORD"
 
 mkdir -p "$work/etc" "$work/recordings"
 # A 6 s 320x240 H.264 High-profile clip, looped by the daemon as a second camera.
@@ -118,7 +135,7 @@ TOML
 chmod 0755 "$work/etc"
 chmod 0644 "$work/etc"/*
 chown "$uid" "$work/recordings"
-"${pod[@]}" run --rm --network=none -v "$work/etc:/etc/roadseg:ro" "$image" check-config /etc/roadseg/roadseg.toml
+"${pod[@]}" run --rm --no-healthcheck --network=none -v "$work/etc:/etc/roadseg:ro" "$image" check-config /etc/roadseg/roadseg.toml
 "${pod[@]}" run -d --name "$name" \
   -p "127.0.0.1:$mport:9464" -p "127.0.0.1:$rport:8554" \
   -v "$work/etc:/etc/roadseg:ro" -v "$work/recordings:/var/lib/roadseg/recordings" \
@@ -215,6 +232,22 @@ step "5b. size"
 size=$("${pod[@]}" image inspect --format '{{.Size}}' "$image")
 echo "image size: $((size / 1000000)) MB ($size bytes), limit $max_mb MB"
 [ "$size" -lt $((max_mb * 1000000)) ] || fail "the image is $((size / 1000000)) MB, over $max_mb MB"
+oci=target/image/roadseg-$version.oci.tar
+docker_tar=target/image/roadseg-$version.docker.tar
+echo "archives: $oci $(du -m "$oci" | cut -f1) MB, $docker_tar $(du -m "$docker_tar" | cut -f1) MB"
+# Each archive loads into an empty store; the OCI image config has no HEALTHCHECK
+# field, so only the docker-archive keeps it.
+for a in "oci-archive:$oci" "docker-archive:$docker_tar"; do
+  store=(podman --root "$work/store/root" --runroot "$work/store/run")
+  loaded=$("${store[@]}" load -q -i "${a#*:}" | sed -n 's/^Loaded image[^:]*: //p' | head -n 1)
+  hc=$("${store[@]}" image inspect --format '{{.Config.Healthcheck}}' "$loaded")
+  echo "${a%%:*}: loads as $loaded, user $("${store[@]}" image inspect --format '{{.Config.User}}' "$loaded"), HEALTHCHECK ${hc}"
+  if [ "${a%%:*}" = docker-archive ]; then
+    case "$hc" in *healthz*) ;; *) fail "the docker-archive lost the HEALTHCHECK" ;; esac
+  fi
+  "${store[@]}" rmi -a -f >/dev/null
+  rm -rf "$work/store"
+done
 
 echo
 echo "test-image: passed in $(( $(date +%s) - started )) s: $image ($((size / 1000000)) MB) runs as $user, streams up, $segments segments play, SIGTERM exit 0, healthcheck healthy"

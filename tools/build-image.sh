@@ -11,7 +11,8 @@
 #
 #   ./tools/build-image.sh                   # builds the .deb first (tools/build-deb.sh)
 #   DEB=target/debian/roadseg_0.1.0_amd64.deb ./tools/build-image.sh   # an existing .deb
-#   FULL=1 ./tools/build-image.sh            # everything the .deb depends on (gst-libav), ~750 MB
+#   FULL=1 ./tools/build-image.sh            # untrimmed: everything the .deb depends on
+#                                            # (gst-libav and all plugins): localhost/roadseg:<version>-full
 #
 # Needs root, podman, runc and mmdebstrap (apt-get install -y podman runc
 # mmdebstrap) and the Debian mirror (MIRROR, default http://deb.debian.org).
@@ -22,9 +23,11 @@ version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | sed -n 1p)
 arch=$(dpkg --print-architecture)
 suite=bookworm
 mirror=${MIRROR:-http://deb.debian.org}
-image=${IMAGE:-localhost/roadseg:$version}
-out=target/image
 full=${FULL:-0}
+flavour=""
+[ "$full" = 1 ] && flavour=-full
+image=${IMAGE:-localhost/roadseg:$version$flavour}
+out=target/image
 
 if [ -z "${DEB:-}" ]; then
   ./tools/build-deb.sh
@@ -52,7 +55,7 @@ deps=$(dpkg-deb -f "$DEB" Depends | tr ',' '\n' | sed 's/[(|].*//; s/[[:space:]]
 echo "build-image: $suite root with $deps"
 
 mkdir -p "$out"
-rootfs=$out/rootfs.tar
+rootfs=$out/rootfs$flavour.tar
 rm -f "$rootfs"
 # The image's default config: the package's (model under /usr/share/roadseg),
 # listening on every address of the container, so -p can publish the ports;
@@ -86,15 +89,15 @@ mmdebstrap --variant=minbase --mode=root --format=tar --include="ca-certificates
   "$suite" "$rootfs" \
   "deb $mirror/debian $suite main" "deb $mirror/debian $suite-updates main" "deb $mirror/debian-security $suite-security main"
 
-rootfs_image=localhost/roadseg-rootfs:$version
+rootfs_image=localhost/roadseg-rootfs:$version$flavour
 podman import "$rootfs" "$rootfs_image" >/dev/null
 podman "${runtime[@]}" build --format docker --pull=never --build-arg ROOTFS="$rootfs_image" --build-arg VERSION="$version" \
   -f tools/image/Containerfile -t "$image" tools/image
 podman rmi "$rootfs_image" >/dev/null
 rm -f "$rootfs"
 
-oci=$out/roadseg-$version.oci.tar
-docker_tar=$out/roadseg-$version.docker.tar
+oci=$out/roadseg-$version$flavour.oci.tar
+docker_tar=$out/roadseg-$version$flavour.docker.tar
 rm -f "$oci" "$docker_tar"
 podman save --format oci-archive -o "$oci" "$image"
 podman save --format docker-archive -o "$docker_tar" "$image"

@@ -69,6 +69,12 @@ user=$("${pod[@]}" run --rm --no-healthcheck --network=none --entrypoint /usr/bi
 echo "the image runs as $user (uid $uid)"
 [ "$uid" != 0 ] || fail "the image runs as root"
 [ "$user" = roadseg ] || fail "the image runs as $user, not roadseg"
+# H.264 from the clip below can only be decoded by openh264 here: no gst-libav.
+plugins=$("${pod[@]}" run --rm --no-healthcheck --network=none --entrypoint /bin/sh "$image" -c \
+  'ls /usr/lib/*-linux-gnu/gstreamer-1.0 | sed "s/^libgst//; s/[.]so$//" | tr "\n" " "')
+echo "GStreamer plugins in the image: $plugins"
+case " $plugins " in *" libav "*) fail "gst-libav is in the trimmed image" ;; esac
+case " $plugins " in *" openh264 "*) ;; *) fail "openh264 is not in the image" ;; esac
 
 # The image's own /etc/roadseg/roadseg.toml listens on 0.0.0.0: refused (exit 78,
 # EX_CONFIG) without credentials, accepted with them from the environment.

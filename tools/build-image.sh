@@ -16,6 +16,9 @@
 #
 # Needs root, podman, runc and mmdebstrap (apt-get install -y podman runc
 # mmdebstrap) and the Debian mirror (MIRROR, default http://deb.debian.org).
+# mmdebstrap hooks are shell snippets that mmdebstrap runs with the root as $1:
+# single-quoted on purpose.
+# shellcheck disable=SC2016
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -23,7 +23,9 @@ required="coreelements typefindfunctions playback app videoconvertscale videotes
 # (NVDEC/NVENC, libraries from the host), VA-API (driver not included),
 # http(s) (libsoup, HLS, MJPEG), V4L2 cameras, JPEG.
 optional="mpegtsdemux matroska de265 nvcodec va soup hls multipart video4linux2 jpeg"
-keep="$required $optional"
+# One line, space-separated, for the match below.
+# shellcheck disable=SC2086,SC2116
+keep=" $(echo $required $optional) "
 
 for p in $required; do
   [ -f "$plugdir/libgst$p.so" ] || { echo "slim: required plugin libgst$p.so not installed" >&2; exit 1; }
@@ -31,7 +33,7 @@ done
 removed=0
 for f in "$plugdir"/libgst*.so; do
   n=${f##*/libgst}; n=${n%.so}
-  case " $(echo $keep) " in
+  case "$keep" in
     *" $n "*) ;;
     *) rm -f "$f"; removed=$((removed + 1)) ;;
   esac
@@ -67,7 +69,7 @@ installed=$(dpkg-query -W -f '${Package}\n' | sort -u)
 purge=$(echo "$installed" | grep -vxF "$needed" || true)
 before=$(du -sm /usr | cut -f1)
 if [ -n "$purge" ]; then
-  echo "slim: purging $(echo "$purge" | wc -l) packages:" $purge
+  echo "slim: purging $(echo "$purge" | wc -l) packages: $(echo "$purge" | tr '\n' ' ')"
   # shellcheck disable=SC2086
   # Its warnings (the broken Depends) go to a log, shown if it fails.
   dpkg --purge --force-depends $purge >/tmp/slim-dpkg.log 2>&1 || { cat /tmp/slim-dpkg.log >&2; exit 1; }

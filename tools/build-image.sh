@@ -60,17 +60,24 @@ echo "build-image: $suite root with $deps"
 mkdir -p "$out"
 rootfs=$out/rootfs$flavour.tar
 rm -f "$rootfs"
-# The image's default config: the package's (model under /usr/share/roadseg),
-# listening on every address of the container, so -p can publish the ports;
-# such an address needs credentials (README "Container image").
+# The account gets a fixed uid/gid (10001, what deploy/kubernetes runs as), made
+# before the .deb: its postinst (systemd-sysusers) keeps an existing account
+# and adds it to the video and render groups.
+uid=${ROADSEG_UID:-10001}
 hooks=(
+  --customize-hook="chroot \"\$1\" groupadd --system --gid $uid roadseg"
+  --customize-hook="chroot \"\$1\" useradd --system --uid $uid --gid $uid --home-dir /var/lib/roadseg --no-create-home --shell /usr/sbin/nologin --comment 'roadseg daemon' roadseg"
   --customize-hook="copy-in $DEB /tmp"
   --customize-hook='chroot "$1" dpkg -i /tmp/'"$(basename "$DEB")"
   --customize-hook='rm -f "$1"/tmp/*.deb'
+  # The image's default config: the package's (model under /usr/share/roadseg),
+  # listening on every address of the container, so -p can publish the ports;
+  # such an address needs credentials (README "Container image").
   --customize-hook='sed -i "s|^listen = \"127.0.0.1:9464\"|listen = \"0.0.0.0:9464\"|; s|^listen = \"127.0.0.1:8554\"|listen = \"0.0.0.0:8554\"|" "$1/etc/roadseg/roadseg.toml"'
   --customize-hook='grep -q "^listen = \"0.0.0.0:9464\"" "$1/etc/roadseg/roadseg.toml" && grep -q "^listen = \"0.0.0.0:8554\"" "$1/etc/roadseg/roadseg.toml"'
   # The working directory and volume: owned by the service account.
   --customize-hook='chroot "$1" install -d -o roadseg -g roadseg -m 0750 /var/lib/roadseg'
+  --customize-hook="test \"\$(chroot \"\$1\" id -u roadseg)\" = $uid"
 )
 if [ "$full" != 1 ]; then
   hooks+=(

@@ -142,7 +142,9 @@ chmod 0755 "$work/etc"
 chmod 0644 "$work/etc"/*
 chown "$uid" "$work/recordings"
 "${pod[@]}" run --rm --no-healthcheck --network=none -v "$work/etc:/etc/roadseg:ro" "$image" check-config /etc/roadseg/roadseg.toml
-"${pod[@]}" run -d --name "$name" \
+# Hardened as deploy/kubernetes runs it: read-only root (podman puts tmpfs on
+# /tmp, /run, /var/tmp), no capabilities, no privilege escalation.
+"${pod[@]}" run -d --name "$name" --read-only --cap-drop=all --security-opt=no-new-privileges \
   -p "127.0.0.1:$mport:9464" -p "127.0.0.1:$rport:8554" \
   -v "$work/etc:/etc/roadseg:ro" -v "$work/recordings:/var/lib/roadseg/recordings" \
   "$image"

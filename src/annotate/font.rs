@@ -56,12 +56,13 @@ pub fn text_width(text: &str, scale: usize) -> usize {
 }
 
 /// Draws `text` into packed pixels (`channels` 3 or 4, or 1 for a luma plane, which
-/// takes the colour's first value) with its top-left at
-/// (x, y), clipped to the frame.
-pub fn draw_text(pixels: &mut [u8], width: usize, height: usize, channels: usize, x: usize, y: usize, scale: usize, text: &str, colour: [u8; 3]) {
+/// takes the colour's first value) with its top-left at (x.start, y), clipped to
+/// the frame and to columns before `x.end` (the picture's right edge).
+pub fn draw_text(pixels: &mut [u8], width: usize, height: usize, channels: usize, x: std::ops::Range<usize>, y: usize, scale: usize, text: &str, colour: [u8; 3]) {
+    let right = x.end.min(width);
     for (i, c) in text.chars().enumerate() {
         let rows = glyph(c);
-        let gx = x + i * 6 * scale;
+        let gx = x.start + i * 6 * scale;
         for (ry, bits) in rows.iter().enumerate() {
             for rx in 0..5 {
                 if bits & (0x10 >> rx) == 0 {
@@ -70,7 +71,7 @@ pub fn draw_text(pixels: &mut [u8], width: usize, height: usize, channels: usize
                 for dy in 0..scale {
                     for dx in 0..scale {
                         let (px, py) = (gx + rx * scale + dx, y + ry * scale + dy);
-                        if px < width && py < height {
+                        if px < right && py < height {
                             let o = (py * width + px) * channels;
                             let n = channels.min(3);
                             pixels[o..o + n].copy_from_slice(&colour[..n]);

@@ -14,7 +14,8 @@ use font::{draw_text, shade_box, text_width};
 /// What the status line reports for one frame.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct FrameStats {
-    /// Share of the scene (the frame less the hood) that is road.
+    /// Share of the scene (the picture inside any letterbox/pillarbox bars,
+    /// less the hood) that is road.
     pub road_coverage: f32,
     /// Share of the frame that is the ego vehicle's hood.
     pub hood_coverage: f32,
@@ -88,7 +89,7 @@ impl Annotator {
             }
         }
         let white = if format == PixelFormat::Nv12 { [235; 3] } else { [255; 3] };
-        draw_text(pixels, w, h, channels, x0 + pad, y0 + pad, scale, &text, white);
+        draw_text(pixels, w, h, channels, x0 + pad..x1, y0 + pad, scale, &text, white);
     }
 }
 
@@ -198,5 +199,24 @@ mod tests {
         let px = |x: usize, y: usize| rgba[(y * w + x) * 4..(y * w + x) * 4 + 3].to_vec();
         assert_ne!(px(5, 60), px(5, 40), "hood and road look different");
         assert!(px(5, 60)[2] > px(5, 60)[0], "hood tinted towards {:?}", style.hood_colour);
+    }
+
+    #[test]
+    fn nothing_is_drawn_on_bars_and_the_status_sits_in_the_picture() {
+        // Rule: with pillarbox bars every bar pixel keeps its bytes (road tint and status line alike), and the road inside the picture is tinted.
+        let (w, h) = (64, 64);
+        let (seg, a, stats) = scene(|_| 0);
+        let bars = crate::temporal::Bars { left: 8, right: 6, ..crate::temporal::Bars::NONE };
+        let hood = HoodMask::none(w, h).with_bars(bars);
+        let mut rgba = vec![7u8; w * h * 4];
+        a.draw(&mut rgba, PixelFormat::Rgba, &seg, &hood, &stats);
+        for (i, px) in rgba.chunks(4).enumerate() {
+            let x = i % w;
+            if !(8..w - 6).contains(&x) {
+                assert_eq!(&px[..3], &[7, 7, 7], "bar pixel ({x}, {}) drawn on", i / w);
+            }
+        }
+        assert_ne!(&rgba[((h - 1) * w + 30) * 4..((h - 1) * w + 30) * 4 + 3], &[7, 7, 7], "road in the picture tinted");
+        assert!(rgba.chunks(4).take(w * 15).any(|p| p[..3] == [255, 255, 255]), "status text drawn in the picture");
     }
 }

@@ -113,11 +113,11 @@ plan() {
       ;;
     torch)
       echo "1 20 header header"
-      echo "2 30 bundled-fast bundled fast 300"
+      echo "2 60 bundled-fast bundled fast 300" # the first run compiles the kernels
       echo "3 40 bundled-accurate bundled accurate 100"
       echo "4 60 ckpt-b5 ckpt b5"
       echo "5 30 b5-default bench b5 default"
-      echo "6 280 torch-b5 torch b5 reduce-overhead eager_fp16,channels_last_sdpa_fp16,compile_max_autotune_fp16"
+      echo "6 250 torch-b5 torch b5 reduce-overhead eager_fp16,channels_last_sdpa_fp16,compile_max_autotune_fp16"
       ;;
     ncu)
       echo "1 20 header header"

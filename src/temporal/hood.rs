@@ -321,13 +321,12 @@ impl HoodEstimator {
                     return 0.0;
                 }
                 let (mut sum, mut weight) = (0.0f32, 0.0f32);
-                for n in c.saturating_sub(reach)..(c + reach + 1).min(self.cols) {
-                    if smoothed[n] > 0 {
-                        let d = (n as f32 - c as f32) / sigma;
-                        let g = (-0.5 * d * d).exp();
-                        sum += g * smoothed[n] as f32;
-                        weight += g;
-                    }
+                let near = smoothed.iter().enumerate().take((c + reach + 1).min(self.cols)).skip(c.saturating_sub(reach));
+                for (n, &run) in near.filter(|&(_, &run)| run > 0) {
+                    let d = (n as f32 - c as f32) / sigma;
+                    let g = (-0.5 * d * d).exp();
+                    sum += g * run as f32;
+                    weight += g;
                 }
                 sum / weight
             })

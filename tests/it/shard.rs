@@ -29,20 +29,7 @@ fn config(dir: &Path, metrics: u16, names: &[String]) -> std::path::PathBuf {
 
 /// `roadseg run` with extra environment (the shard settings).
 fn start(config: &Path, log: &Path, env: &[(&str, &str)]) -> Daemon {
-    let child = Command::new(BIN)
-        .args(["run", "--config"])
-        .arg(config)
-        .env("ROADSEG_LOG", "info")
-        .env("NO_COLOR", "1")
-        .env_remove("NOTIFY_SOCKET")
-        .env_remove("ROADSEG_SHARDS")
-        .env_remove("ROADSEG__DAEMON__SHARD")
-        .envs(env.iter().copied())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .expect("spawning roadseg run");
-    Daemon { child, log: log.to_path_buf() }
+    Daemon::start_with_env(config, log, env)
 }
 
 /// The stream names a daemon's /api/v1/streams lists (None until it answers).

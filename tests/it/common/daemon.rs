@@ -52,6 +52,12 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(config: &Path, log: &Path) -> Daemon {
+        Daemon::start_with_env(config, log, &[])
+    }
+
+    /// `roadseg run` with extra environment; the shard settings of the
+    /// caller's environment are never inherited.
+    pub fn start_with_env(config: &Path, log: &Path, env: &[(&str, &str)]) -> Daemon {
         let err = std::fs::File::create(log).unwrap();
         let child = Command::new(BIN)
             .args(["run", "--config"])
@@ -59,6 +65,9 @@ impl Daemon {
             .env("ROADSEG_LOG", "info")
             .env("NO_COLOR", "1")
             .env_remove("NOTIFY_SOCKET")
+            .env_remove("ROADSEG_SHARDS")
+            .env_remove("ROADSEG__DAEMON__SHARD")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(err)
             .spawn()

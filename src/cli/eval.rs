@@ -1,14 +1,16 @@
-//! `roadseg eval`: per-class IoU and mIoU on a labelled image folder.
+//! `roadseg eval`: per-class IoU and mIoU on a labelled image folder, or road
+//! IoU against drawn road polygons (`--road-polygons`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use clap::Args;
 use roadseg::engine::{FrameRef, PixelFormat};
 use roadseg::eval::Confusion;
+use roadseg::eval::road_polygons::{RoadPolygonSet, RoadScore};
 use roadseg::images;
 
-use super::common::{ModelArgs, load_engine, parse_size};
+use super::common::{Loaded, ModelArgs, load_engine, parse_size};
 
 #[derive(Args, Debug)]
 pub struct EvalArgs {
@@ -18,8 +20,17 @@ pub struct EvalArgs {
     #[arg(long)]
     pub images: PathBuf,
     /// Folder of label PNGs (class index per pixel), named like the images.
+    #[arg(long, required_unless_present = "road_polygons", conflicts_with = "road_polygons")]
+    pub labels: Option<PathBuf>,
+    /// Road-only truth: a JSON file of road / not-road / ignore polygons per
+    /// image (format: tools/eval/unseen-road.json). Scores road IoU, recall
+    /// and false road; only the images it names are used.
     #[arg(long)]
-    pub labels: PathBuf,
+    pub road_polygons: Option<PathBuf>,
+    /// With --road-polygons: write each frame as a picture of the score
+    /// (green found road, red false road, blue missed road, grey not scored).
+    #[arg(long, requires = "road_polygons")]
+    pub compare_out: Option<PathBuf>,
     /// Label value that is not scored.
     #[arg(long, default_value_t = 255)]
     pub ignore_index: u8,
@@ -32,17 +43,29 @@ pub struct EvalArgs {
 }
 
 pub fn run(args: EvalArgs) -> Result<()> {
-    let files = images::list_images(&args.images)?;
-    let first = images::load_rgb(&files[0])?;
+    match (&args.labels, &args.road_polygons) {
+        (_, Some(polygons)) => run_road_polygons(&args, polygons),
+        (Some(labels), None) => run_label_maps(&args, labels),
+        (None, None) => bail!("give --labels DIR (label maps) or --road-polygons FILE"),
+    }
+}
+
+fn engine_for(args: &EvalArgs, first: &Path) -> Result<((usize, usize), Loaded)> {
+    let first = images::load_rgb(first)?;
     let size = args.size.unwrap_or_else(|| roadseg::input_size::default_for(first.width(), first.height()));
     // Scores plain argmax: the confidence threshold is a display choice.
-    let mut loaded = load_engine(&args.model, size, 0.0)?;
+    Ok((size, load_engine(&args.model, size, 0.0)?))
+}
+
+fn run_label_maps(args: &EvalArgs, labels_dir: &Path) -> Result<()> {
+    let files = images::list_images(&args.images)?;
+    let (size, mut loaded) = engine_for(args, &files[0])?;
     let labels = loaded.engine.labels().to_vec();
     let mut confusion = Confusion::new(labels.len());
     let mut total_ms = 0.0;
     for file in &files {
         let stem = file.file_stem().unwrap_or_default().to_string_lossy().into_owned();
-        let label_path = args.labels.join(format!("{stem}.png"));
+        let label_path = labels_dir.join(format!("{stem}.png"));
         if !label_path.exists() {
             bail!("no label map {} for image {}", label_path.display(), file.display());
         }
@@ -54,8 +77,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
         let frame = FrameRef::packed(img.as_raw(), img.width() as usize, img.height() as usize, PixelFormat::Rgb);
         let seg = loaded.engine.run_frame(&frame)?;
         confusion.add(truth.as_raw(), &seg.classes, Some(args.ignore_index));
-        let t = loaded.engine.timings();
-        total_ms += t.preprocess_ms + t.inference_ms + t.postprocess_ms;
+        total_ms += frame_ms(&loaded);
     }
     let iou = confusion.iou();
     println!("model {} on {} images at {}x{} ({:?} preset)", args.model.model.display(), files.len(), size.0, size.1, args.model.preset);
@@ -79,4 +101,88 @@ pub fn run(args: EvalArgs) -> Result<()> {
         println!("{out}");
     }
     Ok(())
+}
+
+fn run_road_polygons(args: &EvalArgs, polygons: &Path) -> Result<()> {
+    let set = RoadPolygonSet::load(polygons)?;
+    let files: Vec<PathBuf> = set.frames.iter().map(|f| args.images.join(&f.name)).collect();
+    if let Some(missing) = files.iter().find(|f| !f.exists()) {
+        bail!(
+            "{} is named in {} but is not there; stage the frames first (tools/eval/stage-unseen-road.sh)",
+            missing.display(),
+            polygons.display()
+        );
+    }
+    let (size, mut loaded) = engine_for(args, &files[0])?;
+    let road_classes = loaded.engine.options().road_classes.clone();
+    let mut total = RoadScore::default();
+    let mut per_frame = Vec::new();
+    let mut total_ms = 0.0;
+    println!("model {} on {} frames of {} at {}x{} ({:?} preset)", args.model.model.display(), files.len(), polygons.display(), size.0, size.1, args.model.preset);
+    println!("{:<28} {:>8} {:>8} {:>11}  what", "frame", "road IoU", "recall", "false road");
+    for (frame, file) in set.frames.iter().zip(&files) {
+        let img = images::load_rgb(file)?;
+        if [img.width() as usize, img.height() as usize] != frame.size {
+            bail!("{} is {}x{} but {} draws it as {:?}", file.display(), img.width(), img.height(), polygons.display(), frame.size);
+        }
+        let truth = frame.rasterise();
+        let packed = FrameRef::packed(img.as_raw(), frame.size[0], frame.size[1], PixelFormat::Rgb);
+        let seg = loaded.engine.run_frame(&packed).with_context(|| format!("running the model on {}", file.display()))?;
+        let predicted = seg.road_mask(&road_classes);
+        let score = RoadScore::of(&truth, predicted.iter().map(|&r| r == 1));
+        if let Some(dir) = &args.compare_out {
+            write_comparison(dir, &frame.name, &img, &truth, &predicted)?;
+        }
+        total_ms += frame_ms(&loaded);
+        println!("{:<28} {:>8.4} {:>8.4} {:>10.2}%  {}", frame.name, score.iou(), score.recall(), 100.0 * score.false_road_rate(), frame.what);
+        total.add(score);
+        per_frame.push((frame.name.clone(), score));
+    }
+    let mean = per_frame.iter().map(|(_, s)| s.iou()).sum::<f64>() / per_frame.len() as f64;
+    println!("{:<28} {:>8.4} {:>8.4} {:>10.2}%  (all pixels of all frames)", "road, pooled", total.iou(), total.recall(), 100.0 * total.false_road_rate());
+    println!("{:<28} {:>8.4}", "road, mean of frames", mean);
+    println!("mean time per image: {:.1} ms", total_ms / files.len() as f64);
+    if args.json {
+        let frames: serde_json::Map<String, serde_json::Value> = per_frame
+            .iter()
+            .map(|(n, s)| (n.clone(), serde_json::json!({"road_iou": s.iou(), "recall": s.recall(), "false_road": s.false_road_rate()})))
+            .collect();
+        let out = serde_json::json!({
+            "images": files.len(), "size": [size.0, size.1], "preset": args.model.preset,
+            "road_iou": total.iou(), "road_iou_mean_of_frames": mean, "recall": total.recall(),
+            "false_road": total.false_road_rate(), "frames": frames,
+        });
+        println!("{out}");
+    }
+    Ok(())
+}
+
+/// The frame dimmed, with each scored pixel tinted by its outcome.
+fn write_comparison(dir: &Path, name: &str, img: &image::RgbImage, truth: &[u8], predicted: &[u8]) -> Result<()> {
+    use roadseg::eval::road_polygons::{TRUTH_IGNORE, TRUTH_ROAD};
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut out = img.clone();
+    for ((px, &t), &p) in out.pixels_mut().zip(truth).zip(predicted) {
+        let tint: Option<[u8; 3]> = match (t, p == 1) {
+            (TRUTH_IGNORE, _) => Some([128, 128, 128]),
+            (TRUTH_ROAD, true) => Some([0, 220, 0]),
+            (TRUTH_ROAD, false) => Some([0, 80, 255]),
+            (_, true) => Some([255, 0, 0]),
+            _ => None,
+        };
+        if let Some(tint) = tint {
+            for (c, t) in px.0.iter_mut().zip(tint) {
+                *c = ((*c as u16 + t as u16) / 2) as u8;
+            }
+        }
+    }
+    let stem = Path::new(name).file_stem().unwrap_or_default().to_string_lossy().into_owned();
+    let path = dir.join(format!("{stem}.jpg"));
+    out.save(&path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+fn frame_ms(loaded: &Loaded) -> f64 {
+    let t = loaded.engine.timings();
+    t.preprocess_ms + t.inference_ms + t.postprocess_ms
 }

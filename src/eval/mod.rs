@@ -1,4 +1,7 @@
-//! Per-class IoU and mIoU from a confusion matrix.
+//! Scoring masks against ground truth: per-class IoU and mIoU from a
+//! confusion matrix, and road-only scores against drawn polygons.
+
+pub mod road_polygons;
 
 #[derive(Clone, Debug)]
 pub struct Confusion {

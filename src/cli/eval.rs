@@ -20,7 +20,11 @@ pub struct EvalArgs {
     #[arg(long)]
     pub images: PathBuf,
     /// Folder of label PNGs (class index per pixel), named like the images.
-    #[arg(long, required_unless_present = "road_polygons", conflicts_with = "road_polygons")]
+    #[arg(
+        long,
+        required_unless_present = "road_polygons",
+        conflicts_with = "road_polygons"
+    )]
     pub labels: Option<PathBuf>,
     /// Road-only truth: a JSON file of road / not-road / ignore polygons per
     /// image (format: tools/eval/unseen-road.json). Scores road IoU, recall
@@ -52,7 +56,9 @@ pub fn run(args: EvalArgs) -> Result<()> {
 
 fn engine_for(args: &EvalArgs, first: &Path) -> Result<((usize, usize), Loaded)> {
     let first = images::load_rgb(first)?;
-    let size = args.size.unwrap_or_else(|| roadseg::input_size::default_for(first.width(), first.height()));
+    let size = args
+        .size
+        .unwrap_or_else(|| roadseg::input_size::default_for(first.width(), first.height()));
     // Scores plain argmax: the confidence threshold is a display choice.
     Ok((size, load_engine(&args.model, size, 0.0)?))
 }
@@ -64,23 +70,48 @@ fn run_label_maps(args: &EvalArgs, labels_dir: &Path) -> Result<()> {
     let mut confusion = Confusion::new(labels.len());
     let mut total_ms = 0.0;
     for file in &files {
-        let stem = file.file_stem().unwrap_or_default().to_string_lossy().into_owned();
+        let stem = file
+            .file_stem()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
         let label_path = labels_dir.join(format!("{stem}.png"));
         if !label_path.exists() {
-            bail!("no label map {} for image {}", label_path.display(), file.display());
+            bail!(
+                "no label map {} for image {}",
+                label_path.display(),
+                file.display()
+            );
         }
         let img = images::load_rgb(file)?;
         let truth = images::load_labels(&label_path)?;
         if truth.dimensions() != img.dimensions() {
-            bail!("{} is {:?} but its image is {:?}", label_path.display(), truth.dimensions(), img.dimensions());
+            bail!(
+                "{} is {:?} but its image is {:?}",
+                label_path.display(),
+                truth.dimensions(),
+                img.dimensions()
+            );
         }
-        let frame = FrameRef::packed(img.as_raw(), img.width() as usize, img.height() as usize, PixelFormat::Rgb);
+        let frame = FrameRef::packed(
+            img.as_raw(),
+            img.width() as usize,
+            img.height() as usize,
+            PixelFormat::Rgb,
+        );
         let seg = loaded.engine.run_frame(&frame)?;
         confusion.add(truth.as_raw(), &seg.classes, Some(args.ignore_index));
         total_ms += frame_ms(&loaded);
     }
     let iou = confusion.iou();
-    println!("model {} on {} images at {}x{} ({:?} preset)", args.model.model.display(), files.len(), size.0, size.1, args.model.preset);
+    println!(
+        "model {} on {} images at {}x{} ({:?} preset)",
+        args.model.model.display(),
+        files.len(),
+        size.0,
+        size.1,
+        args.model.preset
+    );
     println!("{:<16} {:>8}", "class", "IoU");
     for (name, v) in labels.iter().zip(&iou) {
         match v {
@@ -89,11 +120,21 @@ fn run_label_maps(args: &EvalArgs, labels_dir: &Path) -> Result<()> {
         }
     }
     println!("{:<16} {:>8.4}", "mIoU", confusion.mean_iou());
-    println!("{:<16} {:>8.4}", "pixel accuracy", confusion.pixel_accuracy());
-    println!("mean time per image: {:.1} ms", total_ms / files.len() as f64);
+    println!(
+        "{:<16} {:>8.4}",
+        "pixel accuracy",
+        confusion.pixel_accuracy()
+    );
+    println!(
+        "mean time per image: {:.1} ms",
+        total_ms / files.len() as f64
+    );
     if args.json {
-        let per_class: serde_json::Map<String, serde_json::Value> =
-            labels.iter().zip(&iou).map(|(n, v)| (n.clone(), serde_json::json!(v))).collect();
+        let per_class: serde_json::Map<String, serde_json::Value> = labels
+            .iter()
+            .zip(&iou)
+            .map(|(n, v)| (n.clone(), serde_json::json!(v)))
+            .collect();
         let out = serde_json::json!({
             "images": files.len(), "size": [size.0, size.1], "preset": args.model.preset,
             "miou": confusion.mean_iou(), "pixel_accuracy": confusion.pixel_accuracy(), "iou": per_class,
@@ -105,7 +146,11 @@ fn run_label_maps(args: &EvalArgs, labels_dir: &Path) -> Result<()> {
 
 fn run_road_polygons(args: &EvalArgs, polygons: &Path) -> Result<()> {
     let set = RoadPolygonSet::load(polygons)?;
-    let files: Vec<PathBuf> = set.frames.iter().map(|f| args.images.join(&f.name)).collect();
+    let files: Vec<PathBuf> = set
+        .frames
+        .iter()
+        .map(|f| args.images.join(&f.name))
+        .collect();
     if let Some(missing) = files.iter().find(|f| !f.exists()) {
         bail!(
             "{} is named in {} but is not there; stage the frames first (tools/eval/stage-unseen-road.sh)",
@@ -118,30 +163,67 @@ fn run_road_polygons(args: &EvalArgs, polygons: &Path) -> Result<()> {
     let mut total = RoadScore::default();
     let mut per_frame = Vec::new();
     let mut total_ms = 0.0;
-    println!("model {} on {} frames of {} at {}x{} ({:?} preset)", args.model.model.display(), files.len(), polygons.display(), size.0, size.1, args.model.preset);
-    println!("{:<28} {:>8} {:>8} {:>11}  what", "frame", "road IoU", "recall", "false road");
+    println!(
+        "model {} on {} frames of {} at {}x{} ({:?} preset)",
+        args.model.model.display(),
+        files.len(),
+        polygons.display(),
+        size.0,
+        size.1,
+        args.model.preset
+    );
+    println!(
+        "{:<28} {:>8} {:>8} {:>11}  what",
+        "frame", "road IoU", "recall", "false road"
+    );
     for (frame, file) in set.frames.iter().zip(&files) {
         let img = images::load_rgb(file)?;
         if [img.width() as usize, img.height() as usize] != frame.size {
-            bail!("{} is {}x{} but {} draws it as {:?}", file.display(), img.width(), img.height(), polygons.display(), frame.size);
+            bail!(
+                "{} is {}x{} but {} draws it as {:?}",
+                file.display(),
+                img.width(),
+                img.height(),
+                polygons.display(),
+                frame.size
+            );
         }
         let truth = frame.rasterise();
         let packed = FrameRef::packed(img.as_raw(), frame.size[0], frame.size[1], PixelFormat::Rgb);
-        let seg = loaded.engine.run_frame(&packed).with_context(|| format!("running the model on {}", file.display()))?;
+        let seg = loaded
+            .engine
+            .run_frame(&packed)
+            .with_context(|| format!("running the model on {}", file.display()))?;
         let predicted = seg.road_mask(&road_classes);
         let score = RoadScore::of(&truth, predicted.iter().map(|&r| r == 1));
         if let Some(dir) = &args.compare_out {
             write_comparison(dir, &frame.name, &img, &truth, &predicted)?;
         }
         total_ms += frame_ms(&loaded);
-        println!("{:<28} {:>8.4} {:>8.4} {:>10.2}%  {}", frame.name, score.iou(), score.recall(), 100.0 * score.false_road_rate(), frame.what);
+        println!(
+            "{:<28} {:>8.4} {:>8.4} {:>10.2}%  {}",
+            frame.name,
+            score.iou(),
+            score.recall(),
+            100.0 * score.false_road_rate(),
+            frame.what
+        );
         total.add(score);
         per_frame.push((frame.name.clone(), score));
     }
     let mean = per_frame.iter().map(|(_, s)| s.iou()).sum::<f64>() / per_frame.len() as f64;
-    println!("{:<28} {:>8.4} {:>8.4} {:>10.2}%  (all pixels of all frames)", "road, pooled", total.iou(), total.recall(), 100.0 * total.false_road_rate());
+    println!(
+        "{:<28} {:>8.4} {:>8.4} {:>10.2}%  (all pixels of all frames)",
+        "road, pooled",
+        total.iou(),
+        total.recall(),
+        100.0 * total.false_road_rate()
+    );
     println!("{:<28} {:>8.4}", "road, mean of frames", mean);
-    println!("mean time per image: {:.1} ms", total_ms / files.len() as f64);
+    println!(
+        "mean time per image: {:.1} ms",
+        total_ms / files.len() as f64
+    );
     if args.json {
         let frames: serde_json::Map<String, serde_json::Value> = per_frame
             .iter()
@@ -158,7 +240,13 @@ fn run_road_polygons(args: &EvalArgs, polygons: &Path) -> Result<()> {
 }
 
 /// The frame dimmed, with each scored pixel tinted by its outcome.
-fn write_comparison(dir: &Path, name: &str, img: &image::RgbImage, truth: &[u8], predicted: &[u8]) -> Result<()> {
+fn write_comparison(
+    dir: &Path,
+    name: &str,
+    img: &image::RgbImage,
+    truth: &[u8],
+    predicted: &[u8],
+) -> Result<()> {
     use roadseg::eval::road_polygons::{TRUTH_IGNORE, TRUTH_ROAD};
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut out = img.clone();
@@ -176,9 +264,14 @@ fn write_comparison(dir: &Path, name: &str, img: &image::RgbImage, truth: &[u8],
             }
         }
     }
-    let stem = Path::new(name).file_stem().unwrap_or_default().to_string_lossy().into_owned();
+    let stem = Path::new(name)
+        .file_stem()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned();
     let path = dir.join(format!("{stem}.jpg"));
-    out.save(&path).with_context(|| format!("writing {}", path.display()))?;
+    out.save(&path)
+        .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }
 

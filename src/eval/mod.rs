@@ -14,7 +14,11 @@ pub struct Confusion {
 
 impl Confusion {
     pub fn new(classes: usize) -> Self {
-        Confusion { classes, counts: vec![0; classes * classes], missed: vec![0; classes] }
+        Confusion {
+            classes,
+            counts: vec![0; classes * classes],
+            missed: vec![0; classes],
+        }
     }
 
     /// Adds one image. Truth pixels equal to `ignore` (or outside the class
@@ -38,7 +42,8 @@ impl Confusion {
         (0..n)
             .map(|c| {
                 let tp = self.counts[c * n + c];
-                let truth: u64 = (0..n).map(|p| self.counts[c * n + p]).sum::<u64>() + self.missed[c];
+                let truth: u64 =
+                    (0..n).map(|p| self.counts[c * n + p]).sum::<u64>() + self.missed[c];
                 let pred: u64 = (0..n).map(|t| self.counts[t * n + c]).sum();
                 let union = truth + pred - tp;
                 (union > 0).then(|| tp as f64 / union as f64)
@@ -48,14 +53,22 @@ impl Confusion {
 
     pub fn mean_iou(&self) -> f64 {
         let present: Vec<f64> = self.iou().into_iter().flatten().collect();
-        if present.is_empty() { 0.0 } else { present.iter().sum::<f64>() / present.len() as f64 }
+        if present.is_empty() {
+            0.0
+        } else {
+            present.iter().sum::<f64>() / present.len() as f64
+        }
     }
 
     pub fn pixel_accuracy(&self) -> f64 {
         let n = self.classes;
         let correct: u64 = (0..n).map(|c| self.counts[c * n + c]).sum();
         let total: u64 = self.counts.iter().sum::<u64>() + self.missed.iter().sum::<u64>();
-        if total == 0 { 0.0 } else { correct as f64 / total as f64 }
+        if total == 0 {
+            0.0
+        } else {
+            correct as f64 / total as f64
+        }
     }
 }
 

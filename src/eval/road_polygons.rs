@@ -16,11 +16,23 @@ pub const TRUTH_IGNORE: u8 = 255;
 #[derive(Debug, thiserror::Error)]
 pub enum RoadPolygonError {
     #[error("cannot read road polygons {path}: {source}")]
-    Read { path: String, source: std::io::Error },
-    #[error("{path} is not a road polygon file ({source}); see tools/eval/unseen-road.json for the format")]
-    Parse { path: String, source: serde_json::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "{path} is not a road polygon file ({source}); see tools/eval/unseen-road.json for the format"
+    )]
+    Parse {
+        path: String,
+        source: serde_json::Error,
+    },
     #[error("{path}: frame {name}: {what}")]
-    Invalid { path: String, name: String, what: String },
+    Invalid {
+        path: String,
+        name: String,
+        what: String,
+    },
 }
 
 /// `x, y` in the frame's pixel coordinates (0,0 = top-left corner of the frame).
@@ -54,25 +66,49 @@ pub struct PolygonFrame {
     /// Not scored at all.
     #[serde(default)]
     pub ignore: Vec<Polygon>,
+    /// The ego vehicle where it shows: bonnet, dashboard and their
+    /// reflections on the windshield. Not used by the road score; the hood
+    /// tests paste this part of the frame onto moving footage.
+    #[serde(default)]
+    pub hood: Vec<Polygon>,
 }
 
 impl RoadPolygonSet {
     pub fn load(path: &Path) -> Result<Self, RoadPolygonError> {
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| RoadPolygonError::Read { path: shown.clone(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| RoadPolygonError::Read {
+            path: shown.clone(),
+            source,
+        })?;
         let set: RoadPolygonSet =
-            serde_json::from_str(&text).map_err(|source| RoadPolygonError::Parse { path: shown.clone(), source })?;
+            serde_json::from_str(&text).map_err(|source| RoadPolygonError::Parse {
+                path: shown.clone(),
+                source,
+            })?;
         for frame in &set.frames {
-            let invalid = |what: String| RoadPolygonError::Invalid { path: shown.clone(), name: frame.name.clone(), what };
+            let invalid = |what: String| RoadPolygonError::Invalid {
+                path: shown.clone(),
+                name: frame.name.clone(),
+                what,
+            };
             if frame.size[0] == 0 || frame.size[1] == 0 {
                 return Err(invalid(format!("size {:?} is empty", frame.size)));
             }
             if frame.road.is_empty() {
                 return Err(invalid("has no road polygon".into()));
             }
-            for polygon in frame.road.iter().chain(&frame.not_road).chain(&frame.ignore) {
+            for polygon in frame
+                .road
+                .iter()
+                .chain(&frame.not_road)
+                .chain(&frame.ignore)
+                .chain(&frame.hood)
+            {
                 if polygon.len() < 3 {
-                    return Err(invalid(format!("a polygon has {} points (at least 3)", polygon.len())));
+                    return Err(invalid(format!(
+                        "a polygon has {} points (at least 3)",
+                        polygon.len()
+                    )));
                 }
             }
         }
@@ -107,10 +143,32 @@ impl PolygonFrame {
         let band = self.band();
         for polygon in self.road.iter().chain(&self.not_road) {
             for i in 0..polygon.len() {
-                mark_near_segment(&mut truth, w, h, polygon[i], polygon[(i + 1) % polygon.len()], band);
+                mark_near_segment(
+                    &mut truth,
+                    w,
+                    h,
+                    polygon[i],
+                    polygon[(i + 1) % polygon.len()],
+                    band,
+                );
             }
         }
         truth
+    }
+}
+
+impl PolygonFrame {
+    /// 1 inside the drawn hood, 0 elsewhere; `None` when no hood is drawn.
+    pub fn hood_mask(&self) -> Option<Vec<u8>> {
+        if self.hood.is_empty() {
+            return None;
+        }
+        let [w, h] = self.size;
+        let mut mask = vec![0; w * h];
+        for polygon in &self.hood {
+            fill(&mut mask, w, h, polygon, 1);
+        }
+        Some(mask)
     }
 }
 
@@ -148,7 +206,11 @@ fn mark_near_segment(truth: &mut [u8], w: usize, h: usize, a: [f64; 2], b: [f64;
     for y in lo(a[1].min(b[1]))..hi(a[1].max(b[1]), h) {
         for x in lo(a[0].min(b[0]))..hi(a[0].max(b[0]), w) {
             let (px, py) = (x as f64 + 0.5, y as f64 + 0.5);
-            let t = if len2 > 0.0 { (((px - a[0]) * dx + (py - a[1]) * dy) / len2).clamp(0.0, 1.0) } else { 0.0 };
+            let t = if len2 > 0.0 {
+                (((px - a[0]) * dx + (py - a[1]) * dy) / len2).clamp(0.0, 1.0)
+            } else {
+                0.0
+            };
             let (ex, ey) = (a[0] + t * dx - px, a[1] + t * dy - py);
             if ex * ex + ey * ey < band * band {
                 truth[y * w + x] = TRUTH_IGNORE;
@@ -193,19 +255,31 @@ impl RoadScore {
 
     pub fn iou(&self) -> f64 {
         let union = self.true_road + self.false_road + self.missed_road;
-        if union == 0 { 1.0 } else { self.true_road as f64 / union as f64 }
+        if union == 0 {
+            1.0
+        } else {
+            self.true_road as f64 / union as f64
+        }
     }
 
     /// Share of the true road that was found.
     pub fn recall(&self) -> f64 {
         let truth = self.true_road + self.missed_road;
-        if truth == 0 { 1.0 } else { self.true_road as f64 / truth as f64 }
+        if truth == 0 {
+            1.0
+        } else {
+            self.true_road as f64 / truth as f64
+        }
     }
 
     /// Share of the not-road pixels painted as road.
     pub fn false_road_rate(&self) -> f64 {
         let rest = self.false_road + self.true_rest;
-        if rest == 0 { 0.0 } else { self.false_road as f64 / rest as f64 }
+        if rest == 0 {
+            0.0
+        } else {
+            self.false_road as f64 / rest as f64
+        }
     }
 }
 
@@ -213,8 +287,22 @@ impl RoadScore {
 mod tests {
     use super::*;
 
-    fn frame(road: Vec<Polygon>, not_road: Vec<Polygon>, ignore: Vec<Polygon>, size: [usize; 2]) -> PolygonFrame {
-        PolygonFrame { name: "f".into(), source: serde_json::Value::Null, size, what: String::new(), road, not_road, ignore }
+    fn frame(
+        road: Vec<Polygon>,
+        not_road: Vec<Polygon>,
+        ignore: Vec<Polygon>,
+        size: [usize; 2],
+    ) -> PolygonFrame {
+        PolygonFrame {
+            name: "f".into(),
+            source: serde_json::Value::Null,
+            size,
+            what: String::new(),
+            road,
+            not_road,
+            ignore,
+            hood: vec![],
+        }
     }
 
     #[test]
@@ -244,7 +332,12 @@ mod tests {
 
     #[test]
     fn ignore_areas_are_not_scored_and_the_score_counts_the_rest() {
-        let f = frame(vec![vec![[0.0, 0.0], [160.0, 0.0], [160.0, 4.0], [0.0, 4.0]]], vec![], vec![vec![[0.0, 0.0], [80.0, 0.0], [80.0, 8.0], [0.0, 8.0]]], [160, 8]);
+        let f = frame(
+            vec![vec![[0.0, 0.0], [160.0, 0.0], [160.0, 4.0], [0.0, 4.0]]],
+            vec![],
+            vec![vec![[0.0, 0.0], [80.0, 0.0], [80.0, 8.0], [0.0, 8.0]]],
+            [160, 8],
+        );
         let t = f.rasterise();
         assert_eq!(t[2 * 160 + 10], TRUTH_IGNORE);
         assert_eq!(t[2 * 160 + 120], TRUTH_ROAD);
@@ -267,7 +360,11 @@ mod tests {
         for f in &set.frames {
             let t = f.rasterise();
             let road = t.iter().filter(|&&v| v == TRUTH_ROAD).count() as f64 / t.len() as f64;
-            assert!((0.04..0.7).contains(&road), "{}: road covers {road:.3} of the frame", f.name);
+            assert!(
+                (0.04..0.7).contains(&road),
+                "{}: road covers {road:.3} of the frame",
+                f.name
+            );
         }
     }
 }

@@ -23,4 +23,5 @@ mod media;
 mod overlay;
 mod parity;
 mod process;
+mod real_bonnets;
 mod shard;

@@ -578,6 +578,10 @@ def main(argv=None):
     ap.add_argument("--synth-weight", type=float, default=1.0, help="weight of the not-road term on synthetic frames")
     ap.add_argument("--select", default="miou", choices=["miou", "road"],
                     help="which val metric picks the exported checkpoint (ties broken by the other)")
+    ap.add_argument("--snapshots", default="", metavar="DIR",
+                    help="also export every validated epoch to DIR/epoch-NNN, so that a "
+                         "later epoch than the one --select picks can be scored elsewhere "
+                         "(e.g. on frames unlike the val set)")
     args = ap.parse_args(argv)
 
     t_start = time.time()
@@ -782,6 +786,8 @@ def main(argv=None):
                             state={k: v.detach().clone().cpu() for k, v in model.state_dict().items()})
                 size = export(model, args.out)
                 msg += f" | NEW BEST -> {args.out} ({size / 1e6:.2f} MB)"
+            if args.snapshots:
+                export(model, os.path.join(args.snapshots, f"epoch-{epoch:03d}"))
         log(msg, fh)
         if last:
             break

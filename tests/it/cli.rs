@@ -387,3 +387,122 @@ fn a_source_build_finds_its_checkouts_model_from_any_directory() {
         "{stdout}"
     );
 }
+
+#[test]
+fn eval_road_polygons_scores_the_road_classes_inside_the_drawn_road() {
+    // Rule: with --road-polygons, road IoU is (pixels of the road classes inside the drawn road) over the drawn road and the road classes outside it, on scored pixels only; missing frames and size mismatches are named.
+    let tmp = tempfile::tempdir().unwrap();
+    let images = tmp.path().join("images");
+    write_test_images(&images);
+    let classes = tmp.path().join("classes");
+    let (code, _, stderr) = roadseg(&[
+        "infer",
+        "--model",
+        MODEL,
+        "--device",
+        "cpu",
+        "--image",
+        images.to_str().unwrap(),
+        "--size",
+        "203x141",
+        "--threshold",
+        "0",
+        "--classes-out",
+        classes.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    // a.png is 160x90: the left half is road (band 1 px at 160 wide).
+    let polygons = tmp.path().join("road.json");
+    std::fs::write(
+        &polygons,
+        r#"{"frames": [{"name": "a.png", "size": [160, 90], "road": [[[0,0],[80,0],[80,90],[0,90]]]}]}"#,
+    )
+    .unwrap();
+    let class_map = image::open(classes.join("a.png")).unwrap().to_luma8();
+    let road_class = 4u8; // the class this model paints most of a.png with
+    let (mut inter, mut union) = (0u64, 0u64);
+    for (x, y, p) in class_map.enumerate_pixels() {
+        let (cx, cy) = (x as f64 + 0.5, y as f64 + 0.5);
+        // Scored: at least 1 px from every drawn edge (x = 0, 80; y = 0, 90 within the road's span).
+        let near_edge =
+            (cx < 1.0 || (cx - 80.0).abs() < 1.0 || ((cy < 1.0 || cy > 89.0) && cx < 81.0));
+        if near_edge {
+            continue;
+        }
+        let (truth, pred) = (x < 80, p[0] == road_class);
+        inter += (truth && pred) as u64;
+        union += (truth || pred) as u64;
+    }
+    let expected = inter as f64 / union as f64;
+    assert!(
+        expected > 0.2 && expected < 0.9,
+        "a.png should be partly label_4 on both halves: {expected}"
+    );
+    let (code, stdout, stderr) = roadseg(&[
+        "eval",
+        "--model",
+        MODEL,
+        "--device",
+        "cpu",
+        "--images",
+        images.to_str().unwrap(),
+        "--road-polygons",
+        polygons.to_str().unwrap(),
+        "--road-class",
+        "label_4",
+        "--size",
+        "203x141",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(json["images"].as_u64(), Some(1), "{stdout}");
+    let got = json["road_iou"].as_f64().unwrap();
+    assert!(
+        (got - expected).abs() < 1e-9,
+        "road IoU {got}, expected {expected} ({stdout})"
+    );
+
+    std::fs::write(
+        &polygons,
+        r#"{"frames": [{"name": "c.png", "size": [160, 90], "road": [[[0,0],[80,0],[80,90]]]}]}"#,
+    )
+    .unwrap();
+    let (code, _, stderr) = roadseg(&[
+        "eval",
+        "--model",
+        MODEL,
+        "--device",
+        "cpu",
+        "--images",
+        images.to_str().unwrap(),
+        "--road-polygons",
+        polygons.to_str().unwrap(),
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("c.png") && stderr.contains("stage"),
+        "{stderr}"
+    );
+    std::fs::write(
+        &polygons,
+        r#"{"frames": [{"name": "a.png", "size": [320, 180], "road": [[[0,0],[80,0],[80,90]]]}]}"#,
+    )
+    .unwrap();
+    let (code, _, stderr) = roadseg(&[
+        "eval",
+        "--model",
+        MODEL,
+        "--device",
+        "cpu",
+        "--images",
+        images.to_str().unwrap(),
+        "--road-polygons",
+        polygons.to_str().unwrap(),
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("a.png is 160x90") && stderr.contains("[320, 180]"),
+        "{stderr}"
+    );
+}

@@ -370,6 +370,11 @@ impl HoodEstimator {
                 known[known.len() / 2]
             })
             .collect();
+        // A bonnet is one piece: a stretch of "no hood" between hood columns
+        // is a mount, a wiper or codec shimmer on static high-contrast
+        // content, not a hole down to the road.
+        let mut smoothed = smoothed;
+        fill_interior_gaps(&mut smoothed, self.cols / MAX_GAP_DIVISOR);
         // A bonnet's edge is a smooth curve: the medians' steps are averaged
         // out (Gaussian-weighted over the hood's own columns, so its sides
         // stay where they are), and pixels between cell centres interpolated.
@@ -425,6 +430,35 @@ impl HoodEstimator {
 }
 
 /// Luma (BT.601-ish, integer) of packed RGBA into `out` (`width * height`).
+/// Interior gaps up to `cols / MAX_GAP_DIVISOR` wide are filled; wider ones
+/// are real (a camera that sees only the mirror housings at its corners).
+const MAX_GAP_DIVISOR: usize = 4;
+
+/// Fills each run of zeros that has hood (non-zero) on both sides and is at
+/// most `max_gap` long by interpolating between its two neighbours.
+fn fill_interior_gaps(heights: &mut [usize], max_gap: usize) {
+    let mut c = 0;
+    while c < heights.len() {
+        if heights[c] != 0 {
+            c += 1;
+            continue;
+        }
+        let start = c;
+        while c < heights.len() && heights[c] == 0 {
+            c += 1;
+        }
+        let len = c - start;
+        if start == 0 || c == heights.len() || len > max_gap {
+            continue;
+        }
+        let (left, right) = (heights[start - 1] as f32, heights[c] as f32);
+        for (i, h) in heights[start..c].iter_mut().enumerate() {
+            let t = (i + 1) as f32 / (len + 1) as f32;
+            *h = (left + (right - left) * t).round().max(1.0) as usize;
+        }
+    }
+}
+
 pub fn rgba_luma(rgba: &[u8], out: &mut Vec<u8>) {
     out.clear();
     out.extend(
@@ -562,6 +596,19 @@ mod tests {
     fn nothing_reported_before_enough_frames() {
         let (est, _) = run_drive(true, MIN_SAMPLES);
         assert!(est.is_empty());
+    }
+
+    #[test]
+    fn a_narrow_gap_inside_the_hood_is_filled_and_a_wide_one_or_an_edge_is_not() {
+        let mut h = vec![10, 10, 0, 0, 14, 14];
+        fill_interior_gaps(&mut h, 2);
+        assert_eq!(h, vec![10, 10, 11, 13, 14, 14]);
+        let mut wide = vec![10, 0, 0, 0, 10];
+        fill_interior_gaps(&mut wide, 2);
+        assert_eq!(wide, vec![10, 0, 0, 0, 10]);
+        let mut edges = vec![0, 10, 10, 0];
+        fill_interior_gaps(&mut edges, 2);
+        assert_eq!(edges, vec![0, 10, 10, 0]);
     }
 
     #[test]

@@ -173,9 +173,12 @@ fn run_road_polygons(args: &EvalArgs, polygons: &Path) -> Result<()> {
         args.model.preset
     );
     println!(
-        "{:<28} {:>8} {:>8} {:>11}  what",
-        "frame", "road IoU", "recall", "false road"
+        "{:<28} {:>8} {:>8} {:>11} {:>9}  what",
+        "frame", "road IoU", "recall", "false road", "hood out"
     );
+    // The daemon leaves its hood estimate out of the road mask; "hood out"
+    // scores the prediction the same way, with the drawn hood as the estimate.
+    let mut total_hood_out = RoadScore::default();
     for (frame, file) in set.frames.iter().zip(&files) {
         let img = images::load_rgb(file)?;
         if [img.width() as usize, img.height() as usize] != frame.size {
@@ -196,16 +199,26 @@ fn run_road_polygons(args: &EvalArgs, polygons: &Path) -> Result<()> {
             .with_context(|| format!("running the model on {}", file.display()))?;
         let predicted = seg.road_mask(&road_classes);
         let score = RoadScore::of(&truth, predicted.iter().map(|&r| r == 1));
+        let hood = frame.hood_mask().unwrap_or_default();
+        let hood_out = RoadScore::of(
+            &truth,
+            predicted
+                .iter()
+                .enumerate()
+                .map(|(i, &r)| r == 1 && hood.get(i) != Some(&1)),
+        );
+        total_hood_out.add(hood_out);
         if let Some(dir) = &args.compare_out {
             write_comparison(dir, &frame.name, &img, &truth, &predicted)?;
         }
         total_ms += frame_ms(&loaded);
         println!(
-            "{:<28} {:>8.4} {:>8.4} {:>10.2}%  {}",
+            "{:<28} {:>8.4} {:>8.4} {:>10.2}% {:>9.4}  {}",
             frame.name,
             score.iou(),
             score.recall(),
             100.0 * score.false_road_rate(),
+            hood_out.iou(),
             frame.what
         );
         total.add(score);
@@ -213,11 +226,12 @@ fn run_road_polygons(args: &EvalArgs, polygons: &Path) -> Result<()> {
     }
     let mean = per_frame.iter().map(|(_, s)| s.iou()).sum::<f64>() / per_frame.len() as f64;
     println!(
-        "{:<28} {:>8.4} {:>8.4} {:>10.2}%  (all pixels of all frames)",
+        "{:<28} {:>8.4} {:>8.4} {:>10.2}% {:>9.4}  (all pixels of all frames)",
         "road, pooled",
         total.iou(),
         total.recall(),
-        100.0 * total.false_road_rate()
+        100.0 * total.false_road_rate(),
+        total_hood_out.iou()
     );
     println!("{:<28} {:>8.4}", "road, mean of frames", mean);
     println!(
@@ -232,7 +246,7 @@ fn run_road_polygons(args: &EvalArgs, polygons: &Path) -> Result<()> {
         let out = serde_json::json!({
             "images": files.len(), "size": [size.0, size.1], "preset": args.model.preset,
             "road_iou": total.iou(), "road_iou_mean_of_frames": mean, "recall": total.recall(),
-            "false_road": total.false_road_rate(), "frames": frames,
+            "false_road": total.false_road_rate(), "road_iou_hood_out": total_hood_out.iou(), "frames": frames,
         });
         println!("{out}");
     }

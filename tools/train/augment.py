@@ -23,6 +23,11 @@ Each takes and returns (image: PIL RGB, label: uint8 HxW, rng):
   random centre (labels nearest-neighbour, new borders ignored);
 - `bars`: letterbox or pillarbox bars (black, labels ignored: the daemon
   finds bars and leaves them out);
+- `overpass`: a concrete bridge deck across the upper frame (labelled
+  building) and its shadow across everything below, the road under it still
+  road (issue 20: an overpass painted as road, a highway in its shadow missed);
+- `reflection`: the dashboard mirrored in the windshield, a faint streaky
+  band over the bottom of the frame; what is seen through it keeps its label;
 - `hood`: an ego-vehicle bonnet along the bottom (random height 6-22%,
   curved edge, paint colour, sky reflection, dashboard band), labelled car,
   so that a bonnet is never road.
@@ -36,6 +41,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
 IGNORE = 11
+BUILDING = 1  # CamVid's 11-class set folds bridges into building
 CAR = 8
 ROAD = 3
 
@@ -171,15 +177,65 @@ def hood(im, lab, rng):
     return _img(a), lab
 
 
+def overpass(im, lab, rng):
+    a = _arr(im)
+    h, w = lab.shape
+    lab = lab.copy()
+    y0 = int(h * rng.uniform(-0.05, 0.2))
+    y1 = int(h * rng.uniform(0.28, 0.42))
+    concrete = np.array(rng.choice([(95, 95, 92), (140, 138, 130), (60, 58, 55), (170, 165, 155)]), np.float32)
+    rows = np.arange(max(y0, 0), y1)
+    # Girders and the deck's underside: darker bands, lit edge at the bottom.
+    shade = 0.6 + 0.4 * np.abs(np.sin((rows - y0) / max(y1 - y0, 1) * np.pi * rng.uniform(1, 4)))
+    deck = concrete[None, None, :] * shade[:, None, None] * rng.uniform(0.6, 1.1)
+    deck = deck + np.random.default_rng(rng.randrange(1 << 30)).normal(0, 6, (len(rows), w, 3)).astype(np.float32)
+    a[max(y0, 0):y1] = deck
+    lab[max(y0, 0):y1] = BUILDING
+    # Pillars at one or both sides, down to the ground.
+    for side in rng.sample([0, 1], rng.randint(0, 2)):
+        pw = int(w * rng.uniform(0.04, 0.1))
+        x0 = int(w * rng.uniform(0.0, 0.12)) if side == 0 else w - pw - int(w * rng.uniform(0.0, 0.12))
+        bottom = int(h * rng.uniform(0.55, 0.7))
+        a[y1:bottom, x0:x0 + pw] = concrete * rng.uniform(0.5, 0.9)
+        lab[y1:bottom, x0:x0 + pw] = BUILDING
+    # Its shadow: a band across everything below the deck, soft at its ends.
+    s0 = int(h * rng.uniform(0.45, 0.8))
+    s1 = min(h, s0 + int(h * rng.uniform(0.08, 0.35)))
+    t = np.ones(s1 - s0, np.float32)
+    ramp = max(1, (s1 - s0) // 6)
+    t[:ramp] = np.linspace(0, 1, ramp)
+    t[-ramp:] = np.minimum(t[-ramp:], np.linspace(1, 0, ramp))
+    dark = rng.uniform(0.25, 0.6)
+    a[s0:s1] *= (1 - (1 - dark) * t)[:, None, None]
+    return _img(a), lab
+
+
+def reflection(im, lab, rng):
+    a = _arr(im)
+    h, w = lab.shape
+    band = int(h * rng.uniform(0.15, 0.4))
+    g = np.random.default_rng(rng.randrange(1 << 30))
+    # Horizontal streaks (dashboard edges, vents, papers), blurred sideways.
+    tex = g.random((band, w // 8 + 1)).astype(np.float32)
+    tex = np.asarray(Image.fromarray((tex * 255).astype(np.uint8)).resize((w, band), Image.BILINEAR), np.float32) / 255.0
+    tex = np.clip((tex - 0.5) * rng.uniform(1.5, 3.0) + 0.5, 0, 1)
+    colour = np.array(rng.choice([(200, 200, 205), (150, 160, 200), (220, 210, 190)]), np.float32)
+    alpha = rng.uniform(0.12, 0.4) * np.linspace(0.3, 1.0, band, dtype=np.float32)[:, None]
+    a[h - band:] = a[h - band:] * (1 - alpha[..., None] * tex[..., None]) + colour * (alpha[..., None] * tex[..., None])
+    return _img(a), lab
+
+
 # (function, probability) in the order applied: geometry first, then the
 # scene's light, then what the camera and codec do to it.
 AUGMENTS = [
     (camera, 0.35),
+    (overpass, 0.12),
     (hood, 0.25),
     (night, 0.15),
     (dusk, 0.15),
     (glare, 0.1),
     (haze, 0.1),
+    (reflection, 0.15),
     (bars, 0.08),
     (blur_and_codec, 0.3),
 ]
@@ -227,9 +283,13 @@ def _selftest():
         out, out_lab = fn(im, lab, rng)
         assert out.size == im.size and out.mode == "RGB", fn.__name__
         assert out_lab.shape == lab.shape and out_lab.dtype == np.uint8, fn.__name__
-        assert set(np.unique(out_lab)) <= {ROAD, CAR, IGNORE}, fn.__name__
+        assert set(np.unique(out_lab)) <= {ROAD, CAR, IGNORE, BUILDING}, fn.__name__
     _, hl = hood(im, lab, random.Random(1))
     assert (hl[-1] == CAR).all() and (hl[0] == ROAD).all(), "the bonnet is car at the bottom, the top untouched"
+    _, ol = overpass(im, lab, random.Random(2))
+    assert (ol == BUILDING).any() and (ol[-1] == ROAD).all(), "the deck is building, the road below stays road"
+    out, rl = reflection(im, lab, random.Random(3))
+    assert (rl == lab).all() and (np.asarray(out)[:45] == np.asarray(im)[:45]).all(), "a reflection keeps labels and the top"
     print("augment self-test: ok")
 
 

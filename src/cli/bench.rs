@@ -7,7 +7,7 @@ use anyhow::{Result, bail};
 use clap::Args;
 use roadseg::engine::{AnyEngine, FrameRef, PixelFormat};
 use roadseg::model::MAX_BATCH;
-use roadseg::temporal::{DEFAULT_WEIGHT, StreamTemporal, TemporalSettings};
+use roadseg::temporal::{DEFAULT_WEIGHT, LogitsGrid, StreamTemporal, TemporalSettings};
 
 use roadseg::backend::cpu::CpuBackend;
 
@@ -118,6 +118,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         StreamTemporal::new(TemporalSettings {
             smoothing: Some(DEFAULT_WEIGHT),
             hood: true,
+            connected_road: true,
         })
     });
     let (mut rss_at_10, mut rss_peak) = (None, 0.0f64);
@@ -128,14 +129,21 @@ pub fn run(args: BenchArgs) -> Result<()> {
             Some(temporal) => {
                 let seq = i as u64;
                 let observed = std::time::Instant::now();
-                temporal.observe(seq, Some(seq * 40_000_000), &frame);
+                let unseen = temporal.observe(seq, Some(seq * 40_000_000), &frame).hood;
                 let mut spent = observed.elapsed();
+                let (width, height) = loaded.engine.logits_size();
+                let grid = LogitsGrid {
+                    width,
+                    height,
+                    labels: loaded.engine.labels().len(),
+                };
+                let road = loaded.engine.options().road_classes.clone();
                 loaded.engine.run_frame_filtered(
                     &frame,
                     Some(&mut |logits: &mut [f32]| {
-                        let smoothed = std::time::Instant::now();
-                        temporal.smooth(seq, logits);
-                        spent += smoothed.elapsed();
+                        let filtered = std::time::Instant::now();
+                        temporal.filter_logits(seq, logits, grid, &road, &unseen);
+                        spent += filtered.elapsed();
                     }),
                 )?;
                 temporal_ms.push(spent.as_secs_f64() * 1e3);

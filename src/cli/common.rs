@@ -124,3 +124,28 @@ fn parse_model_path(s: &str) -> Result<PathBuf, String> {
     let path = std::path::Path::new(s);
     Ok(roadseg::checkpoint::locate_model(path).unwrap_or_else(|_| path.to_path_buf()))
 }
+
+/// Runs one still image as the daemon runs a frame, with no hood known:
+/// with `connected_road`, road that no path of road joins to the bottom of
+/// the image goes to its next class (see `roadseg::temporal::reach`).
+pub fn run_still<'e>(
+    engine: &'e mut roadseg::engine::AnyEngine,
+    frame: &roadseg::engine::FrameRef<'_>,
+    connected_road: bool,
+) -> Result<&'e roadseg::engine::Segmentation> {
+    if !connected_road {
+        return Ok(engine.run_frame(frame)?);
+    }
+    let (width, height) = engine.logits_size();
+    let grid = roadseg::temporal::LogitsGrid {
+        width,
+        height,
+        labels: engine.labels().len(),
+    };
+    let road = engine.options().road_classes.clone();
+    let unseen = roadseg::temporal::HoodMask::none(frame.width, frame.height);
+    let mut cut = |logits: &mut [f32]| {
+        roadseg::temporal::keep_grounded_road(logits, grid, &road, &unseen);
+    };
+    Ok(engine.run_frame_filtered(frame, Some(&mut cut))?)
+}

@@ -10,7 +10,8 @@ use roadseg::eval::Confusion;
 use roadseg::eval::road_polygons::{RoadPolygonSet, RoadScore};
 use roadseg::images;
 
-use super::common::{Loaded, ModelArgs, load_engine, parse_size};
+use super::common::{Loaded, ModelArgs, load_engine, parse_size, run_still};
+use super::process::Toggle;
 
 #[derive(Args, Debug)]
 pub struct EvalArgs {
@@ -35,6 +36,9 @@ pub struct EvalArgs {
     /// (green found road, red false road, blue missed road, grey not scored).
     #[arg(long, requires = "road_polygons")]
     pub compare_out: Option<PathBuf>,
+    /// Keep only road joined to the bottom of the image, as the daemon does.
+    #[arg(long, value_enum, default_value_t = Toggle::On)]
+    pub connected_road: Toggle,
     /// Label value that is not scored.
     #[arg(long, default_value_t = 255)]
     pub ignore_index: u8,
@@ -99,7 +103,11 @@ fn run_label_maps(args: &EvalArgs, labels_dir: &Path) -> Result<()> {
             img.height() as usize,
             PixelFormat::Rgb,
         );
-        let seg = loaded.engine.run_frame(&frame)?;
+        let seg = run_still(
+            &mut loaded.engine,
+            &frame,
+            args.connected_road != Toggle::Off,
+        )?;
         confusion.add(truth.as_raw(), &seg.classes, Some(args.ignore_index));
         total_ms += frame_ms(&loaded);
     }
@@ -193,10 +201,12 @@ fn run_road_polygons(args: &EvalArgs, polygons: &Path) -> Result<()> {
         }
         let truth = frame.rasterise();
         let packed = FrameRef::packed(img.as_raw(), frame.size[0], frame.size[1], PixelFormat::Rgb);
-        let seg = loaded
-            .engine
-            .run_frame(&packed)
-            .with_context(|| format!("running the model on {}", file.display()))?;
+        let seg = run_still(
+            &mut loaded.engine,
+            &packed,
+            args.connected_road != Toggle::Off,
+        )
+        .with_context(|| format!("running the model on {}", file.display()))?;
         let predicted = seg.road_mask(&road_classes);
         let score = RoadScore::of(&truth, predicted.iter().map(|&r| r == 1));
         let hood = frame.hood_mask().unwrap_or_default();

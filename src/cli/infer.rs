@@ -8,7 +8,8 @@ use roadseg::engine::{FrameRef, PixelFormat, chw_to_hwc, hwc_to_chw};
 use roadseg::images::{self, OverlayStyle};
 use roadseg::npy;
 
-use super::common::{ModelArgs, load_engine, parse_size};
+use super::common::{ModelArgs, load_engine, parse_size, run_still};
+use super::process::Toggle;
 
 #[derive(Args, Debug)]
 pub struct InferArgs {
@@ -27,6 +28,10 @@ pub struct InferArgs {
     /// Model input WxH (default: 1024 wide, height from the first image's aspect).
     #[arg(long, value_parser = parse_size)]
     pub size: Option<(usize, usize)>,
+    /// Keep only road joined to the bottom of the image, as the daemon does
+    /// (off with --logits-out, which writes the model's own logits).
+    #[arg(long, value_enum, default_value_t = Toggle::On)]
+    pub connected_road: Toggle,
     /// Write logits [1,labels,H/4,W/4] as float32 .npy (single input only).
     #[arg(long)]
     pub logits_out: Option<PathBuf>,
@@ -122,7 +127,8 @@ pub fn run(args: InferArgs) -> Result<()> {
         };
         let (w, h) = (img.width() as usize, img.height() as usize);
         let frame = FrameRef::packed(img.as_raw(), w, h, PixelFormat::Rgb);
-        let seg = loaded.engine.run_frame(&frame)?.clone();
+        let connected = args.connected_road != Toggle::Off && args.logits_out.is_none();
+        let seg = run_still(&mut loaded.engine, &frame, connected)?.clone();
         let t = loaded.engine.timings();
         println!(
             "{}: road {:.1}%, mean confidence {:.3}, {:.1} ms (pre {:.1}, model {:.1}, post {:.1})",

@@ -72,6 +72,10 @@ pub struct ProcessArgs {
     /// Estimate the ego vehicle's hood (kept out of road coverage and masks, drawn in blue).
     #[arg(long, value_enum, default_value_t = Toggle::On)]
     pub hood: Toggle,
+    /// Keep only road joined to the bottom of the picture (blobs of "road" in
+    /// the sky or on walls go to their next class).
+    #[arg(long, value_enum, default_value_t = Toggle::On)]
+    pub connected_road: Toggle,
     /// Write the final hood estimate here (PNG, 255 = hood, frame-sized).
     #[arg(long)]
     pub hood_out: Option<PathBuf>,
@@ -103,6 +107,7 @@ impl ProcessArgs {
         Ok(TemporalSettings {
             smoothing: smooth.then_some(self.smooth_weight),
             hood: self.hood != Toggle::Off,
+            connected_road: self.connected_road != Toggle::Off,
         })
     }
 }

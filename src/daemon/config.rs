@@ -396,6 +396,11 @@ pub struct StreamConfig {
     /// draw it. Default true.
     #[serde(default = "defaults::hood")]
     pub hood: bool,
+    /// Keep only road joined to the bottom of the picture (above the hood):
+    /// road-coloured blobs in the sky, on walls or vehicles' tops that no
+    /// path of road reaches go to their next most likely class. Default true.
+    #[serde(default = "defaults::connected_road")]
+    pub connected_road: bool,
     /// Play a file again from its start when it ends, forever, on one rising
     /// timeline with its outputs left open (a stand-in camera for demos and
     /// soak tests). File sources only; makes `live` default to true.
@@ -424,6 +429,10 @@ mod defaults {
     pub fn hood() -> bool {
         true
     }
+
+    pub fn connected_road() -> bool {
+        true
+    }
 }
 
 impl StreamConfig {
@@ -442,6 +451,7 @@ impl StreamConfig {
             smooth_weight: defaults::smooth_weight(),
             infer_fps: None,
             hood: defaults::hood(),
+            connected_road: defaults::connected_road(),
             r#loop: false,
             output: OutputConfig::default(),
         }
@@ -460,6 +470,7 @@ impl StreamConfig {
         crate::temporal::TemporalSettings {
             smoothing: smooth.then_some(self.smooth_weight),
             hood: self.hood,
+            connected_road: self.connected_road,
         }
     }
 

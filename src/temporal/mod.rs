@@ -9,12 +9,14 @@
 
 mod bars;
 mod hood;
+mod reach;
 mod smooth;
 
 use std::sync::{Arc, Mutex, PoisonError};
 
 pub use bars::{Bars, BarsEstimator};
 pub use hood::{HoodEstimator, HoodMask, frame_luma, rgba_luma};
+pub use reach::{LogitsGrid, keep_grounded_road};
 pub use smooth::{DEFAULT_WEIGHT, LogitSmoother};
 
 use crate::frame::{FrameRef, Segmentation, UNKNOWN};
@@ -35,12 +37,16 @@ pub struct TemporalSettings {
     /// Estimate the hood and the letterbox/pillarbox bars, keep them out
     /// of road coverage and masks; draw the hood, nothing on the bars.
     pub hood: bool,
+    /// Keep only road that a path of road joins to the bottom of the picture
+    /// (above the hood): blobs in the sky or on walls go to their next class.
+    pub connected_road: bool,
 }
 
 impl TemporalSettings {
     pub const OFF: TemporalSettings = TemporalSettings {
         smoothing: None,
         hood: false,
+        connected_road: false,
     };
 }
 
@@ -90,6 +96,31 @@ impl StreamTemporal {
 
     pub fn smooths(&self) -> bool {
         self.settings.smoothing.is_some()
+    }
+
+    /// Whether [`StreamTemporal::filter_logits`] changes anything (the
+    /// engine then hands the logits to the host).
+    pub fn filters_logits(&self) -> bool {
+        self.smooths() || self.settings.connected_road
+    }
+
+    /// One frame's averaged logits `grid`, before they become classes:
+    /// smoothed over time, then cut to the road that reaches the car, whose
+    /// picture ends at `unseen` (the frame's hood and bars).
+    pub fn filter_logits(
+        &self,
+        seq: u64,
+        logits: &mut [f32],
+        grid: LogitsGrid,
+        road: &[usize],
+        unseen: &HoodMask,
+    ) {
+        if self.smooths() {
+            self.smooth(seq, logits);
+        }
+        if self.settings.connected_road {
+            reach::keep_grounded_road(logits, grid, road, unseen);
+        }
     }
 
     /// The latest hood estimate (None when off or before the first frame).
@@ -254,6 +285,7 @@ mod tests {
         let t = StreamTemporal::new(TemporalSettings {
             smoothing: Some(0.5),
             hood: false,
+            connected_road: false,
         });
         step(&t, 0, 0, 10, 4.0);
         assert_eq!(step(&t, 1, 40_000_000, 12, 0.0), 2.0);
@@ -269,6 +301,7 @@ mod tests {
         let t = StreamTemporal::new(TemporalSettings {
             smoothing: Some(0.5),
             hood: true,
+            connected_road: false,
         });
         step(&t, 0, 0, 10, 4.0);
         assert_eq!(step(&t, 1, 5_000_000_000, 10, 0.0), 0.0);

@@ -17,7 +17,7 @@ use self::batch::{Job, take_ready};
 use super::ring::{Doorbell, FrameBuf, FrameRing};
 use crate::annotate::{Annotator, FrameStats};
 use crate::engine::{AnyEngine, Segmentation, UNKNOWN};
-use crate::temporal::{HoodMask, StreamTemporal, scene_coverage};
+use crate::temporal::{HoodMask, LogitsGrid, StreamTemporal, scene_coverage};
 
 /// Why a frame never reached the output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -312,10 +312,15 @@ impl Worker {
                 frame.height,
             )]);
         }
-        let result = if temporal.smooths() {
+        let result = if temporal.filters_logits() {
+            let grid = logits_grid(&self.engine);
+            let road = self.engine.options().road_classes.clone();
+            let unseen = observed.hood.clone();
             self.engine.run_frame_filtered(
                 &frame,
-                Some(&mut |logits: &mut [f32]| temporal.smooth(seq, logits)),
+                Some(&mut |logits: &mut [f32]| {
+                    temporal.filter_logits(seq, logits, grid, &road, &unseen)
+                }),
             )
         } else {
             self.engine.run_frame(&frame)
@@ -422,5 +427,15 @@ impl Done<'_> {
                 stream.ring.recycle(buf);
             }
         }
+    }
+}
+
+/// The shape of the logits the engine hands a filter.
+pub(super) fn logits_grid(engine: &AnyEngine) -> LogitsGrid {
+    let (width, height) = engine.logits_size();
+    LogitsGrid {
+        width,
+        height,
+        labels: engine.labels().len(),
     }
 }

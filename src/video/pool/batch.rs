@@ -72,14 +72,19 @@ impl Worker {
             })
             .collect();
         let frames: Vec<FrameRef<'_>> = jobs.iter().map(|j| j.buf.frame()).collect();
-        // Smoothing streams get their own frames' logits, in batch (so seq) order.
+        // Filtering streams (smoothing, connected road) get their own frames'
+        // logits, in batch (so seq) order.
+        let grid = super::logits_grid(&self.engine);
+        let road = self.engine.options().road_classes.clone();
         let mut smooth = |i: usize, logits: &mut [f32]| {
             let j: &Job = &jobs[i];
-            if j.stream.temporal.smooths() {
-                j.stream.temporal.smooth(j.buf.seq, logits);
+            if j.stream.temporal.filters_logits() {
+                j.stream
+                    .temporal
+                    .filter_logits(j.buf.seq, logits, grid, &road, &observed[i].hood);
             }
         };
-        let any_smooths = jobs.iter().any(|j| j.stream.temporal.smooths());
+        let any_smooths = jobs.iter().any(|j| j.stream.temporal.filters_logits());
         if self.engine.annotates_frames() {
             let overlays: Vec<_> = frames
                 .iter()
@@ -179,6 +184,7 @@ mod tests {
         let temporal = StreamTemporal::new(TemporalSettings {
             smoothing,
             hood: false,
+            connected_road: false,
         });
         let input = StreamInput {
             name: name.into(),

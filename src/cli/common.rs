@@ -149,3 +149,12 @@ pub fn run_still<'e>(
     };
     Ok(engine.run_frame_filtered(frame, Some(&mut cut))?)
 }
+
+/// An on/off switch on the command line; `auto` lets the command decide
+/// (e.g. smoothing: on for live sources, off for files).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Toggle {
+    Auto,
+    On,
+    Off,
+}

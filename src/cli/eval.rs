@@ -10,8 +10,7 @@ use roadseg::eval::Confusion;
 use roadseg::eval::road_polygons::{RoadPolygonSet, RoadScore};
 use roadseg::images;
 
-use super::common::{Loaded, ModelArgs, load_engine, parse_size, run_still};
-use super::process::Toggle;
+use super::common::{Loaded, ModelArgs, Toggle, load_engine, parse_size, run_still};
 
 #[derive(Args, Debug)]
 pub struct EvalArgs {

@@ -8,8 +8,7 @@ use roadseg::engine::{FrameRef, PixelFormat, chw_to_hwc, hwc_to_chw};
 use roadseg::images::{self, OverlayStyle};
 use roadseg::npy;
 
-use super::common::{ModelArgs, load_engine, parse_size, run_still};
-use super::process::Toggle;
+use super::common::{ModelArgs, Toggle, load_engine, parse_size, run_still};
 
 #[derive(Args, Debug)]
 pub struct InferArgs {

@@ -85,12 +85,7 @@ pub struct ProcessArgs {
     pub infer_fps: Option<f64>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Toggle {
-    Auto,
-    On,
-    Off,
-}
+pub use super::common::Toggle;
 
 impl ProcessArgs {
     fn temporal(&self, live: bool) -> Result<TemporalSettings> {

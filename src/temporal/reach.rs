@@ -26,11 +26,16 @@ pub struct LogitsGrid {
 /// Road comes down below this share of the picture's height (counted from
 /// the frame's top to the picture's bottom, the hood's edge where known).
 const LOWER_PICTURE: f32 = 0.55;
-/// How far under the best other class a cut-off road logit is put.
-const MARGIN: f32 = 0.01;
+/// How far under the cell's lowest logit a cut-off road logit is put. Just
+/// under the best other class is not enough: the logits are upsampled class
+/// by class, and between a cut cell (best other: sky) and its neighbour
+/// (best other: building) the mixed road logit would still win, leaving the
+/// island's outline painted.
+const MARGIN: f32 = 1.0;
 
 /// Hands every road pixel (argmax in `road`) that no 4-connected path of
-/// road pixels joins to the lower picture to its best non-road class. The
+/// road pixels joins to the lower picture to its best non-road class (its
+/// road logits go under every other). The
 /// picture ends at the hood and the bars of `unseen` (frame resolution).
 /// Returns the number of logits pixels changed; with no road in the lower
 /// picture at all, nothing is changed (a wrong cut would wipe all of it).
@@ -105,12 +110,9 @@ pub fn keep_grounded_road(
     let mut changed = 0;
     for i in (0..w * h).filter(|&i| is_road[i] && !reached[i]) {
         let px = &mut logits[i * labels..(i + 1) * labels];
-        let other = (0..labels)
-            .filter(|l| !road.contains(l))
-            .map(|l| px[l])
-            .fold(f32::NEG_INFINITY, f32::max);
+        let lowest = px.iter().copied().fold(f32::INFINITY, f32::min);
         for &r in road {
-            px[r] = px[r].min(other - MARGIN);
+            px[r] = lowest - MARGIN;
         }
         changed += 1;
     }

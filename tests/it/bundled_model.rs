@@ -420,7 +420,7 @@ fn the_bundled_model_keeps_its_camvid_val_figures() {
 /// model, fast preset: pooled road IoU on ten hand-labelled frames it never
 /// trained or was selected on (BDD100K stills, solidWhiteRight frames), as in
 /// the model card. Issue 20 asks for 0.90; this records where the model is.
-const UNSEEN_ROAD: f64 = 0.7380;
+const UNSEEN_ROAD: f64 = 0.7439;
 
 #[test]
 fn the_bundled_model_keeps_its_unseen_road_figure() {

@@ -9,15 +9,7 @@ fn parts(t: SystemTime) -> (i64, u32, u32, u64, u64, u64, u32) {
     let secs = since.as_secs();
     let (days, rem) = (secs / 86_400, secs % 86_400);
     let (y, m, d) = civil_from_days(days as i64);
-    (
-        y,
-        m,
-        d,
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        since.subsec_millis(),
-    )
+    (y, m, d, rem / 3600, rem % 3600 / 60, rem % 60, since.subsec_millis())
 }
 
 /// `t` as `20261121T075800Z`: sorts as text, and has no `:` (not allowed in
@@ -35,8 +27,7 @@ pub fn rfc3339(t: SystemTime) -> String {
 }
 
 /// The conversions [`strftime`] knows, with the digits each writes.
-const CONVERSIONS: [(char, usize); 6] =
-    [('Y', 4), ('m', 2), ('d', 2), ('H', 2), ('M', 2), ('S', 2)];
+const CONVERSIONS: [(char, usize); 6] = [('Y', 4), ('m', 2), ('d', 2), ('H', 2), ('M', 2), ('S', 2)];
 
 /// Whether `pattern` holds any time conversion (`%Y`, ...; `%%` is a
 /// literal percent sign).
@@ -106,9 +97,7 @@ pub fn matches(pattern: &str, name: &str) -> bool {
                     None => return false,
                 },
                 Some(k) => {
-                    let Some(&(_, width)) = CONVERSIONS.iter().find(|(x, _)| *x == k) else {
-                        return false;
-                    };
+                    let Some(&(_, width)) = CONVERSIONS.iter().find(|(x, _)| *x == k) else { return false };
                     if n.len() < width || !n.as_bytes()[..width].iter().all(u8::is_ascii_digit) {
                         return false;
                     }
@@ -153,29 +142,19 @@ mod tests {
         assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
         let leap = UNIX_EPOCH + Duration::from_secs(951_868_799);
         assert_eq!(rfc3339(leap), "2000-02-29T23:59:59.000Z");
-        assert_eq!(
-            strftime("cam/%Y-%m-%d/%H-%M-%S.mp4", t),
-            "cam/2026-11-21/07-58-00.mp4"
-        );
+        assert_eq!(strftime("cam/%Y-%m-%d/%H-%M-%S.mp4", t), "cam/2026-11-21/07-58-00.mp4");
         assert_eq!(strftime("100%%-%S", t), "100%-00");
     }
 
     #[test]
     fn patterns() {
-        assert!(
-            has_conversions("a/%Y.mp4")
-                && !has_conversions("a/100%%.mp4")
-                && !has_conversions("a.mp4")
-        );
+        assert!(has_conversions("a/%Y.mp4") && !has_conversions("a/100%%.mp4") && !has_conversions("a.mp4"));
         assert_eq!(unknown_conversion("%Y-%q"), Some("%q".into()));
         assert_eq!(unknown_conversion("%Y/%m/%d/%H%M%S%%"), None);
         let p = "cam/%Y-%m-%d/%H-%M-%S.mp4";
         assert!(matches(p, "cam/2026-11-21/07-58-00.mp4"));
         assert!(!matches(p, "cam/2026-11-21/07-58-00-1.mp4"));
         assert!(!matches(p, "cam/2026-11-2x/07-58-00.mp4"));
-        assert!(matches(
-            &p.replace(".mp4", "-1.mp4"),
-            "cam/2026-11-21/07-58-00-1.mp4"
-        ));
+        assert!(matches(&p.replace(".mp4", "-1.mp4"), "cam/2026-11-21/07-58-00-1.mp4"));
     }
 }

@@ -22,13 +22,8 @@ pub enum DeviceParseError {
     #[error("unknown device '{0}' (expected cpu, cuda, cuda:0,1 or auto)")]
     Unknown(String),
     #[error("bad CUDA device list '{list}' (expected e.g. cuda:0,1)")]
-    BadList {
-        list: String,
-        source: std::num::ParseIntError,
-    },
-    #[error(
-        "'{0}' in a device list is not a GPU (list GPUs as \"cuda:N\" or N, e.g. [\"cuda:0\", \"cuda:1\"])"
-    )]
+    BadList { list: String, source: std::num::ParseIntError },
+    #[error("'{0}' in a device list is not a GPU (list GPUs as \"cuda:N\" or N, e.g. [\"cuda:0\", \"cuda:1\"])")]
     NotAGpu(String),
 }
 
@@ -41,18 +36,9 @@ impl FromStr for DeviceRequest {
             "auto" => Ok(DeviceRequest::Auto),
             "cuda" | "gpu" => Ok(DeviceRequest::Cuda(Vec::new())),
             _ => {
-                let list = s
-                    .strip_prefix("cuda:")
-                    .ok_or_else(|| DeviceParseError::Unknown(s.clone()))?;
+                let list = s.strip_prefix("cuda:").ok_or_else(|| DeviceParseError::Unknown(s.clone()))?;
                 list.split(',')
-                    .map(|d| {
-                        d.trim()
-                            .parse::<usize>()
-                            .map_err(|source| DeviceParseError::BadList {
-                                list: list.to_string(),
-                                source,
-                            })
-                    })
+                    .map(|d| d.trim().parse::<usize>().map_err(|source| DeviceParseError::BadList { list: list.to_string(), source }))
                     .collect::<Result<Vec<_>, _>>()
                     .map(DeviceRequest::Cuda)
             }
@@ -137,18 +123,11 @@ impl fmt::Display for DeviceRequest {
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
-    #[error(
-        "--device {0} asked for CUDA, but this roadseg was built without the `cuda` feature; use --device cpu (or auto)"
-    )]
+    #[error("--device {0} asked for CUDA, but this roadseg was built without the `cuda` feature; use --device cpu (or auto)")]
     NotBuilt(DeviceRequest),
     #[cfg(feature = "cuda")]
-    #[error(
-        "--device {request}: CUDA is not usable here: {reason}. Use --device cpu, or auto to fall back to the CPU"
-    )]
-    CudaUnavailable {
-        request: DeviceRequest,
-        reason: crate::backend::cuda::CudaUnavailable,
-    },
+    #[error("--device {request}: CUDA is not usable here: {reason}. Use --device cpu, or auto to fall back to the CPU")]
+    CudaUnavailable { request: DeviceRequest, reason: crate::backend::cuda::CudaUnavailable },
 }
 
 /// Where inference runs.
@@ -156,10 +135,7 @@ pub enum DeviceError {
 pub enum Target {
     Cpu,
     #[cfg(feature = "cuda")]
-    Cuda {
-        info: crate::backend::cuda::CudaInfo,
-        gpus: Vec<crate::backend::cuda::GpuInfo>,
-    },
+    Cuda { info: crate::backend::cuda::CudaInfo, gpus: Vec<crate::backend::cuda::GpuInfo> },
 }
 
 /// The device and precision inference will actually use.
@@ -187,19 +163,13 @@ impl Resolved {
         if self.gpus.is_empty() {
             return vec![self.device.clone(); workers];
         }
-        plan_workers(workers, self.gpus.len())
-            .into_iter()
-            .map(|g| format!("cuda:{}", self.gpus[g]))
-            .collect()
+        plan_workers(workers, self.gpus.len()).into_iter().map(|g| format!("cuda:{}", self.gpus[g])).collect()
     }
 }
 
 /// Picks the device for `request`. `precision` None means the device's
 /// default: fp16 on CUDA, f32 on the CPU (which computes only in f32).
-pub fn resolve(
-    request: &DeviceRequest,
-    precision: Option<Precision>,
-) -> Result<Resolved, DeviceError> {
+pub fn resolve(request: &DeviceRequest, precision: Option<Precision>) -> Result<Resolved, DeviceError> {
     let mut warnings = Vec::new();
     match request {
         DeviceRequest::Cpu => {}
@@ -207,10 +177,7 @@ pub fn resolve(
         DeviceRequest::Cuda(ids) => {
             return match find_gpus(ids) {
                 Ok((info, gpus)) => Ok(cuda_target(info, gpus, precision)),
-                Err(reason) => Err(DeviceError::CudaUnavailable {
-                    request: request.clone(),
-                    reason,
-                }),
+                Err(reason) => Err(DeviceError::CudaUnavailable { request: request.clone(), reason }),
             };
         }
         #[cfg(not(feature = "cuda"))]
@@ -218,44 +185,24 @@ pub fn resolve(
         #[cfg(feature = "cuda")]
         DeviceRequest::Auto => match find_gpus(&[]) {
             Ok((info, gpus)) => return Ok(cuda_target(info, gpus, precision)),
-            Err(reason) => {
-                warnings.push(format!("CUDA is not usable ({reason}); running on the CPU"))
-            }
+            Err(reason) => warnings.push(format!("CUDA is not usable ({reason}); running on the CPU")),
         },
         #[cfg(not(feature = "cuda"))]
-        DeviceRequest::Auto => {
-            warnings.push("this roadseg was built without CUDA; running on the CPU".to_string())
-        }
+        DeviceRequest::Auto => warnings.push("this roadseg was built without CUDA; running on the CPU".to_string()),
     }
     let precision = match precision {
         Some(p) if p != Precision::F32 => {
-            warnings.push(format!(
-                "precision {p} is not available on the CPU; using f32"
-            ));
+            warnings.push(format!("precision {p} is not available on the CPU; using f32"));
             Precision::F32
         }
         _ => Precision::F32,
     };
-    Ok(Resolved {
-        target: Target::Cpu,
-        device: "cpu".to_string(),
-        gpus: Vec::new(),
-        precision,
-        warnings,
-    })
+    Ok(Resolved { target: Target::Cpu, device: "cpu".to_string(), gpus: Vec::new(), precision, warnings })
 }
 
 /// The usable GPUs among `ids` (`[]` = all), or why there are none.
 #[cfg(feature = "cuda")]
-fn find_gpus(
-    ids: &[usize],
-) -> Result<
-    (
-        crate::backend::cuda::CudaInfo,
-        Vec<crate::backend::cuda::GpuInfo>,
-    ),
-    crate::backend::cuda::CudaUnavailable,
-> {
+fn find_gpus(ids: &[usize]) -> Result<(crate::backend::cuda::CudaInfo, Vec<crate::backend::cuda::GpuInfo>), crate::backend::cuda::CudaUnavailable> {
     use crate::backend::cuda::probe;
     let info = probe::probe()?;
     let gpus = probe::select(&info, ids)?;
@@ -263,11 +210,7 @@ fn find_gpus(
 }
 
 #[cfg(feature = "cuda")]
-fn cuda_target(
-    info: crate::backend::cuda::CudaInfo,
-    gpus: Vec<crate::backend::cuda::GpuInfo>,
-    precision: Option<Precision>,
-) -> Resolved {
+fn cuda_target(info: crate::backend::cuda::CudaInfo, gpus: Vec<crate::backend::cuda::GpuInfo>, precision: Option<Precision>) -> Resolved {
     let ids: Vec<String> = gpus.iter().map(|g| g.ordinal.to_string()).collect();
     Resolved {
         device: format!("cuda:{}", ids.join(",")),
@@ -284,10 +227,7 @@ mod tests {
 
     #[test]
     fn parses_device_lists() {
-        assert_eq!(
-            "cuda:0,1".parse::<DeviceRequest>().unwrap(),
-            DeviceRequest::Cuda(vec![0, 1])
-        );
+        assert_eq!("cuda:0,1".parse::<DeviceRequest>().unwrap(), DeviceRequest::Cuda(vec![0, 1]));
         assert_eq!("CPU".parse::<DeviceRequest>().unwrap(), DeviceRequest::Cpu);
         assert!("tpu".parse::<DeviceRequest>().is_err());
         assert!("cuda:x".parse::<DeviceRequest>().is_err());
@@ -300,20 +240,12 @@ mod tests {
             device: DeviceRequest,
         }
         // The same serde data model as the TOML config (JSON needs no feature).
-        let parse = |value: &str| {
-            serde_json::from_str::<M>(&format!(r#"{{"device": {value}}}"#)).map(|m| m.device)
-        };
+        let parse = |value: &str| serde_json::from_str::<M>(&format!(r#"{{"device": {value}}}"#)).map(|m| m.device);
         assert_eq!(parse(r#""cuda:1""#).unwrap(), DeviceRequest::Cuda(vec![1]));
         assert_eq!(parse(r#""auto""#).unwrap(), DeviceRequest::Auto);
-        assert_eq!(
-            parse(r#"["cuda:0", "cuda:2"]"#).unwrap(),
-            DeviceRequest::Cuda(vec![0, 2])
-        );
+        assert_eq!(parse(r#"["cuda:0", "cuda:2"]"#).unwrap(), DeviceRequest::Cuda(vec![0, 2]));
         assert_eq!(parse("[1, 3]").unwrap(), DeviceRequest::Cuda(vec![1, 3]));
-        assert_eq!(
-            parse(r#"["cuda:0,1", 3]"#).unwrap(),
-            DeviceRequest::Cuda(vec![0, 1, 3])
-        );
+        assert_eq!(parse(r#"["cuda:0,1", 3]"#).unwrap(), DeviceRequest::Cuda(vec![0, 1, 3]));
         for bad in [r#"["cpu"]"#, "[]", r#"["cuda"]"#, r#"["gpu:x"]"#] {
             assert!(parse(bad).is_err(), "{bad} should not parse");
         }
@@ -322,29 +254,14 @@ mod tests {
     #[test]
     fn workers_are_spread_round_robin_over_the_gpus() {
         assert_eq!(plan_workers(5, 2), [0, 1, 0, 1, 0]);
-        assert_eq!(
-            plan_workers(3, 4),
-            [0, 1, 2],
-            "more GPUs than workers: the first ones"
-        );
+        assert_eq!(plan_workers(3, 4), [0, 1, 2], "more GPUs than workers: the first ones");
         assert_eq!(plan_workers(2, 0), [0, 0]);
         for (workers, gpus) in [(1, 1), (7, 3), (16, 8), (8, 3)] {
             let plan = plan_workers(workers, gpus);
-            let per: Vec<usize> = (0..gpus)
-                .map(|g| plan.iter().filter(|&&p| p == g).count())
-                .collect();
-            assert!(
-                per.iter().max().unwrap() - per.iter().min().unwrap() <= 1,
-                "{workers} workers on {gpus} GPUs: {per:?}"
-            );
+            let per: Vec<usize> = (0..gpus).map(|g| plan.iter().filter(|&&p| p == g).count()).collect();
+            assert!(per.iter().max().unwrap() - per.iter().min().unwrap() <= 1, "{workers} workers on {gpus} GPUs: {per:?}");
         }
-        let two = Resolved {
-            target: Target::Cpu,
-            device: "cuda:1,3".into(),
-            gpus: vec![1, 3],
-            precision: Precision::Fp16,
-            warnings: vec![],
-        };
+        let two = Resolved { target: Target::Cpu, device: "cuda:1,3".into(), gpus: vec![1, 3], precision: Precision::Fp16, warnings: vec![] };
         assert_eq!(two.worker_devices(3), ["cuda:1", "cuda:3", "cuda:1"]);
         let cpu = resolve(&DeviceRequest::Cpu, None).unwrap();
         assert_eq!(cpu.worker_devices(2), ["cpu", "cpu"]);
@@ -364,19 +281,9 @@ mod tests {
             }
         }
         let mut files = Vec::new();
-        sources(
-            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
-            &mut files,
-        );
+        sources(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
         assert!(files.len() > 50, "found the sources");
-        let patterns = [
-            "CudaContext::new(0)",
-            "\"cuda:0\"",
-            "ordinal: 0",
-            "gpus[0]",
-            "GpuMetrics::new(\"cuda:0",
-            "cuDeviceGet(0",
-        ];
+        let patterns = ["CudaContext::new(0)", "\"cuda:0\"", "ordinal: 0", "gpus[0]", "GpuMetrics::new(\"cuda:0", "cuDeviceGet(0"];
         let mut found = Vec::new();
         for file in &files {
             let text = std::fs::read_to_string(file).unwrap();
@@ -405,11 +312,7 @@ mod tests {
         let r = resolve(&DeviceRequest::Auto, None).unwrap();
         if r.is_cpu() {
             assert_eq!(r.precision, Precision::F32);
-            assert!(
-                r.warnings.iter().any(|w| w.contains("running on the CPU")),
-                "{:?}",
-                r.warnings
-            );
+            assert!(r.warnings.iter().any(|w| w.contains("running on the CPU")), "{:?}", r.warnings);
         }
     }
 }

@@ -62,57 +62,31 @@ pub struct FrameError(pub String);
 
 impl<'a> FrameRef<'a> {
     pub fn packed(data: &'a [u8], width: usize, height: usize, format: PixelFormat) -> Self {
-        FrameRef {
-            data,
-            width,
-            height,
-            stride: width * format.bytes_per_pixel(),
-            format,
-        }
+        FrameRef { data, width, height, stride: width * format.bytes_per_pixel(), format }
     }
 
     pub fn geometry(&self) -> FrameGeometry {
-        FrameGeometry {
-            width: self.width,
-            height: self.height,
-            stride: self.stride,
-            format: self.format,
-        }
+        FrameGeometry { width: self.width, height: self.height, stride: self.stride, format: self.format }
     }
 
     pub fn validate(&self) -> Result<(), FrameError> {
         if self.width == 0 || self.height == 0 {
-            return Err(FrameError(format!(
-                "empty frame {}x{}",
-                self.width, self.height
-            )));
+            return Err(FrameError(format!("empty frame {}x{}", self.width, self.height)));
         }
         if self.stride < self.width * self.format.bytes_per_pixel() {
-            return Err(FrameError(format!(
-                "stride {} too small for width {}",
-                self.stride, self.width
-            )));
+            return Err(FrameError(format!("stride {} too small for width {}", self.stride, self.width)));
         }
         let needed = match self.format {
             PixelFormat::Nv12 => {
                 if !self.width.is_multiple_of(2) || !self.height.is_multiple_of(2) {
-                    return Err(FrameError(format!(
-                        "NV12 frame {}x{} must have even sides",
-                        self.width, self.height
-                    )));
+                    return Err(FrameError(format!("NV12 frame {}x{} must have even sides", self.width, self.height)));
                 }
                 self.stride * self.height * 3 / 2
             }
             _ => self.stride * (self.height - 1) + self.width * self.format.bytes_per_pixel(),
         };
         if self.data.len() < needed {
-            return Err(FrameError(format!(
-                "{} bytes, a {}x{} {:?} frame needs {needed}",
-                self.data.len(),
-                self.width,
-                self.height,
-                self.format
-            )));
+            return Err(FrameError(format!("{} bytes, a {}x{} {:?} frame needs {needed}", self.data.len(), self.width, self.height, self.format)));
         }
         Ok(())
     }
@@ -123,26 +97,15 @@ impl<'a> FrameRef<'a> {
         match self.format {
             PixelFormat::Rgb | PixelFormat::Rgba => {
                 let i = y * self.stride + x * self.format.bytes_per_pixel();
-                [
-                    self.data[i] as f32,
-                    self.data[i + 1] as f32,
-                    self.data[i + 2] as f32,
-                ]
+                [self.data[i] as f32, self.data[i + 1] as f32, self.data[i + 2] as f32]
             }
             PixelFormat::Nv12 => {
                 let luma = self.data[y * self.stride + x] as f32;
                 let uv = self.stride * self.height + (y / 2) * self.stride + (x / 2) * 2;
-                let (u, v) = (
-                    self.data[uv] as f32 - 128.0,
-                    self.data[uv + 1] as f32 - 128.0,
-                );
+                let (u, v) = (self.data[uv] as f32 - 128.0, self.data[uv + 1] as f32 - 128.0);
                 let c = 1.164_383_6 * (luma - 16.0);
                 let clamp = |v: f32| v.clamp(0.0, 255.0).round();
-                [
-                    clamp(c + 1.596_026_8 * v),
-                    clamp(c - 0.391_762_3 * u - 0.812_968 * v),
-                    clamp(c + 2.017_232_2 * u),
-                ]
+                [clamp(c + 1.596_026_8 * v), clamp(c - 0.391_762_3 * u - 0.812_968 * v), clamp(c + 2.017_232_2 * u)]
             }
         }
     }
@@ -165,10 +128,7 @@ pub struct Segmentation {
 impl Segmentation {
     /// 1 where the pixel is (confidently) one of `road_classes`, else 0.
     pub fn road_mask(&self, road_classes: &[usize]) -> Vec<u8> {
-        self.classes
-            .iter()
-            .map(|&c| u8::from(c != UNKNOWN && road_classes.contains(&(c as usize))))
-            .collect()
+        self.classes.iter().map(|&c| u8::from(c != UNKNOWN && road_classes.contains(&(c as usize)))).collect()
     }
 }
 
@@ -217,16 +177,9 @@ impl FrameOverlay {
             return Some(self.class_tints[class as usize]).filter(|t| t.1 > 0.0);
         }
         if let Some(edge) = self.edge.filter(|e| e.1 > 0.0) {
-            let road_at = |nx: usize, ny: usize| {
-                (x0..x1).contains(&nx)
-                    && (y0..y1).contains(&ny)
-                    && self.road[classes[ny * width + nx] as usize]
-            };
+            let road_at = |nx: usize, ny: usize| (x0..x1).contains(&nx) && (y0..y1).contains(&ny) && self.road[classes[ny * width + nx] as usize];
             let near = EDGE_REACH.iter().any(|&r| {
-                (x >= r && road_at(x - r, y))
-                    || road_at(x + r, y)
-                    || (y >= r && road_at(x, y - r))
-                    || road_at(x, y + r)
+                (x >= r && road_at(x - r, y)) || road_at(x + r, y) || (y >= r && road_at(x, y - r)) || road_at(x, y + r)
             });
             if near {
                 return Some(edge);

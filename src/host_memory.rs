@@ -35,15 +35,8 @@ pub fn install(allocator: Arc<dyn HostAllocator>) -> bool {
 
 /// Whether `bytes` lie wholly inside one pinned block.
 pub fn is_pinned(bytes: &[u8]) -> bool {
-    let (start, end) = (
-        bytes.as_ptr() as usize,
-        bytes.as_ptr() as usize + bytes.len(),
-    );
-    PINNED
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .iter()
-        .any(|&(s, len)| start >= s && end <= s + len)
+    let (start, end) = (bytes.as_ptr() as usize, bytes.as_ptr() as usize + bytes.len());
+    PINNED.lock().unwrap_or_else(PoisonError::into_inner).iter().any(|&(s, len)| start >= s && end <= s + len)
 }
 
 /// A frame's bytes: pinned where an allocator is installed, else on the heap.
@@ -74,10 +67,7 @@ impl FrameMemory {
             if let Some(ptr) = allocator.alloc(len) {
                 // SAFETY: `alloc` returned `len` writable bytes.
                 unsafe { std::ptr::write_bytes(ptr, 0, len) };
-                PINNED
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push((ptr as usize, len));
+                PINNED.lock().unwrap_or_else(PoisonError::into_inner).push((ptr as usize, len));
                 self.heap = Vec::new();
                 self.pinned = Some((ptr, len));
                 self.len = len;
@@ -93,13 +83,8 @@ impl FrameMemory {
     }
 
     fn release_pinned(&mut self) {
-        let Some((ptr, _)) = self.pinned.take() else {
-            return;
-        };
-        PINNED
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .retain(|&(s, _)| s != ptr as usize);
+        let Some((ptr, _)) = self.pinned.take() else { return };
+        PINNED.lock().unwrap_or_else(PoisonError::into_inner).retain(|&(s, _)| s != ptr as usize);
         if let Some(allocator) = ALLOCATOR.get() {
             // SAFETY: the block came from this allocator (the only one ever
             // installed) and is forgotten here.
@@ -139,20 +124,13 @@ impl DerefMut for FrameMemory {
 impl From<Vec<u8>> for FrameMemory {
     fn from(heap: Vec<u8>) -> Self {
         let len = heap.len();
-        FrameMemory {
-            heap,
-            pinned: None,
-            len,
-        }
+        FrameMemory { heap, pinned: None, len }
     }
 }
 
 impl std::fmt::Debug for FrameMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FrameMemory")
-            .field("len", &self.len)
-            .field("pinned", &self.is_pinned())
-            .finish()
+        f.debug_struct("FrameMemory").field("len", &self.len).field("pinned", &self.is_pinned()).finish()
     }
 }
 
@@ -187,12 +165,7 @@ mod tests {
             Some(ptr)
         }
         unsafe fn free(&self, ptr: *mut u8) {
-            let layout = self
-                .0
-                .lock()
-                .unwrap()
-                .remove(&(ptr as usize))
-                .expect("freed once, after alloc");
+            let layout = self.0.lock().unwrap().remove(&(ptr as usize)).expect("freed once, after alloc");
             // SAFETY: allocated above with this layout.
             unsafe { std::alloc::dealloc(ptr, layout) };
         }
@@ -216,16 +189,10 @@ mod tests {
         assert_eq!(m[999], 9);
         m.resize(5000);
         assert_ne!(m.as_ptr(), first);
-        assert!(
-            !fake.0.lock().unwrap().contains_key(&(first as usize)),
-            "the smaller block went back"
-        );
+        assert!(!fake.0.lock().unwrap().contains_key(&(first as usize)), "the smaller block went back");
         assert!(is_pinned(&m[100..200]) && !is_pinned(&[0u8; 8]));
         let last = m.as_ptr() as usize;
         drop(m);
-        assert!(
-            !fake.0.lock().unwrap().contains_key(&last),
-            "dropping gives the block back"
-        );
+        assert!(!fake.0.lock().unwrap().contains_key(&last), "dropping gives the block back");
     }
 }

@@ -24,27 +24,18 @@ pub enum ImageError {
 pub fn load_rgb(path: &Path) -> Result<RgbImage, ImageError> {
     image::open(path)
         .map(|i| i.to_rgb8())
-        .map_err(|e| ImageError::Read {
-            path: path.display().to_string(),
-            reason: e.to_string(),
-        })
+        .map_err(|e| ImageError::Read { path: path.display().to_string(), reason: e.to_string() })
 }
 
 /// Label maps: one class index per pixel (8-bit grey or palette PNG).
 pub fn load_labels(path: &Path) -> Result<ImageBuffer<Luma<u8>, Vec<u8>>, ImageError> {
     image::open(path)
         .map(|i| i.to_luma8())
-        .map_err(|e| ImageError::Read {
-            path: path.display().to_string(),
-            reason: e.to_string(),
-        })
+        .map_err(|e| ImageError::Read { path: path.display().to_string(), reason: e.to_string() })
 }
 
 fn is_image(p: &Path) -> bool {
-    let ext = p
-        .extension()
-        .and_then(|e| e.to_str())
-        .map(str::to_ascii_lowercase);
+    let ext = p.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
     matches!(ext.as_deref(), Some("png" | "jpg" | "jpeg" | "bmp"))
 }
 
@@ -53,14 +44,8 @@ pub fn list_images(path: &Path) -> Result<Vec<PathBuf>, ImageError> {
     if path.is_file() {
         return Ok(vec![path.to_path_buf()]);
     }
-    let entries = std::fs::read_dir(path).map_err(|err| ImageError::List {
-        path: path.display().to_string(),
-        err,
-    })?;
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file() && is_image(p))
-        .collect();
+    let entries = std::fs::read_dir(path).map_err(|err| ImageError::List { path: path.display().to_string(), err })?;
+    let mut files: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_file() && is_image(p)).collect();
     files.sort();
     if files.is_empty() {
         return Err(ImageError::Empty(path.display().to_string()));
@@ -70,50 +55,21 @@ pub fn list_images(path: &Path) -> Result<Vec<PathBuf>, ImageError> {
 
 pub fn save_classes(seg: &Segmentation, path: &Path) -> Result<(), ImageError> {
     let img: ImageBuffer<Luma<u8>, Vec<u8>> =
-        ImageBuffer::from_raw(seg.width as u32, seg.height as u32, seg.classes.clone())
-            .expect("class map matches its size");
-    img.save(path).map_err(|e| ImageError::Write {
-        path: path.display().to_string(),
-        reason: e.to_string(),
-    })
+        ImageBuffer::from_raw(seg.width as u32, seg.height as u32, seg.classes.clone()).expect("class map matches its size");
+    img.save(path).map_err(|e| ImageError::Write { path: path.display().to_string(), reason: e.to_string() })
 }
 
 /// Colours per class: CamVid's and Cityscapes' conventional palettes for those
 /// label counts, evenly spread hues otherwise.
 pub fn palette(labels: &[String]) -> Vec<[u8; 3]> {
     const CITYSCAPES: [[u8; 3]; 19] = [
-        [128, 64, 128],
-        [244, 35, 232],
-        [70, 70, 70],
-        [102, 102, 156],
-        [190, 153, 153],
-        [153, 153, 153],
-        [250, 170, 30],
-        [220, 220, 0],
-        [107, 142, 35],
-        [152, 251, 152],
-        [70, 130, 180],
-        [220, 20, 60],
-        [255, 0, 0],
-        [0, 0, 142],
-        [0, 0, 70],
-        [0, 60, 100],
-        [0, 80, 100],
-        [0, 0, 230],
-        [119, 11, 32],
+        [128, 64, 128], [244, 35, 232], [70, 70, 70], [102, 102, 156], [190, 153, 153], [153, 153, 153],
+        [250, 170, 30], [220, 220, 0], [107, 142, 35], [152, 251, 152], [70, 130, 180], [220, 20, 60],
+        [255, 0, 0], [0, 0, 142], [0, 0, 70], [0, 60, 100], [0, 80, 100], [0, 0, 230], [119, 11, 32],
     ];
     const CAMVID: [[u8; 3]; 11] = [
-        [128, 128, 128],
-        [128, 0, 0],
-        [192, 192, 128],
-        [128, 64, 128],
-        [60, 40, 222],
-        [128, 128, 0],
-        [192, 128, 128],
-        [64, 64, 128],
-        [64, 0, 128],
-        [64, 64, 0],
-        [0, 128, 192],
+        [128, 128, 128], [128, 0, 0], [192, 192, 128], [128, 64, 128], [60, 40, 222], [128, 128, 0],
+        [192, 128, 128], [64, 64, 128], [64, 0, 128], [64, 64, 0], [0, 128, 192],
     ];
     match labels.len() {
         19 => CITYSCAPES.to_vec(),
@@ -178,22 +134,10 @@ impl Default for OverlayStyle {
 
 /// Blends `seg` into packed RGB (or RGBA with `channels` 4) pixels in place;
 /// pixels of the ego vehicle's `hood` get the hood colour whatever their class.
-pub fn draw_overlay(
-    pixels: &mut [u8],
-    channels: usize,
-    seg: &Segmentation,
-    style: &OverlayStyle,
-    hood: Option<&HoodMask>,
-) {
+pub fn draw_overlay(pixels: &mut [u8], channels: usize, seg: &Segmentation, style: &OverlayStyle, hood: Option<&HoodMask>) {
     let tint = overlay_tint(seg, style, hood);
-    for (i, px) in pixels
-        .chunks_exact_mut(channels)
-        .take(seg.width * seg.height)
-        .enumerate()
-    {
-        let Some((colour, alpha)) = tint(i) else {
-            continue;
-        };
+    for (i, px) in pixels.chunks_exact_mut(channels).take(seg.width * seg.height).enumerate() {
+        let Some((colour, alpha)) = tint(i) else { continue };
         for c in 0..3 {
             px[c] = (px[c] as f32 * (1.0 - alpha) + colour[c] as f32 * alpha).round() as u8;
         }
@@ -203,23 +147,14 @@ pub fn draw_overlay(
 /// The tint (colour, opacity) of pixel `i` (row-major at the segmentation's
 /// size), or None where the frame shows through untouched: what every
 /// overlay draws, whatever its pixel format.
-pub fn overlay_tint<'a>(
-    seg: &'a Segmentation,
-    style: &'a OverlayStyle,
-    hood: Option<&'a HoodMask>,
-) -> impl Fn(usize) -> Option<([u8; 3], f32)> + 'a {
+pub fn overlay_tint<'a>(seg: &'a Segmentation, style: &'a OverlayStyle, hood: Option<&'a HoodMask>) -> impl Fn(usize) -> Option<([u8; 3], f32)> + 'a {
     let overlay = frame_overlay(style, hood, seg.width, seg.height);
     move |i| overlay.tint(&seg.classes, seg.width, i % seg.width, i / seg.width)
 }
 
 /// The overlay `style` draws over a `width` x `height` frame with `hood`, as
 /// data (what the CPU draws here and a GPU backend draws in its frame path).
-pub fn frame_overlay(
-    style: &OverlayStyle,
-    hood: Option<&HoodMask>,
-    width: usize,
-    height: usize,
-) -> FrameOverlay {
+pub fn frame_overlay(style: &OverlayStyle, hood: Option<&HoodMask>, width: usize, height: usize) -> FrameOverlay {
     let mut class_tints = vec![([0u8; 3], 0.0f32); 256];
     if let Some(palette) = style.full_palette.as_ref().filter(|p| !p.is_empty()) {
         for (class, tint) in class_tints.iter_mut().enumerate() {
@@ -234,10 +169,7 @@ pub fn frame_overlay(
     // UNKNOWN is never road, even where a road class id collides with it.
     road[255] = false;
     let hood = hood.filter(|h| h.width == width && h.height == height);
-    let hood_tops = hood
-        .filter(|h| !h.is_empty())
-        .map(|h| h.top.clone())
-        .unwrap_or_default();
+    let hood_tops = hood.filter(|h| !h.is_empty()).map(|h| h.top.clone()).unwrap_or_default();
     let (x0, y0, x1, y1) = hood.map_or(Bars::NONE, |h| h.bars).picture(width, height);
     FrameOverlay {
         class_tints,
@@ -250,16 +182,7 @@ pub fn frame_overlay(
     }
 }
 
-pub fn save_rgb(
-    pixels: Vec<u8>,
-    width: usize,
-    height: usize,
-    path: &Path,
-) -> Result<(), ImageError> {
-    let img: RgbImage = ImageBuffer::<Rgb<u8>, _>::from_raw(width as u32, height as u32, pixels)
-        .expect("pixels match size");
-    img.save(path).map_err(|e| ImageError::Write {
-        path: path.display().to_string(),
-        reason: e.to_string(),
-    })
+pub fn save_rgb(pixels: Vec<u8>, width: usize, height: usize, path: &Path) -> Result<(), ImageError> {
+    let img: RgbImage = ImageBuffer::<Rgb<u8>, _>::from_raw(width as u32, height as u32, pixels).expect("pixels match size");
+    img.save(path).map_err(|e| ImageError::Write { path: path.display().to_string(), reason: e.to_string() })
 }

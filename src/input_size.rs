@@ -20,17 +20,13 @@ pub fn height_for(width: u32, frame_width: u32, frame_height: u32) -> u32 {
     if frame_width == 0 || frame_height == 0 {
         return FALLBACK_HEIGHT;
     }
-    let strides =
-        f64::from(width) * f64::from(frame_height) / f64::from(frame_width) / f64::from(STRIDE);
+    let strides = f64::from(width) * f64::from(frame_height) / f64::from(frame_width) / f64::from(STRIDE);
     strides.round().clamp(1.0, f64::from(MAX_SIDE / STRIDE)) as u32 * STRIDE
 }
 
 /// `(width, height)` of the input for frames of the given size at the default width.
 pub fn default_for(frame_width: u32, frame_height: u32) -> (usize, usize) {
-    (
-        DEFAULT_WIDTH as usize,
-        height_for(DEFAULT_WIDTH, frame_width, frame_height) as usize,
-    )
+    (DEFAULT_WIDTH as usize, height_for(DEFAULT_WIDTH, frame_width, frame_height) as usize)
 }
 
 #[cfg(test)]

@@ -3,8 +3,8 @@
 //! The engine (checkpoint loading, the model, backends, pre/post-processing)
 //! works without any video code; the `video` feature adds the daemon.
 
-pub mod annotate;
 pub mod backend;
+pub mod annotate;
 pub mod checkpoint;
 pub mod clock;
 pub mod device;

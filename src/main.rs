@@ -10,13 +10,7 @@ struct Cli {
     /// Log lines as text or as JSON objects (one per line, for Loki /
     /// Elasticsearch); auto = text. Also ROADSEG_LOG_FORMAT. Levels come
     /// from ROADSEG_LOG, else RUST_LOG, else info.
-    #[arg(
-        long,
-        global = true,
-        value_enum,
-        env = "ROADSEG_LOG_FORMAT",
-        default_value = "text"
-    )]
+    #[arg(long, global = true, value_enum, env = "ROADSEG_LOG_FORMAT", default_value = "text")]
     log_format: LogFormat,
     /// On failure, print the error's whole cause chain, one cause a line
     /// (by default: one line, each cause said once).
@@ -40,19 +34,11 @@ fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_env("ROADSEG_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         // Span fields flattened so each line carries e.g. "stream" at the top level.
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .init(),
-        LogFormat::Text => builder
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init(),
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).init(),
+        LogFormat::Text => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
     }
 }
 
@@ -89,8 +75,7 @@ fn is_config_error(err: &anyhow::Error) -> bool {
     #[cfg(feature = "video")]
     if err.chain().any(|e| {
         e.is::<roadseg::daemon::config::ConfigError>()
-            || e.downcast_ref::<roadseg::daemon::run::DaemonError>()
-                .is_some_and(|d| d.is_config())
+            || e.downcast_ref::<roadseg::daemon::run::DaemonError>().is_some_and(|d| d.is_config())
     }) {
         return true;
     }
@@ -139,17 +124,9 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            let shown = if cli.verbose {
-                cause_chain(&e)
-            } else {
-                one_line(&e)
-            };
+            let shown = if cli.verbose { cause_chain(&e) } else { one_line(&e) };
             eprintln!("roadseg: error: {shown}");
-            if is_config_error(&e) {
-                std::process::ExitCode::from(EXIT_CONFIG)
-            } else {
-                std::process::ExitCode::FAILURE
-            }
+            if is_config_error(&e) { std::process::ExitCode::from(EXIT_CONFIG) } else { std::process::ExitCode::FAILURE }
         }
     }
 }

@@ -39,11 +39,7 @@ pub enum FormatError {
     #[error("bad shape {0}")]
     Shape(String),
     #[error("shape {shape:?} needs {needed} data bytes, file has {actual}")]
-    DataSize {
-        shape: Vec<usize>,
-        needed: usize,
-        actual: usize,
-    },
+    DataSize { shape: Vec<usize>, needed: usize, actual: usize },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -65,10 +61,7 @@ fn header_value<'a>(header: &'a str, key: &str) -> Option<&'a str> {
 pub fn read_f32(path: impl AsRef<Path>) -> Result<NpyArray, NpyError> {
     let path = path.as_ref();
     let name = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|err| NpyError::Io {
-        path: name.clone(),
-        err,
-    })?;
+    let bytes = std::fs::read(path).map_err(|err| NpyError::Io { path: name.clone(), err })?;
     parse_f32(&bytes).map_err(|reason| NpyError::Format { path: name, reason })
 }
 
@@ -78,10 +71,7 @@ pub fn parse_f32(bytes: &[u8]) -> Result<NpyArray, FormatError> {
     }
     let (header_len, header_start) = match bytes[6] {
         1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
-        2 | 3 if bytes.len() >= 12 => (
-            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
-            12,
-        ),
+        2 | 3 if bytes.len() >= 12 => (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12),
         v => return Err(FormatError::Version(v)),
     };
     let header = bytes
@@ -89,15 +79,10 @@ pub fn parse_f32(bytes: &[u8]) -> Result<NpyArray, FormatError> {
         .and_then(|h| std::str::from_utf8(h).ok())
         .ok_or(FormatError::TruncatedHeader)?;
     let descr = header_value(header, "descr").ok_or(FormatError::MissingKey("descr"))?;
-    if !matches!(
-        descr.trim_matches(|c| c == '\'' || c == '"'),
-        "<f4" | "=f4" | "f4"
-    ) {
+    if !matches!(descr.trim_matches(|c| c == '\'' || c == '"'), "<f4" | "=f4" | "f4") {
         return Err(FormatError::Dtype(descr.to_string()));
     }
-    if header_value(header, "fortran_order").ok_or(FormatError::MissingKey("fortran_order"))?
-        != "False"
-    {
+    if header_value(header, "fortran_order").ok_or(FormatError::MissingKey("fortran_order"))? != "False" {
         return Err(FormatError::FortranOrder);
     }
     let shape_text = header_value(header, "shape").ok_or(FormatError::MissingKey("shape"))?;
@@ -106,24 +91,14 @@ pub fn parse_f32(bytes: &[u8]) -> Result<NpyArray, FormatError> {
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| {
-            s.parse::<usize>()
-                .map_err(|_| FormatError::Shape(shape_text.to_string()))
-        })
+        .map(|s| s.parse::<usize>().map_err(|_| FormatError::Shape(shape_text.to_string())))
         .collect::<Result<Vec<_>, _>>()?;
     let count: usize = shape.iter().product();
     let body = &bytes[header_start + header_len..];
     if body.len() != count * 4 {
-        return Err(FormatError::DataSize {
-            needed: count * 4,
-            actual: body.len(),
-            shape,
-        });
+        return Err(FormatError::DataSize { needed: count * 4, actual: body.len(), shape });
     }
-    let data = body
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
+    let data = body.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
     Ok(NpyArray { shape, data })
 }
 
@@ -131,11 +106,7 @@ pub fn write_f32(path: impl AsRef<Path>, shape: &[usize], data: &[f32]) -> Resul
     let path = path.as_ref();
     let name = path.display().to_string();
     let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
-    let shape_text = if dims.len() == 1 {
-        format!("({},)", dims[0])
-    } else {
-        format!("({})", dims.join(", "))
-    };
+    let shape_text = if dims.len() == 1 { format!("({},)", dims[0]) } else { format!("({})", dims.join(", ")) };
     let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape_text}, }}");
     // Total header (magic 10 bytes + text + newline) is padded to 64 bytes.
     let pad = 64 - (10 + header.len() + 1) % 64;

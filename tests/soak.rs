@@ -47,9 +47,7 @@ fn a_three_minute_soak_passes() {
         }
         if Instant::now() > deadline {
             // SIGTERM lets its trap end the daemon and the camera.
-            let _ = Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
-                .status();
+            let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
             std::thread::sleep(Duration::from_secs(20));
             let _ = child.kill();
             let _ = child.wait();
@@ -57,8 +55,7 @@ fn a_three_minute_soak_passes() {
         }
         std::thread::sleep(Duration::from_millis(500));
     };
-    let summary = std::fs::read_to_string(out.join("summary.md"))
-        .unwrap_or_else(|_| "(no summary.md)".into());
+    let summary = std::fs::read_to_string(out.join("summary.md")).unwrap_or_else(|_| "(no summary.md)".into());
     let output = std::fs::read_to_string(dir.path().join("soak.out")).unwrap_or_default();
     if status.is_some_and(|s| s.success()) {
         println!("{summary}");

@@ -58,17 +58,7 @@ pub fn text_width(text: &str, scale: usize) -> usize {
 /// Draws `text` into packed pixels (`channels` 3 or 4, or 1 for a luma plane, which
 /// takes the colour's first value) with its top-left at (x.start, y), clipped to
 /// the frame and to columns before `x.end` (the picture's right edge).
-pub fn draw_text(
-    pixels: &mut [u8],
-    width: usize,
-    height: usize,
-    channels: usize,
-    x: std::ops::Range<usize>,
-    y: usize,
-    scale: usize,
-    text: &str,
-    colour: [u8; 3],
-) {
+pub fn draw_text(pixels: &mut [u8], width: usize, height: usize, channels: usize, x: std::ops::Range<usize>, y: usize, scale: usize, text: &str, colour: [u8; 3]) {
     let right = x.end.min(width);
     for (i, c) in text.chars().enumerate() {
         let rows = glyph(c);
@@ -94,16 +84,7 @@ pub fn draw_text(
 }
 
 /// Darkens a rectangle so text on it stays readable on any background.
-pub fn shade_box(
-    pixels: &mut [u8],
-    width: usize,
-    height: usize,
-    channels: usize,
-    x: usize,
-    y: usize,
-    w: usize,
-    h: usize,
-) {
+pub fn shade_box(pixels: &mut [u8], width: usize, height: usize, channels: usize, x: usize, y: usize, w: usize, h: usize) {
     for py in y..(y + h).min(height) {
         for px in x..(x + w).min(width) {
             let o = (py * width + px) * channels;

@@ -34,19 +34,10 @@ impl Annotator {
     /// Tints a packed frame (RGBA, or NV12 as the ring carries it) at the
     /// segmentation's size with the segmentation and the hood, then draws the
     /// status line.
-    pub fn draw(
-        &self,
-        pixels: &mut [u8],
-        format: PixelFormat,
-        seg: &Segmentation,
-        hood: &HoodMask,
-        stats: &FrameStats,
-    ) {
+    pub fn draw(&self, pixels: &mut [u8], format: PixelFormat, seg: &Segmentation, hood: &HoodMask, stats: &FrameStats) {
         let (w, h) = (seg.width, seg.height);
         match format {
-            PixelFormat::Nv12 => {
-                tint_nv12(pixels, w, h, overlay_tint(seg, &self.style, Some(hood)))
-            }
+            PixelFormat::Nv12 => tint_nv12(pixels, w, h, overlay_tint(seg, &self.style, Some(hood))),
             PixelFormat::Rgb => draw_overlay(pixels, 3, seg, &self.style, Some(hood)),
             PixelFormat::Rgba => draw_overlay(pixels, 4, seg, &self.style, Some(hood)),
         }
@@ -60,15 +51,7 @@ impl Annotator {
     }
 
     /// The status line alone, over a `w` x `h` packed frame already tinted.
-    pub fn draw_status(
-        &self,
-        pixels: &mut [u8],
-        format: PixelFormat,
-        w: usize,
-        h: usize,
-        hood: &HoodMask,
-        stats: &FrameStats,
-    ) {
+    pub fn draw_status(&self, pixels: &mut [u8], format: PixelFormat, w: usize, h: usize, hood: &HoodMask, stats: &FrameStats) {
         if !self.show_text {
             return;
         }
@@ -77,11 +60,7 @@ impl Annotator {
             PixelFormat::Rgb => 3,
             PixelFormat::Rgba => 4,
         };
-        let hood_text = if hood.is_empty() {
-            String::new()
-        } else {
-            format!("  HOOD {:.1}%", stats.hood_coverage * 100.0)
-        };
+        let hood_text = if hood.is_empty() { String::new() } else { format!("  HOOD {:.1}%", stats.hood_coverage * 100.0) };
         let text = format!(
             "ROAD {:.1}%{hood_text}  CONF {:.2}  INFER {:.0} MS  {:.1} FPS",
             stats.road_coverage * 100.0,
@@ -93,11 +72,7 @@ impl Annotator {
         // Nothing is drawn on letterbox/pillarbox bars: the box sits at the
         // picture's corner (on NV12 at even coordinates, as chroma is 2x2).
         let (x0, y0, x1, _) = hood.bars.picture(w, h);
-        let (x0, y0) = if format == PixelFormat::Nv12 {
-            (x0.next_multiple_of(2), y0.next_multiple_of(2))
-        } else {
-            (x0, y0)
-        };
+        let (x0, y0) = if format == PixelFormat::Nv12 { (x0.next_multiple_of(2), y0.next_multiple_of(2)) } else { (x0, y0) };
         let pic_w = x1.saturating_sub(x0);
         let scale = (pic_w / 640).clamp(1, 4);
         let pad = 4 * scale;
@@ -113,33 +88,15 @@ impl Annotator {
                 }
             }
         }
-        let white = if format == PixelFormat::Nv12 {
-            [235; 3]
-        } else {
-            [255; 3]
-        };
-        draw_text(
-            pixels,
-            w,
-            h,
-            channels,
-            x0 + pad..x1,
-            y0 + pad,
-            scale,
-            &text,
-            white,
-        );
+        let white = if format == PixelFormat::Nv12 { [235; 3] } else { [255; 3] };
+        draw_text(pixels, w, h, channels, x0 + pad..x1, y0 + pad, scale, &text, white);
     }
 }
 
 /// BT.601 video-range YUV of an RGB colour (what H.264 decoders produce).
 fn yuv(rgb: [u8; 3]) -> [f32; 3] {
     let [r, g, b] = rgb.map(f32::from);
-    [
-        16.0 + 0.256_788 * r + 0.504_129 * g + 0.097_906 * b,
-        128.0 - 0.148_223 * r - 0.290_993 * g + 0.439_216 * b,
-        128.0 + 0.439_216 * r - 0.367_788 * g - 0.071_427 * b,
-    ]
+    [16.0 + 0.256_788 * r + 0.504_129 * g + 0.097_906 * b, 128.0 - 0.148_223 * r - 0.290_993 * g + 0.439_216 * b, 128.0 + 0.439_216 * r - 0.367_788 * g - 0.071_427 * b]
 }
 
 fn blend(under: u8, over: f32, alpha: f32) -> u8 {
@@ -148,12 +105,7 @@ fn blend(under: u8, over: f32, alpha: f32) -> u8 {
 
 /// Tints NV12 in place, as `draw_overlay` tints RGB: luma per pixel, and each
 /// 2x2 block's shared chroma by the tint of its top-left pixel.
-fn tint_nv12(
-    pixels: &mut [u8],
-    w: usize,
-    h: usize,
-    tint: impl Fn(usize) -> Option<([u8; 3], f32)>,
-) {
+fn tint_nv12(pixels: &mut [u8], w: usize, h: usize, tint: impl Fn(usize) -> Option<([u8; 3], f32)>) {
     // The tint is one of a few colours, mostly the same as the pixel before:
     // convert each only when it changes, not once per pixel.
     let mut last = ([0u8; 3], yuv([0; 3]));
@@ -197,56 +149,21 @@ mod tests {
             road_coverage: 0.5,
             mean_confidence: 0.9,
         };
-        let a = Annotator {
-            style: OverlayStyle {
-                road_classes: vec![0],
-                ..OverlayStyle::default()
-            },
-            show_text: true,
-        };
-        let stats = FrameStats {
-            road_coverage: 0.5,
-            hood_coverage: 0.0,
-            mean_confidence: 0.9,
-            inference_ms: 12.0,
-            fps: 25.0,
-        };
+        let a = Annotator { style: OverlayStyle { road_classes: vec![0], ..OverlayStyle::default() }, show_text: true };
+        let stats = FrameStats { road_coverage: 0.5, hood_coverage: 0.0, mean_confidence: 0.9, inference_ms: 12.0, fps: 25.0 };
         (seg, a, stats)
     }
 
     #[test]
     fn road_is_tinted_and_text_is_drawn() {
         let (w, h) = (64, 64);
-        let (seg, a, stats) = scene(|i| {
-            if i / w > h / 2 {
-                0
-            } else if i % 7 == 0 {
-                UNKNOWN
-            } else {
-                1
-            }
-        });
+        let (seg, a, stats) = scene(|i| if i / w > h / 2 { 0 } else if i % 7 == 0 { UNKNOWN } else { 1 });
         let mut rgba = vec![100u8; w * h * 4];
-        a.draw(
-            &mut rgba,
-            PixelFormat::Rgba,
-            &seg,
-            &HoodMask::none(w, h),
-            &stats,
-        );
+        a.draw(&mut rgba, PixelFormat::Rgba, &seg, &HoodMask::none(w, h), &stats);
         let px = |x: usize, y: usize| &rgba[(y * w + x) * 4..(y * w + x) * 4 + 3];
         assert_ne!(px(10, h - 1), &[100, 100, 100], "road pixel tinted");
-        assert_eq!(
-            px(1, h / 2 - 2),
-            &[100, 100, 100],
-            "non-road pixel untouched"
-        );
-        assert!(
-            rgba.chunks(4)
-                .take(w * 15)
-                .any(|p| p[..3] == [255, 255, 255]),
-            "status text drawn"
-        );
+        assert_eq!(px(1, h / 2 - 2), &[100, 100, 100], "non-road pixel untouched");
+        assert!(rgba.chunks(4).take(w * 15).any(|p| p[..3] == [255, 255, 255]), "status text drawn");
     }
 
     #[test]
@@ -257,73 +174,31 @@ mod tests {
         // Mid grey in both formats.
         let mut nv12 = [vec![126u8; w * h], vec![128u8; w * h / 2]].concat();
         let mut rgba = vec![128u8; w * h * 4];
-        a.draw(
-            &mut nv12,
-            PixelFormat::Nv12,
-            &seg,
-            &HoodMask::none(w, h),
-            &stats,
-        );
-        a.draw(
-            &mut rgba,
-            PixelFormat::Rgba,
-            &seg,
-            &HoodMask::none(w, h),
-            &stats,
-        );
+        a.draw(&mut nv12, PixelFormat::Nv12, &seg, &HoodMask::none(w, h), &stats);
+        a.draw(&mut rgba, PixelFormat::Rgba, &seg, &HoodMask::none(w, h), &stats);
         let frame = crate::frame::FrameRef::packed(&nv12, w, h, PixelFormat::Nv12);
         for (x, y) in [(10, h - 2), (40, h / 2 + 3), (1, h / 2 - 2)] {
             let from_nv12 = frame.rgb(x, y);
             let i = (y * w + x) * 4;
             for c in 0..3 {
-                assert!(
-                    (from_nv12[c] - rgba[i + c] as f32).abs() <= 3.0,
-                    "({x}, {y}): {from_nv12:?} vs {:?}",
-                    &rgba[i..i + 3]
-                );
+                assert!((from_nv12[c] - rgba[i + c] as f32).abs() <= 3.0, "({x}, {y}): {from_nv12:?} vs {:?}", &rgba[i..i + 3]);
             }
         }
-        assert!(
-            nv12[..w * 15].contains(&235),
-            "status text drawn on the luma"
-        );
+        assert!(nv12[..w * 15].contains(&235), "status text drawn on the luma");
     }
 
     #[test]
     fn hood_is_drawn_in_its_own_colour() {
         let (w, h) = (64, 64);
-        let seg = Segmentation {
-            width: w,
-            height: h,
-            classes: vec![0; w * h],
-            confidence: vec![0.9; w * h],
-            road_coverage: 1.0,
-            mean_confidence: 0.9,
-        };
-        let style = OverlayStyle {
-            road_classes: vec![0],
-            ..OverlayStyle::default()
-        };
-        let a = Annotator {
-            style: style.clone(),
-            show_text: false,
-        };
+        let seg = Segmentation { width: w, height: h, classes: vec![0; w * h], confidence: vec![0.9; w * h], road_coverage: 1.0, mean_confidence: 0.9 };
+        let style = OverlayStyle { road_classes: vec![0], ..OverlayStyle::default() };
+        let a = Annotator { style: style.clone(), show_text: false };
         let hood = HoodMask::from_tops(w, h, vec![56; w]);
         let mut rgba = vec![100u8; w * h * 4];
-        a.draw(
-            &mut rgba,
-            PixelFormat::Rgba,
-            &seg,
-            &hood,
-            &FrameStats::default(),
-        );
+        a.draw(&mut rgba, PixelFormat::Rgba, &seg, &hood, &FrameStats::default());
         let px = |x: usize, y: usize| rgba[(y * w + x) * 4..(y * w + x) * 4 + 3].to_vec();
         assert_ne!(px(5, 60), px(5, 40), "hood and road look different");
-        assert!(
-            px(5, 60)[2] > px(5, 60)[0],
-            "hood tinted towards {:?}",
-            style.hood_colour
-        );
+        assert!(px(5, 60)[2] > px(5, 60)[0], "hood tinted towards {:?}", style.hood_colour);
     }
 
     #[test]
@@ -331,11 +206,7 @@ mod tests {
         // Rule: with pillarbox bars every bar pixel keeps its bytes (road tint and status line alike), and the road inside the picture is tinted.
         let (w, h) = (64, 64);
         let (seg, a, stats) = scene(|_| 0);
-        let bars = crate::temporal::Bars {
-            left: 8,
-            right: 6,
-            ..crate::temporal::Bars::NONE
-        };
+        let bars = crate::temporal::Bars { left: 8, right: 6, ..crate::temporal::Bars::NONE };
         let hood = HoodMask::none(w, h).with_bars(bars);
         let mut rgba = vec![7u8; w * h * 4];
         a.draw(&mut rgba, PixelFormat::Rgba, &seg, &hood, &stats);
@@ -345,16 +216,7 @@ mod tests {
                 assert_eq!(&px[..3], &[7, 7, 7], "bar pixel ({x}, {}) drawn on", i / w);
             }
         }
-        assert_ne!(
-            &rgba[((h - 1) * w + 30) * 4..((h - 1) * w + 30) * 4 + 3],
-            &[7, 7, 7],
-            "road in the picture tinted"
-        );
-        assert!(
-            rgba.chunks(4)
-                .take(w * 15)
-                .any(|p| p[..3] == [255, 255, 255]),
-            "status text drawn in the picture"
-        );
+        assert_ne!(&rgba[((h - 1) * w + 30) * 4..((h - 1) * w + 30) * 4 + 3], &[7, 7, 7], "road in the picture tinted");
+        assert!(rgba.chunks(4).take(w * 15).any(|p| p[..3] == [255, 255, 255]), "status text drawn in the picture");
     }
 }

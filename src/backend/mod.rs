@@ -59,11 +59,7 @@ pub enum BackendError {
     #[error(transparent)]
     Frame(#[from] FrameError),
     #[error("buffer size mismatch in {op}: expected {expected} elements, got {actual}")]
-    Size {
-        op: &'static str,
-        expected: usize,
-        actual: usize,
-    },
+    Size { op: &'static str, expected: usize, actual: usize },
     /// The CUDA driver, cuBLASLt, or setting up the device: kernels (NVRTC),
     /// graphs, a missing GPU.
     #[cfg(feature = "cuda")]
@@ -121,9 +117,7 @@ impl ConvDims {
     }
     /// Whether the kernel fits at least once; a smaller map is a build-time error.
     pub fn is_valid(&self) -> bool {
-        self.h + 2 * self.pad >= self.kernel
-            && self.w + 2 * self.pad >= self.kernel
-            && self.stride > 0
+        self.h + 2 * self.pad >= self.kernel && self.w + 2 * self.pad >= self.kernel && self.stride > 0
     }
     /// Output rows of all images: `batch * out_h * out_w`.
     pub fn out_rows(&self) -> usize {
@@ -148,12 +142,7 @@ impl AttnDims {
     /// Elements of one image's queries `[queries, heads*head_dim]` and keys
     /// and values `[keys, 2*heads*head_dim]`, after checking that `q`, `kv`
     /// and `y` (of those lengths) hold the whole batch.
-    pub fn image_lens(
-        &self,
-        q: usize,
-        kv: usize,
-        y: usize,
-    ) -> Result<(usize, usize), BackendError> {
+    pub fn image_lens(&self, q: usize, kv: usize, y: usize) -> Result<(usize, usize), BackendError> {
         let channels = self.heads * self.head_dim;
         let (q_len, kv_len) = (self.queries * channels, self.keys * 2 * channels);
         check_len("attention q", self.batch * q_len, q)?;
@@ -165,15 +154,7 @@ impl AttnDims {
 
 /// A [`BackendError::Size`] unless `actual` holds `expected` elements.
 pub(crate) fn check_len(op: &'static str, expected: usize, actual: usize) -> OpResult {
-    if actual < expected {
-        Err(BackendError::Size {
-            op,
-            expected,
-            actual,
-        })
-    } else {
-        Ok(())
-    }
+    if actual < expected { Err(BackendError::Size { op, expected, actual }) } else { Ok(()) }
 }
 
 /// Bilinear resize (half-pixel centres, align_corners=False, no antialias) of
@@ -201,40 +182,15 @@ pub struct DecodeDims {
 
 /// [`Backend::decode_tail`] as separate ops: each stage resized into `acc`
 /// and added, ReLU in place, then the classifier.
-pub fn decode_tail_unfused<B: Backend>(
-    b: &B,
-    acc: &mut B::Tensor,
-    stages: &[StageMap<'_, B::Tensor>],
-    classifier: &Affine<B::Param>,
-    logits: &mut B::Tensor,
-    d: DecodeDims,
-) -> OpResult {
+pub fn decode_tail_unfused<B: Backend>(b: &B, acc: &mut B::Tensor, stages: &[StageMap<'_, B::Tensor>], classifier: &Affine<B::Param>, logits: &mut B::Tensor, d: DecodeDims) -> OpResult {
     for s in stages {
         // [batch, h_i, w_i, D] -> bilinear per image -> += [batch, h0, w0, D]
-        let resize = ResizeDims {
-            batch: d.batch,
-            src_h: s.h,
-            src_w: s.w,
-            dst_h: d.h0,
-            dst_w: d.w0,
-            channels: d.hidden,
-        };
+        let resize = ResizeDims { batch: d.batch, src_h: s.h, src_w: s.w, dst_h: d.h0, dst_w: d.w0, channels: d.hidden };
         b.resize_bilinear(s.map, acc, resize, true)?;
     }
     let rows = d.batch * d.h0 * d.w0;
     b.relu(acc, rows * d.hidden)?;
-    b.linear(
-        acc,
-        &classifier.weight,
-        Some(&classifier.bias),
-        logits,
-        GemmDims {
-            rows,
-            k: d.hidden,
-            n: d.labels,
-        },
-        false,
-    )
+    b.linear(acc, &classifier.weight, Some(&classifier.bias), logits, GemmDims { rows, k: d.hidden, n: d.labels }, false)
 }
 
 /// One stage's projected maps `[batch, h, w, hidden]` for [`Backend::decode_tail`].
@@ -322,65 +278,25 @@ pub trait Backend: Send + Sync + 'static {
     fn attention_workspace(&self, dims: AttnDims) -> usize;
 
     /// `y = x . w (+ bias)`, or `y += ...` when `accumulate`.
-    fn linear(
-        &self,
-        x: &Self::Tensor,
-        w: &Self::Param,
-        bias: Option<&Self::Param>,
-        y: &mut Self::Tensor,
-        d: GemmDims,
-        accumulate: bool,
-    ) -> OpResult;
+    fn linear(&self, x: &Self::Tensor, w: &Self::Param, bias: Option<&Self::Param>, y: &mut Self::Tensor, d: GemmDims, accumulate: bool) -> OpResult;
 
     /// Convolution with bias; `workspace` holds `conv2d_workspace(d)` elements.
-    fn conv2d(
-        &self,
-        x: &Self::Tensor,
-        p: &Affine<Self::Param>,
-        y: &mut Self::Tensor,
-        workspace: &mut Self::Tensor,
-        d: ConvDims,
-    ) -> OpResult;
+    fn conv2d(&self, x: &Self::Tensor, p: &Affine<Self::Param>, y: &mut Self::Tensor, workspace: &mut Self::Tensor, d: ConvDims) -> OpResult;
 
     /// Per-row layer norm (eps 1e-5, as HF uses), scaled and shifted by `p`.
-    fn layer_norm(
-        &self,
-        x: &Self::Tensor,
-        p: &Affine<Self::Param>,
-        y: &mut Self::Tensor,
-        d: NormDims,
-    ) -> OpResult;
+    fn layer_norm(&self, x: &Self::Tensor, p: &Affine<Self::Param>, y: &mut Self::Tensor, d: NormDims) -> OpResult;
 
     /// `y += x` over `len` elements (residual connections).
     fn add_assign(&self, y: &mut Self::Tensor, x: &Self::Tensor, len: usize) -> OpResult;
 
     /// Softmax attention, scaled by `1/sqrt(head_dim)`, written to `y` `[queries, heads*head_dim]`.
-    fn attention(
-        &self,
-        q: &Self::Tensor,
-        kv: &Self::Tensor,
-        y: &mut Self::Tensor,
-        workspace: &mut Self::Tensor,
-        d: AttnDims,
-    ) -> OpResult;
+    fn attention(&self, q: &Self::Tensor, kv: &Self::Tensor, y: &mut Self::Tensor, workspace: &mut Self::Tensor, d: AttnDims) -> OpResult;
 
     /// Depthwise 3x3 convolution (padding 1) + bias + exact GELU.
-    fn dwconv3x3_gelu(
-        &self,
-        x: &Self::Tensor,
-        p: &Affine<Self::Param>,
-        y: &mut Self::Tensor,
-        d: DwConvDims,
-    ) -> OpResult;
+    fn dwconv3x3_gelu(&self, x: &Self::Tensor, p: &Affine<Self::Param>, y: &mut Self::Tensor, d: DwConvDims) -> OpResult;
 
     /// `y (+)= resize(x)`.
-    fn resize_bilinear(
-        &self,
-        x: &Self::Tensor,
-        y: &mut Self::Tensor,
-        d: ResizeDims,
-        accumulate: bool,
-    ) -> OpResult;
+    fn resize_bilinear(&self, x: &Self::Tensor, y: &mut Self::Tensor, d: ResizeDims, accumulate: bool) -> OpResult;
 
     /// `y = max(y, 0)` over `len` elements.
     fn relu(&self, y: &mut Self::Tensor, len: usize) -> OpResult;
@@ -392,19 +308,11 @@ pub trait Backend: Send + Sync + 'static {
     /// that live as long as `recording`. A backend may record the first run
     /// into `recording` and replay it on later calls instead of calling
     /// `forward` (the CUDA backend's graphs); others just call it.
-    fn run_recorded<E: From<BackendError>>(
-        &self,
-        recording: &Self::Recording,
-        forward: &mut dyn FnMut() -> Result<(), E>,
-    ) -> Result<(), E>;
+    fn run_recorded<E: From<BackendError>>(&self, recording: &Self::Recording, forward: &mut dyn FnMut() -> Result<(), E>) -> Result<(), E>;
 
     /// Buffers for frames of `geometry`; `road_classes` are counted in the
     /// segmentation's road coverage.
-    fn frame_slot(
-        &self,
-        geometry: FrameGeometry,
-        road_classes: &[usize],
-    ) -> Result<Self::FrameSlot, BackendError>;
+    fn frame_slot(&self, geometry: FrameGeometry, road_classes: &[usize]) -> Result<Self::FrameSlot, BackendError>;
 
     /// Before the recorded work: takes the frame's pixels, which must have
     /// the slot's geometry (a device backend queues their copy to the device,
@@ -414,33 +322,16 @@ pub trait Backend: Send + Sync + 'static {
     /// Recorded: the frame resized (bilinear, half-pixel centres) to `w` x `h`
     /// and normalised (/255, ImageNet mean and std) into image `image` of
     /// `input` `[batch, h, w, 3]`.
-    fn frame_to_input(
-        &self,
-        slot: &mut Self::FrameSlot,
-        input: &mut Self::Tensor,
-        image: usize,
-        w: usize,
-        h: usize,
-    ) -> OpResult;
+    fn frame_to_input(&self, slot: &mut Self::FrameSlot, input: &mut Self::Tensor, image: usize, w: usize, h: usize) -> OpResult;
 
     /// Recorded: image `image` of `logits` `[batch, lh, lw, labels]`
     /// upsampled to the frame's size, soft-maxed, and turned into the slot's
     /// class, confidence and road coverage per pixel.
-    fn frame_from_logits(
-        &self,
-        slot: &mut Self::FrameSlot,
-        logits: &Self::Tensor,
-        image: usize,
-        d: FrameOutDims,
-    ) -> OpResult;
+    fn frame_from_logits(&self, slot: &mut Self::FrameSlot, logits: &Self::Tensor, image: usize, d: FrameOutDims) -> OpResult;
 
     /// Host work after the recorded work (waits for it): the segmentation
     /// into `out`, and the host phases' times where the backend has them.
-    fn collect_frame(
-        &self,
-        slot: &mut Self::FrameSlot,
-        out: &mut Segmentation,
-    ) -> Result<Option<HostPhases>, BackendError>;
+    fn collect_frame(&self, slot: &mut Self::FrameSlot, out: &mut Segmentation) -> Result<Option<HostPhases>, BackendError>;
 
     /// Whether this backend draws overlays in its frame path (`stage_overlay`,
     /// `frame_annotate`, `collect_annotated`). The CPU does not: its caller
@@ -469,14 +360,7 @@ pub trait Backend: Send + Sync + 'static {
     /// `logits = relu(acc + sum_i resize(stages_i)) W + b` (the decode head after
     /// its projections; `acc` is `[h0, w0, hidden]` and may be overwritten).
     /// A backend may fuse it so the hidden map is never written back.
-    fn decode_tail(
-        &self,
-        acc: &mut Self::Tensor,
-        stages: &[StageMap<'_, Self::Tensor>],
-        classifier: &Affine<Self::Param>,
-        logits: &mut Self::Tensor,
-        d: DecodeDims,
-    ) -> OpResult
+    fn decode_tail(&self, acc: &mut Self::Tensor, stages: &[StageMap<'_, Self::Tensor>], classifier: &Affine<Self::Param>, logits: &mut Self::Tensor, d: DecodeDims) -> OpResult
     where
         Self: Sized,
     {

@@ -57,19 +57,14 @@ impl SegformerConfig {
             cfg.validate()?;
             Ok(cfg)
         };
-        parse().map_err(|source| CheckpointError::Config {
-            path: path.into(),
-            source,
-        })
+        parse().map_err(|source| CheckpointError::Config { path: path.into(), source })
     }
 
     /// Class names by index. Without `id2label`, `num_labels` (default 2, as in
     /// HF) unnamed classes `class_0..`.
     pub fn labels(&self) -> Vec<String> {
         if self.id2label.is_empty() {
-            return (0..self.num_labels())
-                .map(|i| format!("class_{i}"))
-                .collect();
+            return (0..self.num_labels()).map(|i| format!("class_{i}")).collect();
         }
         let mut labels = vec![String::new(); self.id2label.len()];
         for (k, v) in &self.id2label {
@@ -80,11 +75,7 @@ impl SegformerConfig {
     }
 
     pub fn num_labels(&self) -> usize {
-        if self.id2label.is_empty() {
-            self.num_labels.unwrap_or(2)
-        } else {
-            self.id2label.len()
-        }
+        if self.id2label.is_empty() { self.num_labels.unwrap_or(2) } else { self.id2label.len() }
     }
 
     fn validate(&self) -> Result<(), ConfigProblem> {
@@ -103,28 +94,15 @@ impl SegformerConfig {
         ];
         for (name, list) in lists {
             if list.len() != n {
-                return Err(ConfigProblem::ListLength {
-                    name,
-                    len: list.len(),
-                    blocks: n,
-                });
+                return Err(ConfigProblem::ListLength { name, len: list.len(), blocks: n });
             }
             if let Some(pos) = list.iter().position(|&v| v == 0) {
                 return Err(ConfigProblem::Zero { name, pos });
             }
         }
-        for (i, (&c, &h)) in self
-            .hidden_sizes
-            .iter()
-            .zip(&self.num_attention_heads)
-            .enumerate()
-        {
+        for (i, (&c, &h)) in self.hidden_sizes.iter().zip(&self.num_attention_heads).enumerate() {
             if c % h != 0 {
-                return Err(ConfigProblem::HeadSplit {
-                    stage: i,
-                    size: c,
-                    heads: h,
-                });
+                return Err(ConfigProblem::HeadSplit { stage: i, size: c, heads: h });
             }
         }
         if self.hidden_act != "gelu" {
@@ -144,20 +122,12 @@ impl SegformerConfig {
         for key in self.id2label.keys() {
             match key.parse::<usize>() {
                 Ok(i) if i < count && !seen[i] => seen[i] = true,
-                _ => {
-                    return Err(ConfigProblem::BadLabelKey {
-                        key: key.clone(),
-                        count,
-                    });
-                }
+                _ => return Err(ConfigProblem::BadLabelKey { key: key.clone(), count }),
             }
         }
         if let (Some(n), false) = (self.num_labels, self.id2label.is_empty()) {
             if n != count {
-                return Err(ConfigProblem::LabelCount {
-                    num_labels: n,
-                    count,
-                });
+                return Err(ConfigProblem::LabelCount { num_labels: n, count });
             }
         }
         match self.num_labels() {

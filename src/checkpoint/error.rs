@@ -12,17 +12,11 @@ pub enum CheckpointError {
     },
     #[error("bad model config {path}: {source}")]
     Config { path: String, source: ConfigProblem },
-    #[error(
-        "bad safetensors file {path}: {reason} (truncated or not a safetensors file? re-download or re-export it)"
-    )]
+    #[error("bad safetensors file {path}: {reason} (truncated or not a safetensors file? re-download or re-export it)")]
     Safetensors { path: String, reason: String },
     /// A tensor the model needs that is missing, or there but not usable.
     #[error("{}", tensor_message(.name, .path, .problem))]
-    Tensor {
-        name: String,
-        path: String,
-        problem: TensorProblem,
-    },
+    Tensor { name: String, path: String, problem: TensorProblem },
 }
 
 /// What is wrong with a tensor of the safetensors file (worded to follow
@@ -33,15 +27,10 @@ pub enum TensorProblem {
     #[error("is missing")]
     Missing,
     #[error("has shape {actual:?}, config.json implies {expected:?}")]
-    Shape {
-        expected: Vec<usize>,
-        actual: Vec<usize>,
-    },
+    Shape { expected: Vec<usize>, actual: Vec<usize> },
     #[error("has dtype {0}; only F32, F16 and BF16 are supported")]
     Dtype(String),
-    #[error(
-        "is not used by the model config.json describes (depths or sizes differ from the weights?)"
-    )]
+    #[error("is not used by the model config.json describes (depths or sizes differ from the weights?)")]
     Unused,
     #[error("holds a non-finite value")]
     NonFinite,
@@ -50,9 +39,7 @@ pub enum TensorProblem {
 /// "missing tensor ..." leads with what is wrong, as users search for it.
 fn tensor_message(name: &str, path: &str, problem: &TensorProblem) -> String {
     match problem {
-        TensorProblem::Missing => {
-            format!("missing tensor '{name}' in {path} (does config.json match these weights?)")
-        }
+        TensorProblem::Missing => format!("missing tensor '{name}' in {path} (does config.json match these weights?)"),
         other => format!("tensor '{name}' in {path} {other}"),
     }
 }
@@ -67,21 +54,11 @@ pub enum ConfigProblem {
     #[error("num_encoder_blocks must be at least 1")]
     NoBlocks,
     #[error("{name} has {len} entries but num_encoder_blocks is {blocks}")]
-    ListLength {
-        name: &'static str,
-        len: usize,
-        blocks: usize,
-    },
+    ListLength { name: &'static str, len: usize, blocks: usize },
     #[error("{name}[{pos}] is 0")]
     Zero { name: &'static str, pos: usize },
-    #[error(
-        "hidden_sizes[{stage}]={size} is not divisible by num_attention_heads[{stage}]={heads}"
-    )]
-    HeadSplit {
-        stage: usize,
-        size: usize,
-        heads: usize,
-    },
+    #[error("hidden_sizes[{stage}]={size} is not divisible by num_attention_heads[{stage}]={heads}")]
+    HeadSplit { stage: usize, size: usize, heads: usize },
     #[error("hidden_act '{0}' is not supported (only the exact 'gelu')")]
     Activation(String),
     #[error("num_channels is {0} but roadseg feeds RGB (3)")]

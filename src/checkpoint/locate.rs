@@ -26,27 +26,15 @@ pub struct ModelNotFound {
 
 impl fmt::Display for ModelNotFound {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "cannot find the bundled model {BUNDLED_MODEL} (a folder with config.json); searched, in order: "
-        )?;
+        write!(f, "cannot find the bundled model {BUNDLED_MODEL} (a folder with config.json); searched, in order: ")?;
         for (i, dir) in self.searched.iter().enumerate() {
-            write!(
-                f,
-                "{}{}. {}",
-                if i == 0 { "" } else { ", " },
-                i + 1,
-                dir.display()
-            )?;
+            write!(f, "{}{}. {}", if i == 0 { "" } else { ", " }, i + 1, dir.display())?;
             // A relative path means little without the directory it was under.
             if let (true, Ok(cwd)) = (dir.is_relative(), std::env::current_dir()) {
                 write!(f, " (under {})", cwd.display())?;
             }
         }
-        write!(
-            f,
-            ". Pass --model DIR (daemon: [model] path), or set {MODEL_ENV}=DIR"
-        )
+        write!(f, ". Pass --model DIR (daemon: [model] path), or set {MODEL_ENV}=DIR")
     }
 }
 
@@ -57,10 +45,7 @@ impl fmt::Display for ModelNotFound {
 /// package never prefers a build tree that happens to exist.
 pub fn search_path() -> Vec<PathBuf> {
     let mut candidates = vec![PathBuf::from(BUNDLED_MODEL), PathBuf::from(SYSTEM_MODEL)];
-    if let Some(bin) = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(Path::to_path_buf))
-    {
+    if let Some(bin) = std::env::current_exe().ok().and_then(|exe| exe.parent().map(Path::to_path_buf)) {
         candidates.push(bin.join(BUNDLED_MODEL));
         candidates.push(bin.join("../share/roadseg").join(BUNDLED_MODEL));
     }
@@ -99,10 +84,7 @@ mod tests {
         let path = search_path();
         assert_eq!(path.first(), Some(&PathBuf::from(BUNDLED_MODEL)));
         assert_eq!(path[1], PathBuf::from(SYSTEM_MODEL));
-        assert_eq!(
-            path.last(),
-            Some(&Path::new(env!("CARGO_MANIFEST_DIR")).join(BUNDLED_MODEL))
-        );
+        assert_eq!(path.last(), Some(&Path::new(env!("CARGO_MANIFEST_DIR")).join(BUNDLED_MODEL)));
         // This checkout has its model, so the default is found from here whatever the cwd.
         if std::env::var_os(MODEL_ENV).is_none() {
             let found = locate_model(Path::new(BUNDLED_MODEL)).unwrap();
@@ -113,33 +95,14 @@ mod tests {
         let e = first_model(vec![a.clone(), b.clone()]).unwrap_err();
         assert_eq!(e.searched, [a.clone(), b.clone()]);
         let text = e.to_string();
-        let (ia, ib) = (
-            text.find(&format!("1. {}", a.display())).unwrap(),
-            text.find(&format!("2. {}", b.display())).unwrap(),
-        );
-        assert!(
-            ia < ib && text.contains("--model") && text.contains(MODEL_ENV),
-            "{text}"
-        );
-        let relative = ModelNotFound {
-            searched: vec![PathBuf::from(BUNDLED_MODEL)],
-        }
-        .to_string();
-        assert!(
-            relative.contains(&format!(
-                "1. {BUNDLED_MODEL} (under {})",
-                std::env::current_dir().unwrap().display()
-            )),
-            "{relative}"
-        );
+        let (ia, ib) = (text.find(&format!("1. {}", a.display())).unwrap(), text.find(&format!("2. {}", b.display())).unwrap());
+        assert!(ia < ib && text.contains("--model") && text.contains(MODEL_ENV), "{text}");
+        let relative = ModelNotFound { searched: vec![PathBuf::from(BUNDLED_MODEL)] }.to_string();
+        assert!(relative.contains(&format!("1. {BUNDLED_MODEL} (under {})", std::env::current_dir().unwrap().display())), "{relative}");
         std::fs::create_dir_all(&b).unwrap();
         std::fs::write(b.join("config.json"), "{}").unwrap();
         assert_eq!(first_model(vec![a, b.clone()]), Ok(b));
         let other = Path::new("/somewhere/else");
-        assert_eq!(
-            locate_model(other),
-            Ok(other.to_path_buf()),
-            "an explicit path is taken as given"
-        );
+        assert_eq!(locate_model(other), Ok(other.to_path_buf()), "an explicit path is taken as given");
     }
 }

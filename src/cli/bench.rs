@@ -65,11 +65,7 @@ fn test_frame(w: usize, h: usize) -> Vec<u8> {
         for x in 0..w {
             let i = (y * w + x) * 3;
             let road = y > h / 2;
-            px[i] = if road {
-                90 + (x * 7 % 13) as u8
-            } else {
-                (120 + y * 100 / h) as u8
-            };
+            px[i] = if road { 90 + (x * 7 % 13) as u8 } else { (120 + y * 100 / h) as u8 };
             px[i + 1] = if road { 90 } else { (160 + x * 60 / w) as u8 };
             px[i + 2] = if road { 95 } else { 230 };
         }
@@ -95,11 +91,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     let batches = args.frames.max(1).div_ceil(args.batch);
     let frames = batches * args.batch;
-    let backend = if args.profile_ops {
-        CpuBackend::with_profiling()
-    } else {
-        CpuBackend::new()
-    };
+    let backend = if args.profile_ops { CpuBackend::with_profiling() } else { CpuBackend::new() };
     let mut loaded = load_engine_with(&args.model, args.size, args.model.threshold, backend)?;
     let (fw, fh) = args.frame;
     let pixels = test_frame(fw, fh);
@@ -114,13 +106,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let mut total = Vec::with_capacity(batches);
     let mut model = Vec::with_capacity(batches);
     let mut temporal_ms = Vec::with_capacity(frames);
-    let temporal = args.temporal.then(|| {
-        StreamTemporal::new(TemporalSettings {
-            smoothing: Some(DEFAULT_WEIGHT),
-            hood: true,
-            connected_road: true,
-        })
-    });
+    let temporal = args.temporal.then(|| StreamTemporal::new(TemporalSettings { smoothing: Some(DEFAULT_WEIGHT), hood: true, connected_road: true }));
     let (mut rss_at_10, mut rss_peak) = (None, 0.0f64);
     let started = std::time::Instant::now();
     for i in 0..batches {
@@ -132,11 +118,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 let unseen = temporal.observe(seq, Some(seq * 40_000_000), &frame).hood;
                 let mut spent = observed.elapsed();
                 let (width, height) = loaded.engine.logits_size();
-                let grid = LogitsGrid {
-                    width,
-                    height,
-                    labels: loaded.engine.labels().len(),
-                };
+                let grid = LogitsGrid { width, height, labels: loaded.engine.labels().len() };
                 let road = loaded.engine.options().road_classes.clone();
                 loaded.engine.run_frame_filtered(
                     &frame,
@@ -159,17 +141,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     let wall = started.elapsed().as_secs_f64();
     let backend = loaded.engine.describe();
-    let profile = loaded
-        .engine
-        .cpu_backend()
-        .map(|b| b.take_profile())
-        .unwrap_or_default();
+    let profile = loaded.engine.cpu_backend().map(|b| b.take_profile()).unwrap_or_default();
     drop(loaded.engine);
-    let concurrent = if args.workers > 1 {
-        Some(run_workers(&args, &copies, batches)?)
-    } else {
-        None
-    };
+    let concurrent = if args.workers > 1 { Some(run_workers(&args, &copies, batches)?) } else { None };
     total.sort_by(f64::total_cmp);
     model.sort_by(f64::total_cmp);
     temporal_ms.sort_by(f64::total_cmp);
@@ -196,11 +170,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "temporal_median_ms": (!temporal_ms.is_empty()).then(|| round2(percentile(&temporal_ms, 0.5))),
     });
     for (op, ms, calls) in profile {
-        eprintln!(
-            "{op:<12} {:>9.2} ms/frame {:>6} calls/batch",
-            ms / frames as f64,
-            calls / batches as u64
-        );
+        eprintln!("{op:<12} {:>9.2} ms/frame {:>6} calls/batch", ms / frames as f64, calls / batches as u64);
     }
     println!("{out}");
     Ok(())
@@ -210,13 +180,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
 /// batches of `copies` at once after their warm-up (the daemon's worker pool
 /// without the video).
 fn run_workers(args: &BenchArgs, copies: &[FrameRef<'_>], batches: usize) -> Result<f64> {
-    let loaded = load_engines(
-        &args.model,
-        args.size,
-        args.model.threshold,
-        CpuBackend::new(),
-        args.workers,
-    )?;
+    let loaded = load_engines(&args.model, args.size, args.model.threshold, CpuBackend::new(), args.workers)?;
     let barrier = std::sync::Barrier::new(loaded.engines.len());
     let started = std::sync::Mutex::new(None::<std::time::Instant>);
     std::thread::scope(|scope| {
@@ -230,8 +194,7 @@ fn run_workers(args: &BenchArgs, copies: &[FrameRef<'_>], batches: usize) -> Res
                         step(&mut engine, copies)?;
                     }
                     if barrier.wait().is_leader() {
-                        *started.lock().unwrap_or_else(|e| e.into_inner()) =
-                            Some(std::time::Instant::now());
+                        *started.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now());
                     }
                     for _ in 0..batches {
                         step(&mut engine, copies)?;
@@ -240,15 +203,9 @@ fn run_workers(args: &BenchArgs, copies: &[FrameRef<'_>], batches: usize) -> Res
                 })
             })
             .collect();
-        handles.into_iter().try_for_each(|h| {
-            h.join()
-                .unwrap_or_else(|_| Err(anyhow::anyhow!("a bench worker panicked")))
-        })
+        handles.into_iter().try_for_each(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a bench worker panicked"))))
     })?;
-    let start = started
-        .into_inner()
-        .unwrap_or_else(|e| e.into_inner())
-        .expect("workers started");
+    let start = started.into_inner().unwrap_or_else(|e| e.into_inner()).expect("workers started");
     Ok((batches * copies.len() * args.workers) as f64 / start.elapsed().as_secs_f64())
 }
 

@@ -39,14 +39,8 @@ pub struct ModelArgs {
 }
 
 pub fn parse_size(s: &str) -> Result<(usize, usize), String> {
-    let (w, h) = s
-        .split_once(['x', 'X'])
-        .ok_or_else(|| format!("size '{s}' is not WxH (e.g. 1024x576)"))?;
-    let parse = |v: &str| {
-        v.trim()
-            .parse::<usize>()
-            .map_err(|_| format!("size '{s}' is not WxH (e.g. 1024x576)"))
-    };
+    let (w, h) = s.split_once(['x', 'X']).ok_or_else(|| format!("size '{s}' is not WxH (e.g. 1024x576)"))?;
+    let parse = |v: &str| v.trim().parse::<usize>().map_err(|_| format!("size '{s}' is not WxH (e.g. 1024x576)"));
     let (w, h) = (parse(w)?, parse(h)?);
     if w < 32 || h < 32 || w > 8192 || h > 8192 {
         return Err(format!("size {w}x{h} is outside 32..=8192 per side"));
@@ -64,19 +58,10 @@ pub fn load_engine(args: &ModelArgs, size: (usize, usize), threshold: f32) -> Re
     load_engine_with(args, size, threshold, CpuBackend::new())
 }
 
-pub fn load_engine_with(
-    args: &ModelArgs,
-    size: (usize, usize),
-    threshold: f32,
-    backend: CpuBackend,
-) -> Result<Loaded> {
+pub fn load_engine_with(args: &ModelArgs, size: (usize, usize), threshold: f32, backend: CpuBackend) -> Result<Loaded> {
     let mut engines = load_engines(args, size, threshold, backend, 1)?;
     let engine = engines.engines.pop().expect("one engine");
-    Ok(Loaded {
-        engine,
-        device: engines.device,
-        precision: engines.precision,
-    })
+    Ok(Loaded { engine, device: engines.device, precision: engines.precision })
 }
 
 pub struct LoadedMany {
@@ -86,13 +71,7 @@ pub struct LoadedMany {
 }
 
 /// Loads the model once and builds `count` engines sharing its weights.
-pub fn load_engines(
-    args: &ModelArgs,
-    size: (usize, usize),
-    threshold: f32,
-    backend: CpuBackend,
-    count: usize,
-) -> Result<LoadedMany> {
+pub fn load_engines(args: &ModelArgs, size: (usize, usize), threshold: f32, backend: CpuBackend, count: usize) -> Result<LoadedMany> {
     let resolved = device::resolve(&args.device, args.precision)?;
     for w in &resolved.warnings {
         tracing::warn!("{w}");
@@ -110,11 +89,7 @@ pub fn load_engines(
         cuda_graphs: !args.no_graph,
     };
     let (engines, _) = roadseg::engine::load_engines(&spec, &resolved, count, backend)?;
-    Ok(LoadedMany {
-        engines,
-        device: resolved.device,
-        precision: resolved.precision,
-    })
+    Ok(LoadedMany { engines, device: resolved.device, precision: resolved.precision })
 }
 
 /// The bundled default as found; when it is nowhere, the default stays and

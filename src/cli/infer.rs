@@ -15,11 +15,7 @@ pub struct InferArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     /// An image file, or a folder whose images are all processed.
-    #[arg(
-        long,
-        conflicts_with = "pixel_values",
-        required_unless_present = "pixel_values"
-    )]
+    #[arg(long, conflicts_with = "pixel_values", required_unless_present = "pixel_values")]
     pub image: Option<PathBuf>,
     /// Already-normalised float32 [1,3,H,W] input (.npy), fed to the model as is.
     #[arg(long)]
@@ -47,21 +43,12 @@ fn output_for(out: &Path, input: &Path, many: bool) -> Result<PathBuf> {
     if !many {
         return Ok(out.to_path_buf());
     }
-    std::fs::create_dir_all(out)
-        .with_context(|| format!("creating output folder {}", out.display()))?;
-    let stem = input
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "image".into());
+    std::fs::create_dir_all(out).with_context(|| format!("creating output folder {}", out.display()))?;
+    let stem = input.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "image".into());
     Ok(out.join(format!("{stem}.png")))
 }
 
-fn write_logits(
-    path: &Path,
-    logits_hwc: &[f32],
-    (lw, lh): (usize, usize),
-    labels: usize,
-) -> Result<()> {
+fn write_logits(path: &Path, logits_hwc: &[f32], (lw, lh): (usize, usize), labels: usize) -> Result<()> {
     let chw = hwc_to_chw(logits_hwc, lh, lw, labels);
     npy::write_f32(path, &[1, labels, lh, lw], &chw)?;
     Ok(())
@@ -71,45 +58,29 @@ pub fn run(args: InferArgs) -> Result<()> {
     if let Some(pv) = &args.pixel_values {
         let array = npy::read_f32(pv)?;
         let [1, 3, h, w] = array.shape[..] else {
-            bail!(
-                "{}: shape {:?}, expected [1, 3, H, W]",
-                pv.display(),
-                array.shape
-            );
+            bail!("{}: shape {:?}, expected [1, 3, H, W]", pv.display(), array.shape);
         };
         if args.classes_out.is_some() || args.overlay_out.is_some() {
             bail!("--classes-out and --overlay-out need --image (pixel values carry no image)");
         }
         let mut loaded = load_engine(&args.model, (w, h), args.model.threshold)?;
-        let logits = loaded
-            .engine
-            .run_normalized(&chw_to_hwc(&array.data, h, w, 3))?
-            .to_vec();
+        let logits = loaded.engine.run_normalized(&chw_to_hwc(&array.data, h, w, 3))?.to_vec();
         let (lw, lh) = loaded.engine.logits_size();
         let labels = loaded.engine.num_labels();
-        println!(
-            "{}: logits [1, {labels}, {lh}, {lw}] in {:.1} ms",
-            pv.display(),
-            loaded.engine.timings().inference_ms
-        );
+        println!("{}: logits [1, {labels}, {lh}, {lw}] in {:.1} ms", pv.display(), loaded.engine.timings().inference_ms);
         if let Some(out) = &args.logits_out {
             write_logits(out, &logits, (lw, lh), labels)?;
         }
         return Ok(());
     }
-    let input = args
-        .image
-        .as_ref()
-        .expect("clap requires --image without --pixel-values");
+    let input = args.image.as_ref().expect("clap requires --image without --pixel-values");
     let files = images::list_images(input)?;
     let many = input.is_dir();
     if many && args.logits_out.is_some() {
         bail!("--logits-out takes a single image, not a folder");
     }
     let first = images::load_rgb(&files[0])?;
-    let size = args
-        .size
-        .unwrap_or_else(|| roadseg::input_size::default_for(first.width(), first.height()));
+    let size = args.size.unwrap_or_else(|| roadseg::input_size::default_for(first.width(), first.height()));
     let mut loaded = load_engine(&args.model, size, args.model.threshold)?;
     loaded.engine.keep_logits(args.logits_out.is_some());
     let labels = loaded.engine.labels().to_vec();
@@ -119,11 +90,7 @@ pub fn run(args: InferArgs) -> Result<()> {
         ..OverlayStyle::default()
     };
     for (i, file) in files.iter().enumerate() {
-        let img = if i == 0 {
-            first.clone()
-        } else {
-            images::load_rgb(file)?
-        };
+        let img = if i == 0 { first.clone() } else { images::load_rgb(file)? };
         let (w, h) = (img.width() as usize, img.height() as usize);
         let frame = FrameRef::packed(img.as_raw(), w, h, PixelFormat::Rgb);
         let connected = args.connected_road != Toggle::Off && args.logits_out.is_none();
@@ -140,12 +107,7 @@ pub fn run(args: InferArgs) -> Result<()> {
             t.postprocess_ms
         );
         if let Some(out) = &args.logits_out {
-            write_logits(
-                out,
-                loaded.engine.logits(),
-                loaded.engine.logits_size(),
-                labels.len(),
-            )?;
+            write_logits(out, loaded.engine.logits(), loaded.engine.logits_size(), labels.len())?;
         }
         if let Some(out) = &args.classes_out {
             images::save_classes(&seg, &output_for(out, file, many)?)?;

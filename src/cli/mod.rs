@@ -5,6 +5,6 @@ pub mod infer;
 #[cfg(feature = "video")]
 pub mod process;
 #[cfg(feature = "video")]
-pub mod run;
-#[cfg(feature = "video")]
 pub mod synth;
+#[cfg(feature = "video")]
+pub mod run;

@@ -9,20 +9,19 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use roadseg::annotate::{Annotator, FrameStats};
 use roadseg::backend::cpu::CpuBackend;
 use roadseg::images::{OverlayStyle, palette};
 use roadseg::input_size;
 use roadseg::model::MAX_BATCH;
 use roadseg::temporal::{DEFAULT_WEIGHT, TemporalSettings};
+use roadseg::annotate::{Annotator, FrameStats};
 use roadseg::video::output::StreamObserver;
 use roadseg::video::pool::{WorkerPool, WorkerWindow};
 use roadseg::video::ring::FrameBuf;
 use roadseg::video::source::{SourceError, SourceSettings};
 use roadseg::video::stop::{StopSignal, Wake, stop_channel};
 use roadseg::video::stream::{
-    Drained, FIRST_FRAME_WAIT, FileTarget, OutputSpec, Services, SourceEvent, StatsTarget,
-    StreamHandle, StreamSpec, probe,
+    Drained, FIRST_FRAME_WAIT, FileTarget, OutputSpec, Services, SourceEvent, StatsTarget, StreamHandle, StreamSpec, probe,
 };
 use roadseg::video::uri::SourceUri;
 
@@ -90,10 +89,7 @@ pub use super::common::Toggle;
 impl ProcessArgs {
     fn temporal(&self, live: bool) -> Result<TemporalSettings> {
         if !(self.smooth_weight > 0.0 && self.smooth_weight <= 1.0) {
-            bail!(
-                "--smooth-weight {} must be in (0, 1] (1 = no smoothing)",
-                self.smooth_weight
-            );
+            bail!("--smooth-weight {} must be in (0, 1] (1 = no smoothing)", self.smooth_weight);
         }
         let smooth = match self.smooth {
             Toggle::Auto => live,
@@ -121,29 +117,18 @@ fn to_uri(input: &str) -> Result<String> {
 }
 
 fn default_output(input: &str) -> PathBuf {
-    let stem = Path::new(input.rsplit('/').next().unwrap_or("output"))
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned());
-    PathBuf::from(format!(
-        "{}-roadseg.mp4",
-        stem.unwrap_or_else(|| "output".into())
-    ))
+    let stem = Path::new(input.rsplit('/').next().unwrap_or("output")).file_stem().map(|s| s.to_string_lossy().into_owned());
+    PathBuf::from(format!("{}-roadseg.mp4", stem.unwrap_or_else(|| "output".into())))
 }
 
 pub fn run(args: ProcessArgs) -> Result<()> {
     let uri = to_uri(&args.input)?;
-    let output = args
-        .output
-        .clone()
-        .unwrap_or_else(|| default_output(&args.input));
+    let output = args.output.clone().unwrap_or_else(|| default_output(&args.input));
     let workers = args.workers.clamp(1, 16);
     if !(1..=MAX_BATCH).contains(&args.batch) {
         bail!("--batch {} is outside 1..={MAX_BATCH}", args.batch);
     }
-    let source = SourceSettings {
-        live: SourceUri::live_by_default(&uri),
-        ..SourceSettings::new(uri)
-    };
+    let source = SourceSettings { live: SourceUri::live_by_default(&uri), ..SourceSettings::new(uri) };
     let temporal = args.temporal(source.live)?;
     if let Some(dir) = &args.masks_out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -158,15 +143,8 @@ pub fn run(args: ProcessArgs) -> Result<()> {
     };
     let gpu_time = Arc::new(Mutex::new(None::<Duration>));
     let pool = Arc::new(start_pool(&args, size, workers, gpu_time.clone())?);
-    let progress = if std::io::stderr().is_terminal() {
-        ProgressBar::new_spinner()
-    } else {
-        ProgressBar::hidden()
-    };
-    progress.set_style(
-        ProgressStyle::with_template("{spinner} {pos} frames  {per_sec}  {elapsed}  {msg}")
-            .expect("valid template"),
-    );
+    let progress = if std::io::stderr().is_terminal() { ProgressBar::new_spinner() } else { ProgressBar::hidden() };
+    progress.set_style(ProgressStyle::with_template("{spinner} {pos} frames  {per_sec}  {elapsed}  {msg}").expect("valid template"));
     progress.enable_steady_tick(Duration::from_millis(200));
     let spec = StreamSpec {
         name: "process".into(),
@@ -180,18 +158,9 @@ pub fn run(args: ProcessArgs) -> Result<()> {
         want_masks: true,
         first_frame_timeout: FIRST_FRAME_WAIT,
         finish_timeout: Duration::from_secs(30),
-        observer: Arc::new(Progress {
-            bar: progress.clone(),
-            masks: args.masks_out.clone(),
-        }),
+        observer: Arc::new(Progress { bar: progress.clone(), masks: args.masks_out.clone() }),
     };
-    let stream = spec.start(
-        &Services {
-            pool: pool.clone(),
-            rtsp: None,
-        },
-        &StopSignal::never(),
-    )?;
+    let stream = spec.start(&Services { pool: pool.clone(), rtsp: None }, &StopSignal::never())?;
     let started = Instant::now();
     let interrupt = Interrupt::install()?;
     let source_error = follow(&stream, &interrupt.signal);
@@ -202,30 +171,13 @@ pub fn run(args: ProcessArgs) -> Result<()> {
     }
     progress.finish_and_clear();
     let gpu_time = *gpu_time.lock().unwrap_or_else(PoisonError::into_inner);
-    report(
-        &args,
-        &output,
-        drained,
-        (started.elapsed().as_secs_f64(), gpu_time),
-        source_error,
-    )
+    report(&args, &output, drained, (started.elapsed().as_secs_f64(), gpu_time), source_error)
 }
 
 /// Loads the model at `size` into `workers` workers; their GPU time (where
 /// the device is timed) adds up in `gpu_time`.
-fn start_pool(
-    args: &ProcessArgs,
-    size: (usize, usize),
-    workers: usize,
-    gpu_time: Arc<Mutex<Option<Duration>>>,
-) -> Result<WorkerPool> {
-    let loaded = load_engines(
-        &args.model,
-        size,
-        args.model.threshold,
-        CpuBackend::new(),
-        workers,
-    )?;
+fn start_pool(args: &ProcessArgs, size: (usize, usize), workers: usize, gpu_time: Arc<Mutex<Option<Duration>>>) -> Result<WorkerPool> {
+    let loaded = load_engines(&args.model, size, args.model.threshold, CpuBackend::new(), workers)?;
     let labels = loaded.engines[0].labels().to_vec();
     let annotator = Annotator {
         style: OverlayStyle {
@@ -239,19 +191,10 @@ fn start_pool(
     };
     let on_busy = Arc::new(move |w: WorkerWindow| {
         if let Some(gpu) = w.gpu {
-            *gpu_time
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get_or_insert(Duration::ZERO) += gpu;
+            *gpu_time.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert(Duration::ZERO) += gpu;
         }
     });
-    Ok(WorkerPool::start(
-        loaded.engines,
-        args.batch,
-        annotator,
-        Arc::new(|_, _, _| {}),
-        on_busy,
-    ))
+    Ok(WorkerPool::start(loaded.engines, args.batch, annotator, Arc::new(|_, _, _| {}), on_busy))
 }
 
 /// Waits for the source's end, its failure or an interrupt; the failure.
@@ -271,19 +214,9 @@ fn follow(stream: &StreamHandle, interrupt: &StopSignal) -> Option<SourceError> 
 
 /// Prints the summary line (and writes the hood mask); the run's error, if any.
 /// `(wall, gpu)`: the run's wall time in seconds and the GPU's time in its forwards.
-fn report(
-    args: &ProcessArgs,
-    output: &Path,
-    drained: Drained,
-    (wall, gpu): (f64, Option<Duration>),
-    source_error: Option<SourceError>,
-) -> Result<()> {
+fn report(args: &ProcessArgs, output: &Path, drained: Drained, (wall, gpu): (f64, Option<Duration>), source_error: Option<SourceError>) -> Result<()> {
     let summary = drained.outputs;
-    let mean_cov = if summary.frames > 0 {
-        summary.road_coverage_sum / summary.frames as f64
-    } else {
-        0.0
-    };
+    let mean_cov = if summary.frames > 0 { summary.road_coverage_sum / summary.frames as f64 } else { 0.0 };
     if let (Some(path), Some(hood)) = (&args.hood_out, &drained.hood) {
         let png: Vec<u8> = hood.to_mask().iter().map(|&m| m * 255).collect();
         image::GrayImage::from_raw(hood.width as u32, hood.height as u32, png)
@@ -296,31 +229,12 @@ fn report(
         .as_ref()
         .map(|h| h.bars)
         .filter(|b| !b.is_none())
-        .map(|b| {
-            format!(
-                ", bars left {} right {} top {} bottom {} px (left out)",
-                b.left, b.right, b.top, b.bottom
-            )
-        })
+        .map(|b| format!(", bars left {} right {} top {} bottom {} px (left out)", b.left, b.right, b.top, b.bottom))
         .unwrap_or_default();
-    let hood_note = drained
-        .hood
-        .filter(|h| !h.is_empty())
-        .map(|h| format!(", hood {:.1}% of the frame", h.coverage() * 100.0))
-        .unwrap_or_default();
+    let hood_note = drained.hood.filter(|h| !h.is_empty()).map(|h| format!(", hood {:.1}% of the frame", h.coverage() * 100.0)).unwrap_or_default();
     let hood_note = format!("{hood_note}{bars_note}");
-    let flicker = summary
-        .road_flicker()
-        .map(|f| format!(", road flicker {:.3}%", f * 100.0))
-        .unwrap_or_default();
-    let gpu_note = gpu
-        .map(|g| {
-            format!(
-                ", GPU busy {:.0}%",
-                g.as_secs_f64() / wall.max(1e-9) * 100.0
-            )
-        })
-        .unwrap_or_default();
+    let flicker = summary.road_flicker().map(|f| format!(", road flicker {:.3}%", f * 100.0)).unwrap_or_default();
+    let gpu_note = gpu.map(|g| format!(", GPU busy {:.0}%", g.as_secs_f64() / wall.max(1e-9) * 100.0)).unwrap_or_default();
     println!(
         "{}: {} frames ({} dropped) in {:.1} s, {:.2} frames/s{gpu_note}, mean road coverage {:.1}%{hood_note}{flicker} -> {}",
         args.input,
@@ -335,11 +249,7 @@ fn report(
         return Err(anyhow::Error::new(e).context("writing output failed"));
     }
     if let Some(e) = source_error {
-        let what = format!(
-            "{e} ({} frames before the error were written to {})",
-            summary.frames,
-            output.display()
-        );
+        let what = format!("{e} ({} frames before the error were written to {})", summary.frames, output.display());
         return Err(anyhow::Error::new(e).context(what));
     }
     Ok(())
@@ -354,13 +264,11 @@ struct Progress {
 impl StreamObserver for Progress {
     fn frame_out(&self, frame: &FrameBuf, _latency: Duration, stats: &FrameStats) {
         self.bar.inc(1);
-        self.bar
-            .set_message(format!("road {:.1}%", stats.road_coverage * 100.0));
+        self.bar.set_message(format!("road {:.1}%", stats.road_coverage * 100.0));
         if let Some(dir) = &self.masks {
             let png: Vec<u8> = frame.road_mask.iter().map(|&m| m * 255).collect();
             let path = dir.join(format!("{:05}.png", frame.seq));
-            let saved = image::GrayImage::from_raw(frame.width, frame.height, png)
-                .map(|img| img.save(&path));
+            let saved = image::GrayImage::from_raw(frame.width, frame.height, png).map(|img| img.save(&path));
             if !matches!(saved, Some(Ok(()))) {
                 tracing::error!("cannot write mask {}", path.display());
             }
@@ -377,11 +285,8 @@ struct Interrupt {
 
 impl Interrupt {
     fn install() -> Result<Interrupt> {
-        let mut signals = signal_hook::iterator::Signals::new([
-            signal_hook::consts::SIGINT,
-            signal_hook::consts::SIGTERM,
-        ])
-        .context("installing signal handlers")?;
+        let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
+            .context("installing signal handlers")?;
         let handle = signals.handle();
         let (stop, signal) = stop_channel();
         let thread = std::thread::spawn(move || {
@@ -389,11 +294,7 @@ impl Interrupt {
                 stop.stop(Instant::now());
             }
         });
-        Ok(Interrupt {
-            signal,
-            handle,
-            thread,
-        })
+        Ok(Interrupt { signal, handle, thread })
     }
 
     fn close(self) {

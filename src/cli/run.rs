@@ -28,10 +28,7 @@ pub fn run(args: RunArgs) -> Result<()> {
 }
 
 pub fn check_config(args: CheckConfigArgs) -> Result<()> {
-    let file = args
-        .file
-        .or(args.config)
-        .expect("clap requires one of them");
+    let file = args.file.or(args.config).expect("clap requires one of them");
     let summary = roadseg::daemon::run::check_config(&file)?;
     print!("{summary}");
     Ok(())

@@ -43,51 +43,29 @@ pub fn run(args: SynthArgs) -> Result<()> {
         hood: !args.no_hood,
     };
     let drive = SynthDrive::new(spec.clone())?;
-    let info = VideoInfo {
-        width: spec.width,
-        height: spec.height,
-        fps_num: spec.fps as i32,
-        fps_den: 1,
-        format: PixelFormat::Rgba,
-    };
+    let info = VideoInfo { width: spec.width, height: spec.height, fps_num: spec.fps as i32, fps_den: 1, format: PixelFormat::Rgba };
     let sink = FileTarget::single(args.output.clone()).open(info)?;
     if let Some(dir) = &args.masks_out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let (w, h) = (spec.width as usize, spec.height as usize);
-    let (mut rgb, mut mask, mut rgba) = (
-        vec![0u8; w * h * 3],
-        vec![0u8; w * h],
-        vec![255u8; w * h * 4],
-    );
+    let (mut rgb, mut mask, mut rgba) = (vec![0u8; w * h * 3], vec![0u8; w * h], vec![255u8; w * h * 4]);
     let frame_ns = 1_000_000_000u64 / spec.fps as u64;
     for i in 0..spec.frames {
         drive.render(i, &mut rgb, &mut mask)?;
         for (px, c) in rgba.chunks_exact_mut(4).zip(rgb.chunks_exact(3)) {
             px[..3].copy_from_slice(c);
         }
-        let timing = FrameTiming {
-            pts: Some(i as u64 * frame_ns),
-            duration: Some(frame_ns),
-        };
+        let timing = FrameTiming { pts: Some(i as u64 * frame_ns), duration: Some(frame_ns) };
         sink.push(&rgba, w * 4, timing)?;
         if let Some(dir) = &args.masks_out {
             let png: Vec<u8> = mask.iter().map(|&m| if m > 0 { 255 } else { 0 }).collect();
-            let img = image::GrayImage::from_raw(w as u32, h as u32, png)
-                .expect("mask matches frame size");
+            let img = image::GrayImage::from_raw(w as u32, h as u32, png).expect("mask matches frame size");
             let path = dir.join(format!("{i:05}.png"));
-            img.save(&path)
-                .with_context(|| format!("writing {}", path.display()))?;
+            img.save(&path).with_context(|| format!("writing {}", path.display()))?;
         }
     }
     let files = sink.finish(Duration::from_secs(30))?;
-    println!(
-        "{}: {} frames of {}x{} at {} fps",
-        args.output.display(),
-        files.frames,
-        w,
-        h,
-        spec.fps
-    );
+    println!("{}: {} frames of {}x{} at {} fps", args.output.display(), files.frames, w, h, spec.fps);
     Ok(())
 }

@@ -36,15 +36,15 @@ use crate::backend::Precision;
 use crate::device::DeviceRequest;
 use crate::engine::Preset;
 
-pub use crate::daemon::shard::{Shard, ShardSetting};
-pub use crate::video::source::{RtspTransport, UnknownTransport};
-pub use crate::video::uri::{Scheme, SourceUri, UriError};
 pub use load::Sources;
 pub use mqtt_url::{MqttError, parse_mqtt_url};
 pub use reload::{ReloadPlan, changed_sections, plan_reload};
 pub use summary::{Summary, check, check_sources};
 pub use template::format_start;
+pub use crate::video::source::{RtspTransport, UnknownTransport};
+pub use crate::video::uri::{Scheme, SourceUri, UriError};
 pub use validate::{Problem, Problems};
+pub use crate::daemon::shard::{Shard, ShardSetting};
 
 /// Base layer, read whenever it exists.
 pub const SYSTEM_CONFIG: &str = "/etc/roadseg/roadseg.toml";
@@ -158,11 +158,7 @@ pub struct MetricsConfig {
 
 impl Default for MetricsConfig {
     fn default() -> Self {
-        MetricsConfig {
-            listen: "127.0.0.1:9464".to_string(),
-            username: None,
-            password: None,
-        }
+        MetricsConfig { listen: "127.0.0.1:9464".to_string(), username: None, password: None }
     }
 }
 
@@ -254,12 +250,7 @@ pub struct RtspConfig {
 
 impl Default for RtspConfig {
     fn default() -> Self {
-        RtspConfig {
-            listen: "127.0.0.1:8554".to_string(),
-            username: None,
-            password: None,
-            allow_anonymous: false,
-        }
+        RtspConfig { listen: "127.0.0.1:8554".to_string(), username: None, password: None, allow_anonymous: false }
     }
 }
 
@@ -307,14 +298,7 @@ pub struct AnnotateConfig {
 
 impl Default for AnnotateConfig {
     fn default() -> Self {
-        AnnotateConfig {
-            road_colour: [255, 0, 200],
-            road_alpha: 0.45,
-            full_palette: false,
-            show_unknown: false,
-            road_edge: true,
-            overlay_text: true,
-        }
+        AnnotateConfig { road_colour: [255, 0, 200], road_alpha: 0.45, full_palette: false, show_unknown: false, road_edge: true, overlay_text: true }
     }
 }
 
@@ -344,12 +328,7 @@ pub struct DaemonSection {
 
 impl Default for DaemonSection {
     fn default() -> Self {
-        DaemonSection {
-            shutdown_timeout_s: 10,
-            stall_timeout_s: 30,
-            min_free_bytes: 1 << 30,
-            shard: ShardSetting::default(),
-        }
+        DaemonSection { shutdown_timeout_s: 10, stall_timeout_s: 30, min_free_bytes: 1 << 30, shard: ShardSetting::default() }
     }
 }
 
@@ -460,8 +439,7 @@ impl StreamConfig {
     /// Files play as fast as the pipeline goes and end; everything else is
     /// paced by its source and reconnected when it drops.
     pub fn is_live(&self) -> bool {
-        self.live
-            .unwrap_or_else(|| self.r#loop || SourceUri::live_by_default(&self.uri))
+        self.live.unwrap_or_else(|| self.r#loop || SourceUri::live_by_default(&self.uri))
     }
 
     /// Hood estimate and smoothing as the workers apply them.
@@ -519,14 +497,7 @@ pub struct OutputConfig {
 
 impl Default for OutputConfig {
     fn default() -> Self {
-        OutputConfig {
-            file: None,
-            segment_seconds: 300,
-            rtsp: None,
-            stats: None,
-            bitrate_kbps: crate::video::stream::DEFAULT_BITRATE_KBPS,
-            retain_hours: None,
-        }
+        OutputConfig { file: None, segment_seconds: 300, rtsp: None, stats: None, bitrate_kbps: crate::video::stream::DEFAULT_BITRATE_KBPS, retain_hours: None }
     }
 }
 
@@ -538,11 +509,7 @@ impl OutputConfig {
     /// `file` with its placeholders expanded: the recording's base name, as
     /// logged. Segment files add an index to it (see `segment_location`).
     pub fn file_path(&self, stream: &str, start: SystemTime) -> Option<PathBuf> {
-        Some(PathBuf::from(template::expand_lossy(
-            self.file.as_deref()?,
-            stream,
-            start,
-        )))
+        Some(PathBuf::from(template::expand_lossy(self.file.as_deref()?, stream, start)))
     }
 
     /// The `location` pattern for splitmuxsink: `file_path` with any `%`
@@ -553,19 +520,13 @@ impl OutputConfig {
     pub fn segment_location(&self, stream: &str, start: SystemTime) -> Option<String> {
         let path = template::expand_lossy(self.file.as_deref()?, stream, start);
         // A strftime pattern names each segment itself (see `wall_clock_names`).
-        Some(if self.wall_clock_names() {
-            path
-        } else {
-            template::segment_pattern(&path)
-        })
+        Some(if self.wall_clock_names() { path } else { template::segment_pattern(&path) })
     }
 
     /// `file` holds time conversions (`%Y`, `%H`, ...): each segment is named
     /// for its UTC start time, e.g. `{stream}/%Y-%m-%d/%H-%M-%S.mp4`.
     pub fn wall_clock_names(&self) -> bool {
-        self.file
-            .as_deref()
-            .is_some_and(crate::clock::has_conversions)
+        self.file.as_deref().is_some_and(crate::clock::has_conversions)
     }
 
     /// The concrete name of segment `index` (0 is the first), as splitmuxsink
@@ -576,11 +537,7 @@ impl OutputConfig {
     }
 
     pub fn stats_path(&self, stream: &str, start: SystemTime) -> Option<PathBuf> {
-        Some(PathBuf::from(template::expand_lossy(
-            self.stats.as_deref()?,
-            stream,
-            start,
-        )))
+        Some(PathBuf::from(template::expand_lossy(self.stats.as_deref()?, stream, start)))
     }
 
     /// The mount point with its leading slash, e.g. `/front`.
@@ -627,9 +584,5 @@ impl DaemonConfig {
 }
 
 fn parse_listen(listen: &str) -> Option<SocketAddr> {
-    if listen.trim().is_empty() {
-        None
-    } else {
-        listen.trim().parse().ok()
-    }
+    if listen.trim().is_empty() { None } else { listen.trim().parse().ok() }
 }

@@ -34,12 +34,7 @@ impl GpuMonitor {
         let targets: Vec<(String, GpuMetrics)> = gpus
             .iter()
             .filter(|g| nvml.device_by_pci_bus_id(g.pci_bus_id.as_str()).is_ok())
-            .map(|g| {
-                (
-                    g.pci_bus_id.clone(),
-                    GpuMetrics::new(&format!("cuda:{}", g.ordinal)),
-                )
-            })
+            .map(|g| (g.pci_bus_id.clone(), GpuMetrics::new(&format!("cuda:{}", g.ordinal))))
             .collect();
         if targets.is_empty() {
             tracing::info!("no GPU gauges: NVML does not list the GPUs in use");
@@ -53,10 +48,7 @@ impl GpuMonitor {
                     for (bus, m) in &targets {
                         sample(&nvml, bus, m);
                     }
-                    if !matches!(
-                        stopped.recv_timeout(SAMPLE_EVERY),
-                        Err(crossbeam_channel::RecvTimeoutError::Timeout)
-                    ) {
+                    if !matches!(stopped.recv_timeout(SAMPLE_EVERY), Err(crossbeam_channel::RecvTimeoutError::Timeout)) {
                         return;
                     }
                 }
@@ -73,9 +65,7 @@ impl GpuMonitor {
 
 /// One reading; a query the GPU does not support leaves its gauge alone.
 fn sample(nvml: &Nvml, bus: &str, m: &GpuMetrics) {
-    let Ok(device) = nvml.device_by_pci_bus_id(bus) else {
-        return;
-    };
+    let Ok(device) = nvml.device_by_pci_bus_id(bus) else { return };
     if let Ok(u) = device.utilization_rates() {
         m.utilization.set(f64::from(u.gpu) / 100.0);
     }

@@ -44,12 +44,7 @@ impl Health {
 
     /// `stall_after`: how long an up stream may go without an inferred frame.
     pub fn with_stall_timeout(stall_after: Option<Duration>) -> Health {
-        Health {
-            model_loaded: AtomicBool::new(false),
-            streams: RwLock::default(),
-            stall_after,
-            origin: Instant::now(),
-        }
+        Health { model_loaded: AtomicBool::new(false), streams: RwLock::default(), stall_after, origin: Instant::now() }
     }
 
     pub fn set_model_loaded(&self, loaded: bool) {
@@ -67,20 +62,10 @@ impl Health {
     }
 
     fn stream(&self, name: &str) -> Arc<StreamHealth> {
-        if let Some(s) = self
-            .streams
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(name)
-        {
+        if let Some(s) = self.streams.read().unwrap_or_else(PoisonError::into_inner).get(name) {
             return s.clone();
         }
-        self.streams
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(name.to_string())
-            .or_default()
-            .clone()
+        self.streams.write().unwrap_or_else(PoisonError::into_inner).entry(name.to_string()).or_default().clone()
     }
 
     /// Adds the stream if it is not known yet. Coming up counts as progress,
@@ -96,12 +81,7 @@ impl Health {
 
     /// A frame of `name` was inferred (hot path: one read lock, one store).
     pub fn inferred(&self, name: &str) {
-        if let Some(s) = self
-            .streams
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(name)
-        {
+        if let Some(s) = self.streams.read().unwrap_or_else(PoisonError::into_inner).get(name) {
             s.progress_ms.store(self.now_ms(), Ordering::Release);
         }
     }
@@ -109,20 +89,12 @@ impl Health {
     /// Every stream and whether it is up, by name.
     pub fn stream_states(&self) -> Vec<(String, bool)> {
         let streams = self.streams.read().unwrap_or_else(PoisonError::into_inner);
-        streams
-            .iter()
-            .map(|(name, s)| (name.clone(), s.up.load(Ordering::Acquire)))
-            .collect()
+        streams.iter().map(|(name, s)| (name.clone(), s.up.load(Ordering::Acquire))).collect()
     }
 
     /// A stream removed by a reload no longer holds readiness back.
     pub fn remove_stream(&self, name: &str) {
-        let removed = self
-            .streams
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(name)
-            .is_some();
+        let removed = self.streams.write().unwrap_or_else(PoisonError::into_inner).remove(name).is_some();
         if removed {
             metrics::set_stream_up(name, false);
         }
@@ -132,9 +104,7 @@ impl Health {
     /// with how long; empty before the model is loaded (nothing can be
     /// inferred yet) or when stall detection is off.
     pub fn stalled(&self) -> Vec<(String, Duration)> {
-        let Some(limit) = self.stall_after else {
-            return Vec::new();
-        };
+        let Some(limit) = self.stall_after else { return Vec::new() };
         if !self.model_loaded.load(Ordering::Acquire) {
             return Vec::new();
         }
@@ -143,14 +113,7 @@ impl Health {
         streams
             .iter()
             .filter(|(_, s)| s.up.load(Ordering::Acquire))
-            .map(|(name, s)| {
-                (
-                    name.clone(),
-                    Duration::from_millis(
-                        now.saturating_sub(s.progress_ms.load(Ordering::Acquire)),
-                    ),
-                )
-            })
+            .map(|(name, s)| (name.clone(), Duration::from_millis(now.saturating_sub(s.progress_ms.load(Ordering::Acquire)))))
             .filter(|(_, idle)| *idle > limit)
             .collect()
     }
@@ -162,25 +125,15 @@ impl Health {
         }
         let stalled = self.stalled();
         let streams = self.streams.read().unwrap_or_else(PoisonError::into_inner);
-        let down: Vec<&str> = streams
-            .iter()
-            .filter(|(_, s)| !s.up.load(Ordering::Acquire))
-            .map(|(name, _)| name.as_str())
-            .collect();
+        let down: Vec<&str> = streams.iter().filter(|(_, s)| !s.up.load(Ordering::Acquire)).map(|(name, _)| name.as_str()).collect();
         if !down.is_empty() {
             return (false, format!("stream(s) down: {}", down.join(", ")));
         }
         if !stalled.is_empty() {
-            let list: Vec<String> = stalled
-                .iter()
-                .map(|(n, idle)| format!("{n} (nothing inferred for {} s)", idle.as_secs()))
-                .collect();
+            let list: Vec<String> = stalled.iter().map(|(n, idle)| format!("{n} (nothing inferred for {} s)", idle.as_secs())).collect();
             return (false, format!("stream(s) stalled: {}", list.join(", ")));
         }
-        (
-            true,
-            format!("ready: model loaded, {} stream(s) up", streams.len()),
-        )
+        (true, format!("ready: model loaded, {} stream(s) up", streams.len()))
     }
 }
 
@@ -221,20 +174,12 @@ mod tests {
         let stalled: Vec<String> = h.stalled().into_iter().map(|(n, _)| n).collect();
         assert_eq!(stalled, ["a"]);
         let (ready, reason) = h.is_ready();
-        assert!(
-            !ready && reason.starts_with("stream(s) stalled: a (nothing inferred for"),
-            "{reason}"
-        );
+        assert!(!ready && reason.starts_with("stream(s) stalled: a (nothing inferred for"), "{reason}");
         h.inferred("a");
         assert!(h.is_ready().0);
         h.set_stream_up("a", false);
         std::thread::sleep(Duration::from_millis(80));
-        assert_eq!(
-            h.stalled().len(),
-            1,
-            "b stalls; a is down, not stalled: {:?}",
-            h.stalled()
-        );
+        assert_eq!(h.stalled().len(), 1, "b stalls; a is down, not stalled: {:?}", h.stalled());
         assert!(Health::new().stalled().is_empty());
     }
 }

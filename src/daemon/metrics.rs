@@ -11,9 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use ::metrics::{
-    Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Unit, counter, gauge, histogram,
-};
+use ::metrics::{Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Unit, counter, gauge, histogram};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder};
 
 pub use metrics_exporter_prometheus::PrometheusHandle;
@@ -86,18 +84,11 @@ pub const ALL_NAMES: [&str; 31] = [
 ];
 
 /// Source frame to annotated output, 5 ms to 10 s.
-pub const LATENCY_BUCKETS: [f64; 11] = [
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
+pub const LATENCY_BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 /// One stage of one frame, 0.1 ms to 10 s.
-pub const STAGE_BUCKETS: [f64; 16] = [
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-    5.0, 10.0,
-];
+pub const STAGE_BUCKETS: [f64; 16] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 /// One forward pass, 1 ms to 5 s.
-pub const INFERENCE_BUCKETS: [f64; 12] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-];
+pub const INFERENCE_BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
 
 /// Histograms accumulate samples until upkeep folds them into buckets; with
 /// the HTTP endpoint disabled nothing else would.
@@ -119,26 +110,20 @@ pub fn install() -> Result<PrometheusHandle, MetricsError> {
     if let Some(handle) = HANDLE.get() {
         return Ok(handle.clone());
     }
-    let handle = builder()
-        .and_then(PrometheusBuilder::install_recorder)
-        .map_err(MetricsError::Install)?;
+    let handle = builder().and_then(PrometheusBuilder::install_recorder).map_err(MetricsError::Install)?;
     describe();
     gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     gauge!(MODEL_LOADED).set(0.0);
     let upkeep = handle.clone();
     // Detached on purpose: the recorder it tends is global and lives as long.
-    let spawned = std::thread::Builder::new()
-        .name("metrics-upkeep".into())
-        .spawn(move || {
-            loop {
-                std::thread::sleep(UPKEEP_EVERY);
-                upkeep.run_upkeep();
-            }
-        });
+    let spawned = std::thread::Builder::new().name("metrics-upkeep".into()).spawn(move || {
+        loop {
+            std::thread::sleep(UPKEEP_EVERY);
+            upkeep.run_upkeep();
+        }
+    });
     if let Err(e) = spawned {
-        tracing::warn!(
-            "no metrics upkeep thread ({e}); histograms are folded only when /metrics is scraped"
-        );
+        tracing::warn!("no metrics upkeep thread ({e}); histograms are folded only when /metrics is scraped");
     }
     Ok(HANDLE.get_or_init(|| handle).clone())
 }
@@ -154,35 +139,14 @@ fn builder() -> Result<PrometheusBuilder, BuildError> {
 const COUNTERS: &[(&str, &str)] = &[
     (FRAMES_DECODED, "Frames decoded from the source"),
     (FRAMES_INFERRED, "Frames segmented by a worker"),
-    (
-        FRAMES_DROPPED,
-        "Frames dropped, by reason (ring_full, inference_error, decode_error)",
-    ),
-    (
-        FRAMES_WRITTEN,
-        "Frames written, by sink (file, rtsp, stats)",
-    ),
-    (
-        SINK_ERRORS,
-        "Frames an output failed to write (a paused recording counts each frame it missed)",
-    ),
-    (
-        SEGMENTS_DELETED,
-        "Recording segments deleted by retention (reason: age or space)",
-    ),
+    (FRAMES_DROPPED, "Frames dropped, by reason (ring_full, inference_error, decode_error)"),
+    (FRAMES_WRITTEN, "Frames written, by sink (file, rtsp, stats)"),
+    (SINK_ERRORS, "Frames an output failed to write (a paused recording counts each frame it missed)"),
+    (SEGMENTS_DELETED, "Recording segments deleted by retention (reason: age or space)"),
     (RECONNECTS, "Source reconnect attempts"),
-    (
-        INTERRUPTIONS,
-        "Times a running live source was lost (error, end, silence); each is followed by reconnect attempts",
-    ),
-    (
-        DECODE_ERRORS,
-        "Damaged or lost input the source went on without: warnings from its demuxer, parser or decoder, and gaps in the frames' timestamps (frames lost)",
-    ),
-    (
-        DEVICE_FALLBACK,
-        "Times inference fell back from one device to another",
-    ),
+    (INTERRUPTIONS, "Times a running live source was lost (error, end, silence); each is followed by reconnect attempts"),
+    (DECODE_ERRORS, "Damaged or lost input the source went on without: warnings from its demuxer, parser or decoder, and gaps in the frames' timestamps (frames lost)"),
+    (DEVICE_FALLBACK, "Times inference fell back from one device to another"),
 ];
 
 /// (name, help) of each histogram, all in seconds.
@@ -197,88 +161,24 @@ const HISTOGRAMS: &[(&str, &str)] = &[
 
 /// (name, unit, help) of each gauge; most are ratios or flags, without a unit.
 const GAUGES: &[(&str, Option<Unit>, &str)] = &[
-    (
-        ROAD_COVERAGE,
-        None,
-        "Fraction of the last frame's scene (pixels outside the hood) classified as road",
-    ),
-    (
-        MEAN_CONFIDENCE,
-        None,
-        "Mean per-pixel confidence (max class probability) of the last inferred frame",
-    ),
-    (
-        HOOD_COVERAGE,
-        None,
-        "Fraction of the frame that is the ego vehicle's hood (0 when none is seen)",
-    ),
-    (
-        STREAM_UP,
-        None,
-        "1 while the stream's source delivers frames",
-    ),
-    (
-        WORKER_BUSY,
-        None,
-        "Fraction of recent time the worker spent inferring",
-    ),
+    (ROAD_COVERAGE, None, "Fraction of the last frame's scene (pixels outside the hood) classified as road"),
+    (MEAN_CONFIDENCE, None, "Mean per-pixel confidence (max class probability) of the last inferred frame"),
+    (HOOD_COVERAGE, None, "Fraction of the frame that is the ego vehicle's hood (0 when none is seen)"),
+    (STREAM_UP, None, "1 while the stream's source delivers frames"),
+    (WORKER_BUSY, None, "Fraction of recent time the worker spent inferring"),
     (MODEL_LOADED, None, "1 once the model is loaded"),
-    (
-        BUILD_INFO,
-        None,
-        "Always 1; the version label says which build runs",
-    ),
-    (
-        GPU_UTILIZATION,
-        None,
-        "Fraction of the last sample period a kernel ran on the GPU (NVML)",
-    ),
-    (
-        GPU_BUSY,
-        None,
-        "Fraction of the last second the GPU spent running roadseg's frames (CUDA events around each frame's graph, summed over workers, at most 1)",
-    ),
-    (
-        GPU_TEMPERATURE,
-        None,
-        "GPU core temperature in degrees Celsius (NVML)",
-    ),
+    (BUILD_INFO, None, "Always 1; the version label says which build runs"),
+    (GPU_UTILIZATION, None, "Fraction of the last sample period a kernel ran on the GPU (NVML)"),
+    (GPU_BUSY, None, "Fraction of the last second the GPU spent running roadseg's frames (CUDA events around each frame's graph, summed over workers, at most 1)"),
+    (GPU_TEMPERATURE, None, "GPU core temperature in degrees Celsius (NVML)"),
     (GPU_POWER, None, "GPU board power draw in watts (NVML)"),
-    (
-        RING_DEPTH,
-        Some(Unit::Count),
-        "Frames waiting between the source and the workers",
-    ),
-    (
-        RTSP_CLIENTS,
-        Some(Unit::Count),
-        "Clients connected to the stream's RTSP mount",
-    ),
-    (
-        SHARD_STREAMS,
-        Some(Unit::Count),
-        "Configured streams this daemon runs (state=owned) and leaves to other shards (state=skipped), per [daemon] shard",
-    ),
-    (
-        LAST_INFERRED,
-        Some(Unit::Seconds),
-        "Unix time of the stream's last inferred frame",
-    ),
-    (
-        LAST_WRITTEN,
-        Some(Unit::Seconds),
-        "Unix time of the stream's last frame through its outputs",
-    ),
-    (
-        STORAGE_FREE,
-        Some(Unit::Bytes),
-        "Free bytes on the disk holding the stream's recordings",
-    ),
-    (
-        GPU_MEMORY_USED,
-        Some(Unit::Bytes),
-        "GPU memory in use, all processes (NVML)",
-    ),
+    (RING_DEPTH, Some(Unit::Count), "Frames waiting between the source and the workers"),
+    (RTSP_CLIENTS, Some(Unit::Count), "Clients connected to the stream's RTSP mount"),
+    (SHARD_STREAMS, Some(Unit::Count), "Configured streams this daemon runs (state=owned) and leaves to other shards (state=skipped), per [daemon] shard"),
+    (LAST_INFERRED, Some(Unit::Seconds), "Unix time of the stream's last inferred frame"),
+    (LAST_WRITTEN, Some(Unit::Seconds), "Unix time of the stream's last frame through its outputs"),
+    (STORAGE_FREE, Some(Unit::Bytes), "Free bytes on the disk holding the stream's recordings"),
+    (GPU_MEMORY_USED, Some(Unit::Bytes), "GPU memory in use, all processes (NVML)"),
 ];
 
 fn describe() {
@@ -304,12 +204,7 @@ pub enum DropReason {
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 4] = [
-        DropReason::RingFull,
-        DropReason::InferenceError,
-        DropReason::DecodeError,
-        DropReason::RateLimited,
-    ];
+    pub const ALL: [DropReason; 4] = [DropReason::RingFull, DropReason::InferenceError, DropReason::DecodeError, DropReason::RateLimited];
 
     pub fn label(self) -> &'static str {
         match self {
@@ -361,14 +256,7 @@ pub enum Stage {
 }
 
 impl Stage {
-    pub const ALL: [Stage; 6] = [
-        Stage::DecodeToRing,
-        Stage::RingWait,
-        Stage::Inference,
-        Stage::Annotate,
-        Stage::Reorder,
-        Stage::Encode,
-    ];
+    pub const ALL: [Stage; 6] = [Stage::DecodeToRing, Stage::RingWait, Stage::Inference, Stage::Annotate, Stage::Reorder, Stage::Encode];
 
     pub fn label(self) -> &'static str {
         match self {
@@ -414,57 +302,25 @@ impl StreamMetrics {
     pub fn new(stream: &str) -> StreamMetrics {
         let s = stream.to_string();
         let r = Arc::new(StreamReadings::default());
-        let tee = |c: Counter, slot: Slot| {
-            Counter::from_arc(Arc::new(TeeCounter {
-                inner: c,
-                readings: r.clone(),
-                slot,
-            }))
-        };
+        let tee = |c: Counter, slot: Slot| Counter::from_arc(Arc::new(TeeCounter { inner: c, readings: r.clone(), slot }));
         let dropped = DropReason::ALL.map(|reason| {
-            tee(
-                counter!(FRAMES_DROPPED, "stream" => s.clone(), "reason" => reason.label()),
-                Slot::Dropped(reason),
-            )
+            tee(counter!(FRAMES_DROPPED, "stream" => s.clone(), "reason" => reason.label()), Slot::Dropped(reason))
         });
         StreamMetrics {
-            frames_decoded: tee(
-                counter!(FRAMES_DECODED, "stream" => s.clone()),
-                Slot::Decoded,
-            ),
-            frames_inferred: tee(
-                counter!(FRAMES_INFERRED, "stream" => s.clone()),
-                Slot::Inferred,
-            ),
+            frames_decoded: tee(counter!(FRAMES_DECODED, "stream" => s.clone()), Slot::Decoded),
+            frames_inferred: tee(counter!(FRAMES_INFERRED, "stream" => s.clone()), Slot::Inferred),
             dropped,
-            written: Sink::ALL
-                .map(|k| counter!(FRAMES_WRITTEN, "stream" => s.clone(), "sink" => k.label())),
-            sink_errors: Sink::ALL
-                .map(|k| counter!(SINK_ERRORS, "stream" => s.clone(), "sink" => k.label())),
-            latency: Histogram::from_arc(Arc::new(TeeLatency {
-                inner: histogram!(LATENCY, "stream" => s.clone()),
-                readings: r.clone(),
-            })),
-            stages: Stage::ALL
-                .map(|stage| histogram!(STAGE, "stream" => s.clone(), "stage" => stage.label())),
+            written: Sink::ALL.map(|k| counter!(FRAMES_WRITTEN, "stream" => s.clone(), "sink" => k.label())),
+            sink_errors: Sink::ALL.map(|k| counter!(SINK_ERRORS, "stream" => s.clone(), "sink" => k.label())),
+            latency: Histogram::from_arc(Arc::new(TeeLatency { inner: histogram!(LATENCY, "stream" => s.clone()), readings: r.clone() })),
+            stages: Stage::ALL.map(|stage| histogram!(STAGE, "stream" => s.clone(), "stage" => stage.label())),
             ring_depth: gauge!(RING_DEPTH, "stream" => s.clone()),
-            road_coverage: Gauge::from_arc(Arc::new(TeeGauge {
-                inner: gauge!(ROAD_COVERAGE, "stream" => s.clone()),
-                readings: r.clone(),
-                into: |r| &r.road_coverage,
-            })),
-            mean_confidence: Gauge::from_arc(Arc::new(TeeGauge {
-                inner: gauge!(MEAN_CONFIDENCE, "stream" => s.clone()),
-                readings: r.clone(),
-                into: |r| &r.mean_confidence,
-            })),
+            road_coverage: Gauge::from_arc(Arc::new(TeeGauge { inner: gauge!(ROAD_COVERAGE, "stream" => s.clone()), readings: r.clone(), into: |r| &r.road_coverage })),
+            mean_confidence: Gauge::from_arc(Arc::new(TeeGauge { inner: gauge!(MEAN_CONFIDENCE, "stream" => s.clone()), readings: r.clone(), into: |r| &r.mean_confidence })),
             hood_coverage: gauge!(HOOD_COVERAGE, "stream" => s.clone()),
             last_inferred: gauge!(LAST_INFERRED, "stream" => s.clone()),
             last_written: gauge!(LAST_WRITTEN, "stream" => s.clone()),
-            reconnects: tee(
-                counter!(RECONNECTS, "stream" => s.clone()),
-                Slot::Reconnects,
-            ),
+            reconnects: tee(counter!(RECONNECTS, "stream" => s.clone()), Slot::Reconnects),
             interruptions: counter!(INTERRUPTIONS, "stream" => s.clone()),
             decode_errors: counter!(DECODE_ERRORS, "stream" => s.clone()),
             rtsp_clients: gauge!(RTSP_CLIENTS, "stream" => s),
@@ -573,15 +429,11 @@ struct TeeCounter {
 
 impl CounterFn for TeeCounter {
     fn increment(&self, value: u64) {
-        self.readings
-            .count(self.slot)
-            .fetch_add(value, Ordering::Relaxed);
+        self.readings.count(self.slot).fetch_add(value, Ordering::Relaxed);
         self.inner.increment(value);
     }
     fn absolute(&self, value: u64) {
-        self.readings
-            .count(self.slot)
-            .fetch_max(value, Ordering::Relaxed);
+        self.readings.count(self.slot).fetch_max(value, Ordering::Relaxed);
         self.inner.absolute(value);
     }
 }
@@ -593,9 +445,7 @@ struct TeeLatency {
 
 impl HistogramFn for TeeLatency {
     fn record(&self, value: f64) {
-        self.readings
-            .latency_s
-            .store(value.to_bits(), Ordering::Relaxed);
+        self.readings.latency_s.store(value.to_bits(), Ordering::Relaxed);
         self.readings.out.fetch_add(1, Ordering::Relaxed);
         self.inner.record(value);
     }
@@ -623,9 +473,7 @@ impl GaugeFn for TeeGauge {
 
 /// Now as Unix time in seconds, for the `*_timestamp_seconds` gauges.
 pub fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// Handles for one inference device (`cpu`, `cuda:0`, ...).
@@ -636,9 +484,7 @@ pub struct DeviceMetrics {
 
 impl DeviceMetrics {
     pub fn new(device: &str) -> DeviceMetrics {
-        DeviceMetrics {
-            inference: histogram!(INFERENCE, "device" => device.to_string()),
-        }
+        DeviceMetrics { inference: histogram!(INFERENCE, "device" => device.to_string()) }
     }
 
     pub fn record_inference(&self, took: Duration) {
@@ -656,11 +502,7 @@ impl DeviceMetrics {
     /// (`worker_devices[i]` is worker i's device).
     pub fn gpu_busy(&self, worker_devices: &[String]) -> GpuBusy {
         let workers = worker_devices.len();
-        GpuBusy {
-            devices: worker_devices.to_vec(),
-            gauges: (0..workers).map(|_| OnceLock::new()).collect(),
-            shares: Mutex::new(vec![0.0; workers]),
-        }
+        GpuBusy { devices: worker_devices.to_vec(), gauges: (0..workers).map(|_| OnceLock::new()).collect(), shares: Mutex::new(vec![0.0; workers]) }
     }
 }
 
@@ -677,23 +519,13 @@ pub struct GpuBusy {
 
 impl GpuBusy {
     pub fn set(&self, worker: usize, share: f64) {
-        let Some(device) = self.devices.get(worker) else {
-            return;
-        };
+        let Some(device) = self.devices.get(worker) else { return };
         let total = {
             let mut shares = self.shares.lock().unwrap_or_else(PoisonError::into_inner);
             shares[worker] = share;
-            shares
-                .iter()
-                .zip(&self.devices)
-                .filter(|(_, d)| *d == device)
-                .map(|(s, _)| s)
-                .sum::<f64>()
-                .min(1.0)
+            shares.iter().zip(&self.devices).filter(|(_, d)| *d == device).map(|(s, _)| s).sum::<f64>().min(1.0)
         };
-        self.gauges[worker]
-            .get_or_init(|| gauge!(GPU_BUSY, "device" => device.clone()))
-            .set(total);
+        self.gauges[worker].get_or_init(|| gauge!(GPU_BUSY, "device" => device.clone())).set(total);
     }
 }
 
@@ -746,26 +578,20 @@ mod tests {
 
     /// The value of the series whose line starts with `prefix` (name and labels).
     pub(crate) fn sample(text: &str, prefix: &str) -> Option<f64> {
-        text.lines()
-            .find_map(|l| l.strip_prefix(prefix)?.trim().parse().ok())
+        text.lines().find_map(|l| l.strip_prefix(prefix)?.trim().parse().ok())
     }
 
     #[test]
     fn dashboard_queries_only_real_metrics() {
         // Rule: every roadseg_* name in docs/grafana-roadseg.json is defined here, and every name here is charted.
-        let path =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/grafana-roadseg.json");
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/grafana-roadseg.json");
         let text = std::fs::read_to_string(path).unwrap();
         let mut used = std::collections::BTreeSet::new();
         for (i, _) in text.match_indices("roadseg_") {
-            let name: String = text[i..]
-                .chars()
-                .take_while(|c| c.is_ascii_lowercase() || *c == '_')
-                .collect();
+            let name: String = text[i..].chars().take_while(|c| c.is_ascii_lowercase() || *c == '_').collect();
             used.insert(name.strip_suffix("_bucket").unwrap_or(&name).to_string());
         }
-        let defined: std::collections::BTreeSet<String> =
-            ALL_NAMES.iter().map(|n| n.to_string()).collect();
+        let defined: std::collections::BTreeSet<String> = ALL_NAMES.iter().map(|n| n.to_string()).collect();
         assert_eq!(used, defined);
     }
 
@@ -789,43 +615,12 @@ mod tests {
         m.written(Sink::Rtsp).increment(2);
         m.ring_depth.set(4.0);
         let text = handle.render();
-        assert_eq!(
-            sample(
-                &text,
-                "roadseg_frames_decoded_total{stream=\"metrics-test\"}"
-            ),
-            Some(3.0),
-            "{text}"
-        );
-        assert_eq!(
-            sample(
-                &text,
-                "roadseg_frames_dropped_total{stream=\"metrics-test\",reason=\"ring_full\"}"
-            ),
-            Some(1.0)
-        );
-        assert_eq!(
-            sample(
-                &text,
-                "roadseg_frames_dropped_total{stream=\"metrics-test\",reason=\"decode_error\"}"
-            ),
-            Some(0.0)
-        );
-        assert_eq!(
-            sample(
-                &text,
-                "roadseg_frames_written_total{stream=\"metrics-test\",sink=\"rtsp\"}"
-            ),
-            Some(2.0)
-        );
-        assert_eq!(
-            sample(&text, "roadseg_ring_depth{stream=\"metrics-test\"}"),
-            Some(4.0)
-        );
-        let build = format!(
-            "roadseg_build_info{{version=\"{}\"}}",
-            env!("CARGO_PKG_VERSION")
-        );
+        assert_eq!(sample(&text, "roadseg_frames_decoded_total{stream=\"metrics-test\"}"), Some(3.0), "{text}");
+        assert_eq!(sample(&text, "roadseg_frames_dropped_total{stream=\"metrics-test\",reason=\"ring_full\"}"), Some(1.0));
+        assert_eq!(sample(&text, "roadseg_frames_dropped_total{stream=\"metrics-test\",reason=\"decode_error\"}"), Some(0.0));
+        assert_eq!(sample(&text, "roadseg_frames_written_total{stream=\"metrics-test\",sink=\"rtsp\"}"), Some(2.0));
+        assert_eq!(sample(&text, "roadseg_ring_depth{stream=\"metrics-test\"}"), Some(4.0));
+        let build = format!("roadseg_build_info{{version=\"{}\"}}", env!("CARGO_PKG_VERSION"));
         assert_eq!(sample(&text, &build), Some(1.0), "{text}");
     }
 
@@ -843,59 +638,14 @@ mod tests {
         gpu.set(0, 0.5);
         gpu.set(1, 0.75);
         let text = handle.render();
-        assert_eq!(
-            sample(
-                &text,
-                "roadseg_latency_seconds_bucket{stream=\"buckets-test\",le=\"0.05\"}"
-            ),
-            Some(1.0),
-            "{text}"
-        );
-        assert_eq!(
-            sample(
-                &text,
-                "roadseg_latency_seconds_bucket{stream=\"buckets-test\",le=\"0.025\"}"
-            ),
-            Some(0.0)
-        );
-        assert_eq!(
-            sample(
-                &text,
-                "roadseg_stage_seconds_bucket{stream=\"buckets-test\",stage=\"encode\",le=\"0.0005\"}"
-            ),
-            Some(1.0),
-            "{text}"
-        );
-        assert_eq!(
-            sample(
-                &text,
-                "roadseg_stage_seconds_bucket{stream=\"buckets-test\",stage=\"encode\",le=\"0.00025\"}"
-            ),
-            Some(0.0)
-        );
-        assert_eq!(
-            sample(
-                &text,
-                "roadseg_inference_seconds_bucket{device=\"test-device\",le=\"0.005\"}"
-            ),
-            Some(1.0)
-        );
-        assert_eq!(
-            sample(
-                &text,
-                "roadseg_worker_busy_ratio{device=\"test-device\",worker=\"1\"}"
-            ),
-            Some(0.5)
-        );
-        assert_eq!(
-            sample(&text, "roadseg_gpu_busy_ratio{device=\"test-device\"}"),
-            Some(1.0),
-            "two workers' shares summed, capped at 1"
-        );
-        assert_eq!(
-            sample(&text, "roadseg_gpu_busy_ratio{device=\"cpu\"}"),
-            None
-        );
+        assert_eq!(sample(&text, "roadseg_latency_seconds_bucket{stream=\"buckets-test\",le=\"0.05\"}"), Some(1.0), "{text}");
+        assert_eq!(sample(&text, "roadseg_latency_seconds_bucket{stream=\"buckets-test\",le=\"0.025\"}"), Some(0.0));
+        assert_eq!(sample(&text, "roadseg_stage_seconds_bucket{stream=\"buckets-test\",stage=\"encode\",le=\"0.0005\"}"), Some(1.0), "{text}");
+        assert_eq!(sample(&text, "roadseg_stage_seconds_bucket{stream=\"buckets-test\",stage=\"encode\",le=\"0.00025\"}"), Some(0.0));
+        assert_eq!(sample(&text, "roadseg_inference_seconds_bucket{device=\"test-device\",le=\"0.005\"}"), Some(1.0));
+        assert_eq!(sample(&text, "roadseg_worker_busy_ratio{device=\"test-device\",worker=\"1\"}"), Some(0.5));
+        assert_eq!(sample(&text, "roadseg_gpu_busy_ratio{device=\"test-device\"}"), Some(1.0), "two workers' shares summed, capped at 1");
+        assert_eq!(sample(&text, "roadseg_gpu_busy_ratio{device=\"cpu\"}"), None);
     }
 
     #[test]
@@ -903,11 +653,7 @@ mod tests {
         // Rule: with workers spread over GPUs, each worker's busy gauge names its GPU, and each GPU's busy share sums only its own workers.
         let handle = install().unwrap();
         let d = DeviceMetrics::new("cuda:7,8");
-        let devices = vec![
-            "cuda:7".to_string(),
-            "cuda:8".to_string(),
-            "cuda:7".to_string(),
-        ];
+        let devices = vec!["cuda:7".to_string(), "cuda:8".to_string(), "cuda:7".to_string()];
         for (i, dev) in devices.iter().enumerate() {
             d.worker_busy(i, dev).set((i + 1) as f64 / 4.0);
         }
@@ -917,14 +663,8 @@ mod tests {
         }
         let text = handle.render();
         let expected = [
-            (
-                "roadseg_worker_busy_ratio{device=\"cuda:8\",worker=\"1\"}",
-                0.5,
-            ),
-            (
-                "roadseg_worker_busy_ratio{device=\"cuda:7\",worker=\"2\"}",
-                0.75,
-            ),
+            ("roadseg_worker_busy_ratio{device=\"cuda:8\",worker=\"1\"}", 0.5),
+            ("roadseg_worker_busy_ratio{device=\"cuda:7\",worker=\"2\"}", 0.75),
             ("roadseg_gpu_busy_ratio{device=\"cuda:7\"}", 0.375), // workers 0 and 2
             ("roadseg_gpu_busy_ratio{device=\"cuda:8\"}", 0.5),   // worker 1 alone
         ];

@@ -10,11 +10,11 @@ pub mod metrics;
 pub mod mqtt;
 pub mod notify;
 #[cfg(feature = "video")]
+pub mod status;
+#[cfg(feature = "video")]
 pub mod retention;
 pub mod run;
 pub mod shard;
-#[cfg(feature = "video")]
-pub mod status;
 #[cfg(feature = "video")]
 pub mod supervisor;
 #[cfg(feature = "video")]

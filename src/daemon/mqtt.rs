@@ -22,8 +22,8 @@ use std::time::{Duration, Instant, SystemTime};
 use crossbeam_channel::{RecvTimeoutError, Sender, TryRecvError};
 use rumqttc::{Client, Event, LastWill, MqttOptions, Packet, QoS};
 
-pub use super::config::MqttError;
 use super::config::{MqttConfig, parse_mqtt_url};
+pub use super::config::MqttError;
 use super::health::Health;
 use super::metrics::{StreamMetrics, StreamReading};
 
@@ -31,6 +31,7 @@ const POLL: Duration = Duration::from_secs(1);
 /// Requests queued towards the broker; when it is away, older stats are
 /// not worth keeping beyond this.
 const QUEUE: usize = 256;
+
 
 /// The events between two polls of a stream (none on first sight).
 fn changes(before: Option<&Seen>, now: &Seen) -> Vec<&'static str> {
@@ -45,11 +46,7 @@ fn changes(before: Option<&Seen>, now: &Seen) -> Vec<&'static str> {
     if let (Some(was), Some(is)) = (b.above, now.above)
         && was != is
     {
-        out.push(if is {
-            "coverage_above"
-        } else {
-            "coverage_below"
-        });
+        out.push(if is { "coverage_above" } else { "coverage_below" });
     }
     out
 }
@@ -69,20 +66,10 @@ impl Poller {
     /// `leaf` under the prefix. Never blocks: a full queue (broker away)
     /// drops the message.
     fn publish(&self, leaf: &str, retain: bool, payload: String) {
-        let _ = self.client.try_publish(
-            format!("{}/{leaf}", self.prefix),
-            QoS::AtLeastOnce,
-            retain,
-            payload,
-        );
+        let _ = self.client.try_publish(format!("{}/{leaf}", self.prefix), QoS::AtLeastOnce, retain, payload);
     }
 
-    fn poll(
-        &mut self,
-        connected: bool,
-        health: &Health,
-        streams: &RwLock<HashMap<String, StreamMetrics>>,
-    ) {
+    fn poll(&mut self, connected: bool, health: &Health, streams: &RwLock<HashMap<String, StreamMetrics>>) {
         // Retained statuses again after every (re)connection: the broker may have restarted empty.
         let republish = connected && !self.was_connected;
         self.was_connected = connected;
@@ -91,52 +78,27 @@ impl Poller {
         }
         let stats_due = self.last_stats.is_none_or(|t| t.elapsed() >= self.interval);
         let states = health.stream_states();
-        let metrics = streams
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let metrics = streams.read().unwrap_or_else(PoisonError::into_inner).clone();
         for (name, up) in &states {
-            self.poll_stream(
-                name,
-                *up,
-                metrics.get(name).map(StreamMetrics::readings),
-                republish,
-                stats_due,
-            );
+            self.poll_stream(name, *up, metrics.get(name).map(StreamMetrics::readings), republish, stats_due);
         }
-        self.seen
-            .retain(|name, _| states.iter().any(|(n, _)| n == name));
+        self.seen.retain(|name, _| states.iter().any(|(n, _)| n == name));
         if stats_due {
             self.last_stats = Some(Instant::now());
         }
     }
 
-    fn poll_stream(
-        &mut self,
-        name: &str,
-        up: bool,
-        reading: Option<StreamReading>,
-        republish: bool,
-        stats_due: bool,
-    ) {
+    fn poll_stream(&mut self, name: &str, up: bool, reading: Option<StreamReading>, republish: bool, stats_due: bool) {
         let before = self.seen.get(name).cloned();
         let coverage = reading.as_ref().and_then(|r| r.road_coverage);
         let now = Seen {
             up,
             reconnects: reading.as_ref().map_or(0, |r| r.reconnects),
-            above: self
-                .threshold
-                .zip(coverage)
-                .map(|(t, c)| c >= t)
-                .or(before.as_ref().and_then(|b| b.above)),
+            above: self.threshold.zip(coverage).map(|(t, c)| c >= t).or(before.as_ref().and_then(|b| b.above)),
         };
         let time = || crate::clock::rfc3339(SystemTime::now());
         if republish || before.as_ref().is_none_or(|b| b.up != up) {
-            self.publish(
-                &format!("streams/{name}/status"),
-                true,
-                if up { "online" } else { "offline" }.into(),
-            );
+            self.publish(&format!("streams/{name}/status"), true, if up { "online" } else { "offline" }.into());
         }
         for kind in changes(before.as_ref(), &now) {
             let mut event = serde_json::json!({ "time": time(), "stream": name, "event": kind });
@@ -194,12 +156,7 @@ impl MqttPublisher {
         let prefix = cfg.topic_prefix.trim_end_matches('/').to_string();
         let mut options = MqttOptions::new(cfg.client_id.clone(), host, port);
         options.set_keep_alive(Duration::from_secs(15));
-        options.set_last_will(LastWill::new(
-            format!("{prefix}/status"),
-            "offline",
-            QoS::AtLeastOnce,
-            true,
-        ));
+        options.set_last_will(LastWill::new(format!("{prefix}/status"), "offline", QoS::AtLeastOnce, true));
         if let (Some(user), Some(pass)) = (&cfg.username, &cfg.password) {
             options.set_credentials(user.clone(), pass.clone());
         }
@@ -262,11 +219,7 @@ impl MqttPublisher {
                 .expect("spawning the MQTT publisher thread")
         };
         tracing::info!(broker = %cfg.url, prefix = %cfg.topic_prefix, "publishing MQTT events");
-        Ok(MqttPublisher {
-            stop,
-            threads: vec![publisher, network],
-            client,
-        })
+        Ok(MqttPublisher { stop, threads: vec![publisher, network], client })
     }
 
     /// Says "offline" (retained) and disconnects, within about a second.
@@ -292,56 +245,20 @@ mod tests {
     #[test]
     fn events_are_the_changes_between_polls() {
         // Rule: up/down, a reconnect and a coverage threshold crossing each make one event; nothing on first sight or without change.
-        let seen = |up, reconnects, above| Seen {
-            up,
-            reconnects,
-            above,
-        };
+        let seen = |up, reconnects, above| Seen { up, reconnects, above };
         assert!(changes(None, &seen(true, 0, Some(true))).is_empty());
         assert!(changes(Some(&seen(true, 1, Some(true))), &seen(true, 1, Some(true))).is_empty());
-        assert_eq!(
-            changes(Some(&seen(false, 0, None)), &seen(true, 0, Some(false))),
-            ["up"]
-        );
-        assert_eq!(
-            changes(
-                Some(&seen(true, 2, Some(false))),
-                &seen(false, 3, Some(true))
-            ),
-            ["down", "reconnect", "coverage_above"]
-        );
-        assert_eq!(
-            changes(
-                Some(&seen(true, 0, Some(true))),
-                &seen(true, 0, Some(false))
-            ),
-            ["coverage_below"]
-        );
+        assert_eq!(changes(Some(&seen(false, 0, None)), &seen(true, 0, Some(false))), ["up"]);
+        assert_eq!(changes(Some(&seen(true, 2, Some(false))), &seen(false, 3, Some(true))), ["down", "reconnect", "coverage_above"]);
+        assert_eq!(changes(Some(&seen(true, 0, Some(true))), &seen(true, 0, Some(false))), ["coverage_below"]);
     }
 
     #[test]
     fn broker_urls() {
-        assert_eq!(
-            parse_mqtt_url("mqtt://127.0.0.1:1884").unwrap(),
-            ("127.0.0.1".into(), 1884)
-        );
-        assert_eq!(
-            parse_mqtt_url("mqtt://broker.local").unwrap(),
-            ("broker.local".into(), 1883)
-        );
-        assert_eq!(
-            parse_mqtt_url("mqtt://[::1]:1883").unwrap(),
-            ("::1".into(), 1883)
-        );
-        for bad in [
-            "",
-            "mqtts://h",
-            "tcp://h:1",
-            "mqtt://",
-            "mqtt://h:x",
-            "mqtt://u:p@h",
-            "mqtt://h/x",
-        ] {
+        assert_eq!(parse_mqtt_url("mqtt://127.0.0.1:1884").unwrap(), ("127.0.0.1".into(), 1884));
+        assert_eq!(parse_mqtt_url("mqtt://broker.local").unwrap(), ("broker.local".into(), 1883));
+        assert_eq!(parse_mqtt_url("mqtt://[::1]:1883").unwrap(), ("::1".into(), 1883));
+        for bad in ["", "mqtts://h", "tcp://h:1", "mqtt://", "mqtt://h:x", "mqtt://u:p@h", "mqtt://h/x"] {
             assert!(parse_mqtt_url(bad).is_err(), "{bad}");
         }
     }

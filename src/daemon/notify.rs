@@ -35,10 +35,7 @@ pub fn ready() -> Result<(), NotifyError> {
 /// `systemctl reload` waits for it.
 pub fn reloading() -> Result<(), NotifyError> {
     // systemd wants the monotonic time with RELOADING=1 to order the two messages.
-    let now = NotifyState::monotonic_usec_now().map_err(|err| NotifyError {
-        what: "RELOADING=1",
-        err,
-    })?;
+    let now = NotifyState::monotonic_usec_now().map_err(|err| NotifyError { what: "RELOADING=1", err })?;
     send("RELOADING=1", &[NotifyState::Reloading, now])
 }
 
@@ -85,14 +82,8 @@ mod tests {
     #[test]
     fn watchdog_pings_at_half_the_timeout() {
         // Rule: ping at half of WATCHDOG_USEC.
-        assert_eq!(
-            ping_interval(Duration::from_secs(30)),
-            Duration::from_secs(15)
-        );
-        assert_eq!(
-            ping_interval(Duration::from_micros(1)),
-            Duration::from_millis(1)
-        );
+        assert_eq!(ping_interval(Duration::from_secs(30)), Duration::from_secs(15));
+        assert_eq!(ping_interval(Duration::from_micros(1)), Duration::from_millis(1));
     }
 
     #[test]

@@ -58,11 +58,7 @@ impl Reason {
 impl Target {
     /// The recordings of every stream with a file output.
     pub fn all(config: &DaemonConfig) -> Vec<Target> {
-        config
-            .streams
-            .iter()
-            .filter_map(|s| Target::new(&s.name, s.output.file.as_deref()?, s.output.retain_hours))
-            .collect()
+        config.streams.iter().filter_map(|s| Target::new(&s.name, s.output.file.as_deref()?, s.output.retain_hours)).collect()
     }
 
     /// `template` as in `[streams.output] file`; None when `{start}` is in a
@@ -74,33 +70,14 @@ impl Target {
             if expanded.contains("{start}") {
                 return None;
             }
-            let fixed: PathBuf = Path::new(&expanded)
-                .components()
-                .take_while(|c| !c.as_os_str().to_string_lossy().contains('%'))
-                .collect();
-            let dir = if fixed.as_os_str().is_empty() {
-                PathBuf::from(".")
-            } else {
-                fixed
-            };
+            let fixed: PathBuf = Path::new(&expanded).components().take_while(|c| !c.as_os_str().to_string_lossy().contains('%')).collect();
+            let dir = if fixed.as_os_str().is_empty() { PathBuf::from(".") } else { fixed };
             let wall_clock = Some(expanded);
-            return Some(Target {
-                stream: stream.to_string(),
-                dir,
-                before: String::new(),
-                after: None,
-                ext: String::new(),
-                retain,
-                wall_clock,
-            });
+            return Some(Target { stream: stream.to_string(), dir, before: String::new(), after: None, ext: String::new(), retain, wall_clock });
         }
         let path = PathBuf::from(expanded);
         let name = path.file_name()?.to_str()?.to_string();
-        let dir = path
-            .parent()
-            .map(Path::to_path_buf)
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or_else(|| ".".into());
+        let dir = path.parent().map(Path::to_path_buf).filter(|d| !d.as_os_str().is_empty()).unwrap_or_else(|| ".".into());
         if dir.to_str()?.contains("{start}") {
             return None;
         }
@@ -112,51 +89,29 @@ impl Target {
             Some((b, a)) => (b.to_string(), Some(a.to_string())),
             None => (stem, None),
         };
-        Some(Target {
-            stream: stream.to_string(),
-            dir,
-            before,
-            after,
-            ext,
-            retain,
-            wall_clock: None,
-        })
+        Some(Target { stream: stream.to_string(), dir, before, after, ext, retain, wall_clock: None })
     }
 
     /// Whether `name` is one of this stream's segments: `before`, then
     /// (with a stamp) `20261121T075800Z` + `after`, then `-NNNNN` + `ext`.
     fn owns(&self, name: &str) -> bool {
-        let Some(rest) = name.strip_prefix(&self.before) else {
-            return false;
-        };
+        let Some(rest) = name.strip_prefix(&self.before) else { return false };
         let rest = match &self.after {
             Some(after) => {
                 let stamp_ok = rest.len() >= 16
-                    && rest.as_bytes()[..16]
-                        .iter()
-                        .enumerate()
-                        .all(|(i, b)| match i {
-                            8 => *b == b'T',
-                            15 => *b == b'Z',
-                            _ => b.is_ascii_digit(),
-                        });
-                match rest
-                    .get(16..)
-                    .filter(|_| stamp_ok)
-                    .and_then(|r| r.strip_prefix(after.as_str()))
-                {
+                    && rest.as_bytes()[..16].iter().enumerate().all(|(i, b)| match i {
+                        8 => *b == b'T',
+                        15 => *b == b'Z',
+                        _ => b.is_ascii_digit(),
+                    });
+                match rest.get(16..).filter(|_| stamp_ok).and_then(|r| r.strip_prefix(after.as_str())) {
                     Some(r) => r,
                     None => return false,
                 }
             }
             None => rest,
         };
-        let Some(index) = rest
-            .strip_prefix('-')
-            .and_then(|r| r.strip_suffix(self.ext.as_str()))
-        else {
-            return false;
-        };
+        let Some(index) = rest.strip_prefix('-').and_then(|r| r.strip_suffix(self.ext.as_str())) else { return false };
         index.len() == 5 && index.bytes().all(|b| b.is_ascii_digit())
     }
 
@@ -164,20 +119,11 @@ impl Target {
     fn segments(&self) -> Vec<Segment> {
         let mut found = Vec::new();
         match &self.wall_clock {
-            Some(pattern) => walk(
-                &self.dir,
-                MAX_DEPTH,
-                &mut |path| {
-                    path.to_str().is_some_and(|p| {
-                        crate::clock::matches(pattern, p.strip_prefix("./").unwrap_or(p))
-                    })
-                },
-                &mut found,
-            ),
+            Some(pattern) => walk(&self.dir, MAX_DEPTH, &mut |path| {
+                path.to_str().is_some_and(|p| crate::clock::matches(pattern, p.strip_prefix("./").unwrap_or(p)))
+            }, &mut found),
             None => {
-                let Ok(entries) = std::fs::read_dir(&self.dir) else {
-                    return Vec::new();
-                };
+                let Ok(entries) = std::fs::read_dir(&self.dir) else { return Vec::new() };
                 for e in entries.filter_map(Result::ok) {
                     if e.file_name().to_str().is_some_and(|n| self.owns(n)) {
                         found.extend(segment(e.path()));
@@ -192,18 +138,12 @@ impl Target {
 
 fn segment(path: PathBuf) -> Option<Segment> {
     let meta = std::fs::metadata(&path).ok()?;
-    Some(Segment {
-        modified: meta.modified().ok()?,
-        device: meta.dev(),
-        path,
-    })
+    Some(Segment { modified: meta.modified().ok()?, device: meta.dev(), path })
 }
 
 /// Files under `dir` (at most `depth` folders down) that `keep` accepts.
 fn walk(dir: &Path, depth: usize, keep: &mut dyn FnMut(&Path) -> bool, out: &mut Vec<Segment>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
     for e in entries.filter_map(Result::ok) {
         let path = e.path();
         match e.file_type() {
@@ -260,21 +200,13 @@ fn plan(
     // Oldest first across streams, per disk, never a stream's newest.
     let mut by_disk: BTreeMap<u64, (PathBuf, Vec<(SystemTime, usize, PathBuf)>)> = BTreeMap::new();
     for (t, (target, segs)) in targets.iter().zip(segments).enumerate() {
-        let Some((_newest, older)) = segs.split_last() else {
-            continue;
-        };
+        let Some((_newest, older)) = segs.split_last() else { continue };
         for s in older {
-            let aged = target
-                .retain
-                .is_some_and(|r| now.duration_since(s.modified).unwrap_or_default() > r);
+            let aged = target.retain.is_some_and(|r| now.duration_since(s.modified).unwrap_or_default() > r);
             if aged {
                 doomed.push((t, s.path.clone(), Reason::Age));
             } else {
-                by_disk
-                    .entry(s.device)
-                    .or_insert_with(|| (target.dir.clone(), Vec::new()))
-                    .1
-                    .push((s.modified, t, s.path.clone()));
+                by_disk.entry(s.device).or_insert_with(|| (target.dir.clone(), Vec::new())).1.push((s.modified, t, s.path.clone()));
             }
         }
     }
@@ -282,9 +214,7 @@ fn plan(
         return doomed;
     }
     for (dir, mut candidates) in by_disk.into_values() {
-        let Some(available) = free(&dir) else {
-            continue;
-        };
+        let Some(available) = free(&dir) else { continue };
         if available >= min_free {
             continue;
         }
@@ -312,12 +242,7 @@ pub struct Retention {
 
 impl Retention {
     pub fn start(targets: Vec<Target>, min_free_bytes: u64) -> Retention {
-        let every = targets
-            .iter()
-            .filter_map(|t| t.retain)
-            .map(|r| r / 4)
-            .fold(CHECK_EVERY, Duration::min)
-            .max(Duration::from_millis(500));
+        let every = targets.iter().filter_map(|t| t.retain).map(|r| r / 4).fold(CHECK_EVERY, Duration::min).max(Duration::from_millis(500));
         let targets = Arc::new(Mutex::new(targets));
         let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
         let t = targets.clone();
@@ -327,20 +252,13 @@ impl Retention {
                 loop {
                     let current = t.lock().unwrap_or_else(PoisonError::into_inner).clone();
                     sweep(&current, min_free_bytes);
-                    if !matches!(
-                        stopped.recv_timeout(every),
-                        Err(crossbeam_channel::RecvTimeoutError::Timeout)
-                    ) {
+                    if !matches!(stopped.recv_timeout(every), Err(crossbeam_channel::RecvTimeoutError::Timeout)) {
                         return;
                     }
                 }
             })
             .ok();
-        Retention {
-            targets,
-            stop,
-            thread,
-        }
+        Retention { targets, stop, thread }
     }
 
     /// After a reload.
@@ -363,20 +281,15 @@ fn sweep(targets: &[Target], min_free: u64) {
             gauge!(STORAGE_FREE, "stream" => target.stream.clone()).set(free as f64);
         }
     }
-    for (t, path, reason) in plan(targets, &segments, SystemTime::now(), min_free, &mut |d| {
-        free_bytes(d)
-    }) {
+    for (t, path, reason) in plan(targets, &segments, SystemTime::now(), min_free, &mut |d| free_bytes(d)) {
         let stream = &targets[t].stream;
         match std::fs::remove_file(&path) {
             Ok(()) => {
                 targets[t].prune_folders(&path);
                 tracing::info!(stream = %stream, file = %path.display(), reason = reason.label(), "recording segment deleted");
-                counter!(SEGMENTS_DELETED, "stream" => stream.clone(), "reason" => reason.label())
-                    .increment(1);
+                counter!(SEGMENTS_DELETED, "stream" => stream.clone(), "reason" => reason.label()).increment(1);
             }
-            Err(e) => {
-                tracing::warn!(stream = %stream, file = %path.display(), "cannot delete an old recording segment: {e}")
-            }
+            Err(e) => tracing::warn!(stream = %stream, file = %path.display(), "cannot delete an old recording segment: {e}"),
         }
     }
 }
@@ -386,11 +299,7 @@ mod tests {
     use super::*;
 
     fn seg(path: &str, age_s: u64, now: SystemTime) -> Segment {
-        Segment {
-            path: path.into(),
-            modified: now - Duration::from_secs(age_s),
-            device: 1,
-        }
+        Segment { path: path.into(), modified: now - Duration::from_secs(age_s), device: 1 }
     }
 
     #[test]
@@ -406,10 +315,7 @@ mod tests {
         let plain = Target::new("cam", "/var/rec/{stream}.mp4", Some(1.0)).unwrap();
         assert!(plain.owns("cam-00007.mp4") && !plain.owns("cam.mp4"));
         assert_eq!(plain.dir, PathBuf::from("/var/rec"));
-        assert!(
-            Target::new("cam", "rec/{start}/{stream}.mp4", None).is_none(),
-            "per-run folders are not managed"
-        );
+        assert!(Target::new("cam", "rec/{start}/{stream}.mp4", None).is_none(), "per-run folders are not managed");
         let clock = Target::new("cam", "rec/{stream}/%Y-%m-%d/%H-%M-%S.mp4", None).unwrap();
         assert_eq!(clock.dir, PathBuf::from("rec/cam"));
     }
@@ -418,12 +324,7 @@ mod tests {
     fn wall_clock_segments_are_found_in_their_day_folders_and_pruned() {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().display().to_string();
-        let t = Target::new(
-            "cam",
-            &format!("{root}/{{stream}}/%Y-%m-%d/%H-%M-%S.mp4"),
-            Some(1.0),
-        )
-        .unwrap();
+        let t = Target::new("cam", &format!("{root}/{{stream}}/%Y-%m-%d/%H-%M-%S.mp4"), Some(1.0)).unwrap();
         let day = tmp.path().join("cam/2026-11-20");
         std::fs::create_dir_all(&day).unwrap();
         for name in ["07-00-00.mp4", "07-05-00.mp4", "notes.txt"] {
@@ -436,10 +337,7 @@ mod tests {
             std::fs::remove_file(f).unwrap();
             t.prune_folders(f);
         }
-        assert!(
-            !day.exists() && tmp.path().join("cam").exists(),
-            "the empty day folder goes, the root stays"
-        );
+        assert!(!day.exists() && tmp.path().join("cam").exists(), "the empty day folder goes, the root stays");
     }
 
     #[test]
@@ -449,37 +347,16 @@ mod tests {
         let a = Target::new("a", "rec/{stream}.mp4", Some(1.0)).unwrap();
         let b = Target::new("b", "rec/{stream}.mp4", None).unwrap();
         let segs = vec![
-            vec![
-                seg("rec/a-00000.mp4", 7200, now),
-                seg("rec/a-00001.mp4", 600, now),
-                seg("rec/a-00002.mp4", 9000, now),
-            ],
-            vec![
-                seg("rec/b-00000.mp4", 5000, now),
-                seg("rec/b-00001.mp4", 10, now),
-            ],
+            vec![seg("rec/a-00000.mp4", 7200, now), seg("rec/a-00001.mp4", 600, now), seg("rec/a-00002.mp4", 9000, now)],
+            vec![seg("rec/b-00000.mp4", 5000, now), seg("rec/b-00001.mp4", 10, now)],
         ];
         let mut segs = segs;
         segs.iter_mut().for_each(|s| s.sort_by_key(|x| x.modified));
-        let plenty = plan(&[a.clone(), b.clone()], &segs, now, 100, &mut |_| {
-            Some(1_000)
-        });
-        assert_eq!(
-            plenty,
-            vec![
-                (0, PathBuf::from("rec/a-00002.mp4"), Reason::Age),
-                (0, PathBuf::from("rec/a-00000.mp4"), Reason::Age)
-            ]
-        );
+        let plenty = plan(&[a.clone(), b.clone()], &segs, now, 100, &mut |_| Some(1_000));
+        assert_eq!(plenty, vec![(0, PathBuf::from("rec/a-00002.mp4"), Reason::Age), (0, PathBuf::from("rec/a-00000.mp4"), Reason::Age)]);
         let tight = plan(&[a, b], &segs, now, 100, &mut |_| Some(99));
         assert_eq!(tight.len(), 3, "{tight:?}");
-        assert_eq!(
-            tight[2],
-            (1, PathBuf::from("rec/b-00000.mp4"), Reason::Space),
-            "the oldest that age did not take"
-        );
-        assert!(tight.iter().all(
-            |(_, p, _)| p != Path::new("rec/a-00001.mp4") && p != Path::new("rec/b-00001.mp4")
-        ));
+        assert_eq!(tight[2], (1, PathBuf::from("rec/b-00000.mp4"), Reason::Space), "the oldest that age did not take");
+        assert!(tight.iter().all(|(_, p, _)| p != Path::new("rec/a-00001.mp4") && p != Path::new("rec/b-00001.mp4")));
     }
 }

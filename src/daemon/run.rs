@@ -163,11 +163,10 @@ pub fn run(config_path: Option<&Path>) -> Result<(), DaemonError> {
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
     limit_malloc_arenas();
-    let result =
-        Daemon::start(config_path, config, shard, &skipped, &signals).and_then(|mut daemon| {
-            daemon.run_until_signal(&signals);
-            daemon.shutdown()
-        });
+    let result = Daemon::start(config_path, config, shard, &skipped, &signals).and_then(|mut daemon| {
+        daemon.run_until_signal(&signals);
+        daemon.shutdown()
+    });
     signals.close();
     result
 }
@@ -176,15 +175,8 @@ impl Daemon {
     /// Everything up to running streams, in order: the HTTP endpoint, the
     /// RTSP server, the model and its workers, then the streams.
     /// `config` holds this shard's streams; `skipped` names the others.
-    fn start(
-        config_path: Option<&Path>,
-        config: DaemonConfig,
-        shard: Shard,
-        skipped: &[String],
-        signals: &Signals,
-    ) -> Result<Daemon, DaemonError> {
-        let stall_after = (config.daemon.stall_timeout_s > 0)
-            .then(|| Duration::from_secs(config.daemon.stall_timeout_s));
+    fn start(config_path: Option<&Path>, config: DaemonConfig, shard: Shard, skipped: &[String], signals: &Signals) -> Result<Daemon, DaemonError> {
+        let stall_after = (config.daemon.stall_timeout_s > 0).then(|| Duration::from_secs(config.daemon.stall_timeout_s));
         let health = Arc::new(Health::with_stall_timeout(stall_after));
         for s in &config.streams {
             health.add_stream(&s.name);
@@ -193,22 +185,14 @@ impl Daemon {
         let http = match config.metrics.listen_addr() {
             None => None,
             Some(addr) => {
-                let credentials = config
-                    .http_credentials()
-                    .map(|(u, p)| Credentials::new(u, p));
-                let ctx = WebContext {
-                    metrics: metrics::install()?,
-                    health: health.clone(),
-                    streams: directory.clone(),
-                    credentials,
-                };
+                let credentials = config.http_credentials().map(|(u, p)| Credentials::new(u, p));
+                let ctx = WebContext { metrics: metrics::install()?, health: health.clone(), streams: directory.clone(), credentials };
                 Some(WebServer::start(addr, ctx)?)
             }
         };
         // After the recorder is installed, so the gauge is exported.
         sharding::report(config.daemon.shard, shard, &config, skipped);
-        let resolved = device::resolve(&config.model.device, config.model.precision)
-            .map_err(DaemonError::Device)?;
+        let resolved = device::resolve(&config.model.device, config.model.precision).map_err(DaemonError::Device)?;
         for w in &resolved.warnings {
             tracing::warn!("{w}");
         }
@@ -222,25 +206,15 @@ impl Daemon {
         health.set_model_loaded(true);
         let mqtt = match config.mqtt.url.is_empty() {
             true => None,
-            false => Some(MqttPublisher::start(
-                &config.mqtt,
-                health.clone(),
-                stream_metrics.clone(),
-            )?),
+            false => Some(MqttPublisher::start(&config.mqtt, health.clone(), stream_metrics.clone())?),
         };
         let mut daemon = Daemon {
             config_path: config_path.map(Path::to_path_buf),
             shard,
             // [daemon] min_free_bytes is read at start (a reload updates the streams' targets).
-            retention: Some(Retention::start(
-                Target::all(&config),
-                config.daemon.min_free_bytes,
-            )),
+            retention: Some(Retention::start(Target::all(&config), config.daemon.min_free_bytes)),
             start_time: SystemTime::now(),
-            services: Services {
-                pool: Arc::new(pool),
-                rtsp,
-            },
+            services: Services { pool: Arc::new(pool), rtsp },
             health,
             stream_metrics,
             directory,
@@ -263,11 +237,7 @@ impl Daemon {
         }
         note(notify::ready());
         daemon.watchdog = Watchdog::start();
-        tracing::info!(
-            streams = daemon.streams.len(),
-            workers = daemon.services.pool.workers(),
-            "roadseg is running"
-        );
+        tracing::info!(streams = daemon.streams.len(), workers = daemon.services.pool.workers(), "roadseg is running");
         Ok(daemon)
     }
 
@@ -309,10 +279,7 @@ impl Daemon {
     fn shutdown(mut self) -> Result<(), DaemonError> {
         note(notify::stopping());
         let timeout = Duration::from_secs(self.config.daemon.shutdown_timeout_s);
-        tracing::info!(
-            "stopping: draining and finalising every stream (at most {} s)",
-            timeout.as_secs()
-        );
+        tracing::info!("stopping: draining and finalising every stream (at most {} s)", timeout.as_secs());
         let names: Vec<String> = self.streams.iter().map(|s| s.name.clone()).collect();
         let clean = self.stop_streams(&names, Instant::now() + timeout);
         if let Some(w) = self.watchdog.take() {
@@ -358,17 +325,9 @@ impl Daemon {
         let name = &config.name;
         self.health.add_stream(name);
         let metrics = StreamMetrics::new(name);
-        self.stream_metrics
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(name.to_string(), metrics.clone());
+        self.stream_metrics.write().unwrap_or_else(PoisonError::into_inner).insert(name.to_string(), metrics.clone());
         let source = SourceUri::redacted(&config.uri);
-        let status = Arc::new(StreamStatus::new(
-            name,
-            source.clone(),
-            config.is_live(),
-            metrics.clone(),
-        ));
+        let status = Arc::new(StreamStatus::new(name, source.clone(), config.is_live(), metrics.clone()));
         self.directory.insert(status.clone());
         let ctx = StreamContext {
             services: self.services.clone(),
@@ -381,18 +340,14 @@ impl Daemon {
         tracing::info!(stream = %name, source = %source, live = config.is_live(), "starting stream");
         match StreamSupervisor::spawn(config.clone(), ctx) {
             Ok(s) => self.streams.push(s),
-            Err(e) => {
-                tracing::error!(stream = %name, "cannot start the stream's supervisor thread: {e}")
-            }
+            Err(e) => tracing::error!(stream = %name, "cannot start the stream's supervisor thread: {e}"),
         }
     }
 
     /// Stops the named streams (all at once) and waits for them until `deadline`.
     /// False if some did not finish in time.
     fn stop_streams(&mut self, names: &[String], deadline: Instant) -> bool {
-        let (mut stopping, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.streams)
-            .into_iter()
-            .partition(|s| names.contains(&s.name));
+        let (mut stopping, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.streams).into_iter().partition(|s| names.contains(&s.name));
         self.streams = keep;
         for s in &stopping {
             s.request_stop(deadline);
@@ -409,17 +364,10 @@ impl Daemon {
 
     /// `roadseg_rtsp_clients`: clients playing each stream's mount.
     fn update_rtsp_clients(&self) {
-        let Some(server) = &self.services.rtsp else {
-            return;
-        };
-        let metrics = self
-            .stream_metrics
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
+        let Some(server) = &self.services.rtsp else { return };
+        let metrics = self.stream_metrics.read().unwrap_or_else(PoisonError::into_inner);
         for s in &self.streams {
-            if let (Some(mount), Some(m)) =
-                (s.config.output.rtsp_mount(&s.name), metrics.get(&s.name))
-            {
+            if let (Some(mount), Some(m)) = (s.config.output.rtsp_mount(&s.name), metrics.get(&s.name)) {
                 m.rtsp_clients.set(server.clients_at(&mount) as f64);
             }
         }
@@ -427,20 +375,13 @@ impl Daemon {
 
     fn status_line(&self) -> String {
         let (ready, reason) = self.health.is_ready();
-        format!(
-            "{} stream(s); {}",
-            self.streams.len(),
-            if ready { "all up".to_string() } else { reason }
-        )
+        format!("{} stream(s); {}", self.streams.len(), if ready { "all up".to_string() } else { reason })
     }
 }
 
 /// The RTSP server `config`'s streams need, on `running`'s `[rtsp]` (a
 /// reload keeps the running one); None when no stream serves RTSP.
-fn start_rtsp(
-    running: &DaemonConfig,
-    config: &DaemonConfig,
-) -> Result<Option<RtspServer>, DaemonError> {
+fn start_rtsp(running: &DaemonConfig, config: &DaemonConfig) -> Result<Option<RtspServer>, DaemonError> {
     if !config.streams.iter().any(|s| s.output.rtsp.is_some()) {
         return Ok(None);
     }

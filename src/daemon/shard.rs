@@ -41,38 +41,20 @@ pub enum ShardSetting {
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ShardError {
-    #[error(
-        "'{0}' is not a shard: write \"I/N\" (this daemon is shard I of N, 0 <= I < N, e.g. \"0/3\"), or \"auto\" (I from the host name, N from {SHARDS_ENV})"
-    )]
+    #[error("'{0}' is not a shard: write \"I/N\" (this daemon is shard I of N, 0 <= I < N, e.g. \"0/3\"), or \"auto\" (I from the host name, N from {SHARDS_ENV})")]
     Syntax(String),
-    #[error(
-        "'{0}': a shard count of 0 has no shards; N is the number of daemons sharing the config (at least 1)"
-    )]
+    #[error("'{0}': a shard count of 0 has no shards; N is the number of daemons sharing the config (at least 1)")]
     NoShards(String),
     #[error("'{text}': shards are numbered 0 to {} for N = {count}, so {index} is not one of them", count - 1)]
-    OutOfRange {
-        text: String,
-        index: u32,
-        count: u32,
-    },
-    #[error(
-        "\"auto\" takes N from {SHARDS_ENV}, which is not set: set {SHARDS_ENV} to the number of replicas (e.g. 3), or write shard = \"I/N\""
-    )]
+    OutOfRange { text: String, index: u32, count: u32 },
+    #[error("\"auto\" takes N from {SHARDS_ENV}, which is not set: set {SHARDS_ENV} to the number of replicas (e.g. 3), or write shard = \"I/N\"")]
     NoCount,
-    #[error(
-        "\"auto\": {SHARDS_ENV}='{0}' is not a shard count: set it to the number of replicas, a whole number of at least 1"
-    )]
+    #[error("\"auto\": {SHARDS_ENV}='{0}' is not a shard count: set it to the number of replicas, a whole number of at least 1")]
     BadCount(String),
-    #[error(
-        "\"auto\" takes I from the host name's trailing -N (StatefulSet pod roadseg-2 is shard 2), but the host name {0}: run it in a StatefulSet, set {HOSTNAME_ENV} (e.g. roadseg-0), or write shard = \"I/N\""
-    )]
+    #[error("\"auto\" takes I from the host name's trailing -N (StatefulSet pod roadseg-2 is shard 2), but the host name {0}: run it in a StatefulSet, set {HOSTNAME_ENV} (e.g. roadseg-0), or write shard = \"I/N\"")]
     NoOrdinal(String),
     #[error("\"auto\": host name '{host}' is shard {index}, but {SHARDS_ENV}={count} has shards 0 to {}: set {SHARDS_ENV} to the StatefulSet's replica count", count - 1)]
-    OrdinalOutOfRange {
-        host: String,
-        index: u32,
-        count: u32,
-    },
+    OrdinalOutOfRange { host: String, index: u32, count: u32 },
 }
 
 impl Shard {
@@ -94,11 +76,7 @@ impl Shard {
             return Err(ShardError::NoShards(text.to_string()));
         }
         if index >= count {
-            return Err(ShardError::OutOfRange {
-                text: text.to_string(),
-                index,
-                count,
-            });
+            return Err(ShardError::OutOfRange { text: text.to_string(), index, count });
         }
         Ok(Shard { index, count })
     }
@@ -136,13 +114,7 @@ impl FromStr for ShardSetting {
         let syntax = || ShardError::Syntax(text.to_string());
         let (i, n) = t.split_once('/').ok_or_else(syntax)?;
         // Digits only: "+1/3" or " 1 / 3" are typos more likely than intent.
-        let number = |s: &str| {
-            if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
-                s.parse::<u32>().ok()
-            } else {
-                None
-            }
-        };
+        let number = |s: &str| if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) { s.parse::<u32>().ok() } else { None };
         let (index, count) = (number(i).ok_or_else(syntax)?, number(n).ok_or_else(syntax)?);
         Shard::checked(text, index, count).map(ShardSetting::Fixed)
     }
@@ -156,30 +128,19 @@ impl ShardSetting {
     }
 
     /// [`ShardSetting::resolve`] with the environment and host name given (tests).
-    pub fn resolve_with(
-        &self,
-        env: &dyn Fn(&str) -> Option<String>,
-        hostname: &dyn Fn() -> Option<String>,
-    ) -> Result<Shard, ShardError> {
+    pub fn resolve_with(&self, env: &dyn Fn(&str) -> Option<String>, hostname: &dyn Fn() -> Option<String>) -> Result<Shard, ShardError> {
         if let ShardSetting::Fixed(s) = self {
             return Ok(*s);
         }
-        let count_text = env(SHARDS_ENV)
-            .filter(|v| !v.trim().is_empty())
-            .ok_or(ShardError::NoCount)?;
+        let count_text = env(SHARDS_ENV).filter(|v| !v.trim().is_empty()).ok_or(ShardError::NoCount)?;
         let count = match count_text.trim().parse::<u32>() {
             Ok(n) if n >= 1 => n,
             _ => return Err(ShardError::BadCount(count_text)),
         };
-        let host = env(HOSTNAME_ENV)
-            .filter(|h| !h.trim().is_empty())
-            .or_else(hostname);
-        let Some(host) = host else {
-            return Err(ShardError::NoOrdinal("is unknown".into()));
-        };
+        let host = env(HOSTNAME_ENV).filter(|h| !h.trim().is_empty()).or_else(hostname);
+        let Some(host) = host else { return Err(ShardError::NoOrdinal("is unknown".into())) };
         let host = host.trim().to_string();
-        let index = ordinal(&host)
-            .ok_or_else(|| ShardError::NoOrdinal(format!("'{host}' does not end in -N")))?;
+        let index = ordinal(&host).ok_or_else(|| ShardError::NoOrdinal(format!("'{host}' does not end in -N")))?;
         if index >= count {
             return Err(ShardError::OrdinalOutOfRange { host, index, count });
         }
@@ -210,9 +171,7 @@ fn system_hostname() -> Option<String> {
 
 /// FNV-1a, 64 bits, of `bytes`.
 pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
 }
 
 /// Jump consistent hash: `key` to a bucket in `0..buckets` (`buckets` >= 1).
@@ -257,14 +216,8 @@ mod tests {
         assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
-        let got: Vec<u32> = ["front", "rear", "cam-0", "cam-1", "cam-2"]
-            .iter()
-            .map(|n| shard_of(n, 3))
-            .collect();
-        assert_eq!(
-            got, EXPECTED_3,
-            "shard_of(.., 3) changed: every deployed fleet would reshuffle"
-        );
+        let got: Vec<u32> = ["front", "rear", "cam-0", "cam-1", "cam-2"].iter().map(|n| shard_of(n, 3)).collect();
+        assert_eq!(got, EXPECTED_3, "shard_of(.., 3) changed: every deployed fleet would reshuffle");
         let got: Vec<u32> = (0..8).map(|n| jump_hash(n, 10)).collect();
         assert_eq!(got, EXPECTED_JUMP_10);
     }
@@ -280,19 +233,12 @@ mod tests {
         for count in 1..=16 {
             let mut sizes = vec![0usize; count as usize];
             for name in &names {
-                let owners: Vec<u32> = (0..count)
-                    .filter(|&index| Shard { index, count }.owns(name))
-                    .collect();
+                let owners: Vec<u32> = (0..count).filter(|&index| Shard { index, count }.owns(name)).collect();
                 assert_eq!(owners.len(), 1, "{name} over {count}: {owners:?}");
                 sizes[owners[0] as usize] += 1;
             }
             let even = names.len() / count as usize;
-            assert!(
-                sizes
-                    .iter()
-                    .all(|&s| s * 10 >= even * 7 && s * 10 <= even * 13),
-                "N={count}: {sizes:?}"
-            );
+            assert!(sizes.iter().all(|&s| s * 10 >= even * 7 && s * 10 <= even * 13), "N={count}: {sizes:?}");
         }
     }
 
@@ -301,20 +247,9 @@ mod tests {
         // Rule: going from N to N+1 shards moves only the streams that land in the new shard (about 1/(N+1)).
         let names: Vec<String> = (0..1000).map(|i| format!("cam-{i}")).collect();
         for n in 1..8 {
-            let moved: Vec<&String> = names
-                .iter()
-                .filter(|s| shard_of(s, n) != shard_of(s, n + 1))
-                .collect();
-            assert!(
-                moved.iter().all(|s| shard_of(s, n + 1) == n),
-                "N {n} -> {}: a stream moved between old shards",
-                n + 1
-            );
-            assert!(
-                moved.len() * (n as usize + 1) < names.len() * 13 / 10,
-                "{} moved",
-                moved.len()
-            );
+            let moved: Vec<&String> = names.iter().filter(|s| shard_of(s, n) != shard_of(s, n + 1)).collect();
+            assert!(moved.iter().all(|s| shard_of(s, n + 1) == n), "N {n} -> {}: a stream moved between old shards", n + 1);
+            assert!(moved.len() * (n as usize + 1) < names.len() * 13 / 10, "{} moved", moved.len());
         }
     }
 
@@ -324,8 +259,7 @@ mod tests {
         let names: Vec<String> = (0..9).map(|i| format!("cam-{i}")).collect();
         let mut all = Vec::new();
         for index in 0..3 {
-            let (owned, skipped) =
-                Shard { index, count: 3 }.partition(names.clone(), |n| n.as_str());
+            let (owned, skipped) = Shard { index, count: 3 }.partition(names.clone(), |n| n.as_str());
             assert_eq!(owned.len() + skipped.len(), 9);
             assert!(owned.windows(2).all(|w| w[0] < w[1]));
             all.extend(owned);
@@ -338,37 +272,12 @@ mod tests {
     fn settings_parse_and_bad_ones_say_why() {
         // Rule: "I/N" with 0 <= I < N and "auto" parse; "3/3", "0/0", "x" and other garbage are errors naming the form.
         assert_eq!("0/1".parse(), Ok(ShardSetting::Fixed(Shard::ALL)));
-        assert_eq!(
-            "2/3".parse(),
-            Ok(ShardSetting::Fixed(Shard { index: 2, count: 3 }))
-        );
+        assert_eq!("2/3".parse(), Ok(ShardSetting::Fixed(Shard { index: 2, count: 3 })));
         assert_eq!(" AUTO ".parse(), Ok(ShardSetting::Auto));
         assert_eq!(ShardSetting::default().to_string(), "0/1");
-        assert!(matches!(
-            "3/3".parse::<ShardSetting>(),
-            Err(ShardError::OutOfRange {
-                index: 3,
-                count: 3,
-                ..
-            })
-        ));
-        assert!(matches!(
-            "0/0".parse::<ShardSetting>(),
-            Err(ShardError::NoShards(_))
-        ));
-        for bad in [
-            "x",
-            "",
-            "1",
-            "1/",
-            "/3",
-            "-1/3",
-            "+1/3",
-            "1/3/5",
-            "1.0/3",
-            "1 / 3",
-            "99999999999/3",
-        ] {
+        assert!(matches!("3/3".parse::<ShardSetting>(), Err(ShardError::OutOfRange { index: 3, count: 3, .. })));
+        assert!(matches!("0/0".parse::<ShardSetting>(), Err(ShardError::NoShards(_))));
+        for bad in ["x", "", "1", "1/", "/3", "-1/3", "+1/3", "1/3/5", "1.0/3", "1 / 3", "99999999999/3"] {
             let e = bad.parse::<ShardSetting>().unwrap_err();
             assert!(matches!(e, ShardError::Syntax(_)), "{bad}: {e:?}");
             assert!(e.to_string().contains("\"I/N\""), "{e}");
@@ -378,11 +287,7 @@ mod tests {
     }
 
     fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
-        move |k| {
-            vars.iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        }
+        move |k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
     }
 
     #[test]
@@ -391,57 +296,23 @@ mod tests {
         let none = || None;
         let auto = ShardSetting::Auto;
         let ok = |vars: &[(&str, &str)]| auto.resolve_with(&env(vars), &none);
-        assert_eq!(
-            ok(&[("HOSTNAME", "roadseg-2"), ("ROADSEG_SHARDS", "3")]),
-            Ok(Shard { index: 2, count: 3 })
-        );
-        assert_eq!(
-            ok(&[
-                ("HOSTNAME", "road-seg-10.roadseg.video.svc"),
-                ("ROADSEG_SHARDS", " 12 ")
-            ]),
-            Ok(Shard {
-                index: 10,
-                count: 12
-            })
-        );
-        let from_system =
-            auto.resolve_with(&env(&[("ROADSEG_SHARDS", "2")]), &|| Some("box-1".into()));
+        assert_eq!(ok(&[("HOSTNAME", "roadseg-2"), ("ROADSEG_SHARDS", "3")]), Ok(Shard { index: 2, count: 3 }));
+        assert_eq!(ok(&[("HOSTNAME", "road-seg-10.roadseg.video.svc"), ("ROADSEG_SHARDS", " 12 ")]), Ok(Shard { index: 10, count: 12 }));
+        let from_system = auto.resolve_with(&env(&[("ROADSEG_SHARDS", "2")]), &|| Some("box-1".into()));
         assert_eq!(from_system, Ok(Shard { index: 1, count: 2 }));
         let cases: &[(&[(&str, &str)], &str)] = &[
-            (
-                &[("HOSTNAME", "roadseg-0")],
-                "ROADSEG_SHARDS, which is not set",
-            ),
-            (
-                &[("HOSTNAME", "roadseg-0"), ("ROADSEG_SHARDS", "three")],
-                "ROADSEG_SHARDS='three'",
-            ),
-            (
-                &[("HOSTNAME", "roadseg-0"), ("ROADSEG_SHARDS", "0")],
-                "ROADSEG_SHARDS='0'",
-            ),
-            (
-                &[("HOSTNAME", "laptop"), ("ROADSEG_SHARDS", "3")],
-                "'laptop' does not end in -N",
-            ),
-            (
-                &[("HOSTNAME", "roadseg-"), ("ROADSEG_SHARDS", "3")],
-                "does not end in -N",
-            ),
+            (&[("HOSTNAME", "roadseg-0")], "ROADSEG_SHARDS, which is not set"),
+            (&[("HOSTNAME", "roadseg-0"), ("ROADSEG_SHARDS", "three")], "ROADSEG_SHARDS='three'"),
+            (&[("HOSTNAME", "roadseg-0"), ("ROADSEG_SHARDS", "0")], "ROADSEG_SHARDS='0'"),
+            (&[("HOSTNAME", "laptop"), ("ROADSEG_SHARDS", "3")], "'laptop' does not end in -N"),
+            (&[("HOSTNAME", "roadseg-"), ("ROADSEG_SHARDS", "3")], "does not end in -N"),
             (&[("ROADSEG_SHARDS", "3")], "host name is unknown"),
-            (
-                &[("HOSTNAME", "roadseg-3"), ("ROADSEG_SHARDS", "3")],
-                "host name 'roadseg-3' is shard 3",
-            ),
+            (&[("HOSTNAME", "roadseg-3"), ("ROADSEG_SHARDS", "3")], "host name 'roadseg-3' is shard 3"),
         ];
         for (vars, expected) in cases {
             let e = ok(vars).unwrap_err().to_string();
             assert!(e.contains(expected), "{vars:?}: {e}");
         }
-        assert_eq!(
-            ShardSetting::Fixed(Shard { index: 1, count: 2 }).resolve_with(&env(&[]), &none),
-            Ok(Shard { index: 1, count: 2 })
-        );
+        assert_eq!(ShardSetting::Fixed(Shard { index: 1, count: 2 }).resolve_with(&env(&[]), &none), Ok(Shard { index: 1, count: 2 }));
     }
 }

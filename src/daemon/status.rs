@@ -83,10 +83,7 @@ impl StreamStatus {
 
     /// Called per decoded frame: one clock read and one store.
     pub fn frame_arrived(&self) {
-        let ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or(Duration::ZERO)
-            .as_millis() as u64;
+        let ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).as_millis() as u64;
         self.last_frame_ms.store(ms, Ordering::Relaxed);
     }
 
@@ -111,34 +108,19 @@ impl StreamDirectory {
 
     /// Adds the stream, replacing one of the same name (a restart by reload).
     pub fn insert(&self, status: Arc<StreamStatus>) {
-        self.streams
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(status.name.clone(), status);
+        self.streams.write().unwrap_or_else(PoisonError::into_inner).insert(status.name.clone(), status);
     }
 
     pub fn remove(&self, name: &str) {
-        self.streams
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(name);
+        self.streams.write().unwrap_or_else(PoisonError::into_inner).remove(name);
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<StreamStatus>> {
-        self.streams
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(name)
-            .cloned()
+        self.streams.read().unwrap_or_else(PoisonError::into_inner).get(name).cloned()
     }
 
     /// In name order.
     pub fn list(&self) -> Vec<Arc<StreamStatus>> {
-        self.streams
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .cloned()
-            .collect()
+        self.streams.read().unwrap_or_else(PoisonError::into_inner).values().cloned().collect()
     }
 }

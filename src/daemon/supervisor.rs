@@ -76,12 +76,7 @@ impl StreamSupervisor {
         let (stop, signal) = stop_channel();
         let (done_tx, done) = crossbeam_channel::bounded::<()>(0);
         let name = config.name.clone();
-        let supervisor = Supervisor {
-            live: config.is_live(),
-            cfg: config.clone(),
-            ctx,
-            stop: signal,
-        };
+        let supervisor = Supervisor { live: config.is_live(), cfg: config.clone(), ctx, stop: signal };
         let thread = std::thread::Builder::new().name(format!("roadseg-stream-{name}")).spawn(move || {
             let _done = done_tx;
             let (health, stream) = (supervisor.ctx.health.clone(), supervisor.cfg.name.clone());
@@ -91,13 +86,7 @@ impl StreamSupervisor {
                 tracing::error!(stream = %stream, "the stream supervisor panicked; the stream stays down");
             }
         })?;
-        Ok(StreamSupervisor {
-            name,
-            config,
-            stop,
-            done,
-            thread: Some(thread),
-        })
+        Ok(StreamSupervisor { name, config, stop, done, thread: Some(thread) })
     }
 
     /// Asks the stream to stop intake, drain and finalise its outputs by `deadline`.
@@ -143,9 +132,7 @@ impl Supervisor {
 
     /// The stop's deadline, or a stream's own when it ends by itself.
     fn deadline(&self) -> Instant {
-        self.stop
-            .requested()
-            .unwrap_or_else(|| Instant::now() + self.ctx.finish_timeout)
+        self.stop.requested().unwrap_or_else(|| Instant::now() + self.ctx.finish_timeout)
     }
 
     fn set_up(&self, up: bool, state: StreamState) {
@@ -180,22 +167,13 @@ impl Supervisor {
 
     /// Starts the stream with outputs named for `named_for`, retrying a live
     /// source until it delivers a frame.
-    fn start(
-        &self,
-        named_for: SystemTime,
-        backoff: &mut Backoff,
-    ) -> Result<StreamHandle, SessionEnd> {
+    fn start(&self, named_for: SystemTime, backoff: &mut Backoff) -> Result<StreamHandle, SessionEnd> {
         if named_for != self.ctx.start_time {
             tracing::info!(stream = %self.name(), "new outputs named for {}", format_start(named_for));
         }
-        let observer = Arc::new(Observer {
-            metrics: self.ctx.metrics.clone(),
-            status: self.ctx.status.clone(),
-        });
+        let observer = Arc::new(Observer { metrics: self.ctx.metrics.clone(), status: self.ctx.status.clone() });
         let spec = spec::stream_spec(&self.cfg, named_for, self.ctx.finish_timeout, observer);
-        let handle = self.until_up(backoff, true, || {
-            spec.clone().start(&self.ctx.services, &self.stop)
-        })?;
+        let handle = self.until_up(backoff, true, || spec.clone().start(&self.ctx.services, &self.stop))?;
         self.set_up(true, StreamState::Up);
         Ok(handle)
     }
@@ -203,12 +181,7 @@ impl Supervisor {
     /// Tries `attempt` until it succeeds. A live source is tried again after
     /// each failure, waiting out the backoff first (the first try too,
     /// unless `immediate`); a file's failure leaves the stream down.
-    fn until_up<T>(
-        &self,
-        backoff: &mut Backoff,
-        immediate: bool,
-        mut attempt: impl FnMut() -> Result<T, StartError>,
-    ) -> Result<T, SessionEnd> {
+    fn until_up<T>(&self, backoff: &mut Backoff, immediate: bool, mut attempt: impl FnMut() -> Result<T, StartError>) -> Result<T, SessionEnd> {
         let mut waits = 0u64;
         let mut wait = !immediate;
         loop {
@@ -219,12 +192,8 @@ impl Supervisor {
             wait = true;
             match attempt() {
                 Ok(x) => return Ok(x),
-                Err(StartError::Source(FirstFrameError::Stopped)) => {
-                    return Err(SessionEnd::Stopped);
-                }
-                Err(StartError::Source(e)) if self.live => {
-                    tracing::error!(stream = %self.name(), "source failed: {e}")
-                }
+                Err(StartError::Source(FirstFrameError::Stopped)) => return Err(SessionEnd::Stopped),
+                Err(StartError::Source(e)) if self.live => tracing::error!(stream = %self.name(), "source failed: {e}"),
                 Err(StartError::Source(e)) => {
                     tracing::error!(stream = %self.name(), "cannot play {}: {e}", SourceUri::redacted(&self.cfg.uri));
                     return Err(SessionEnd::Down);
@@ -236,11 +205,7 @@ impl Supervisor {
                     }
                     let delay = backoff.take();
                     tracing::info!(stream = %self.name(), "retrying in {} ms", delay.as_millis());
-                    return Err(if self.stop.sleep(delay).is_some() {
-                        SessionEnd::Stopped
-                    } else {
-                        SessionEnd::Rebuild
-                    });
+                    return Err(if self.stop.sleep(delay).is_some() { SessionEnd::Stopped } else { SessionEnd::Rebuild });
                 }
             }
         }
@@ -283,12 +248,8 @@ impl Supervisor {
                 }
                 Wake::Item(event) if !self.live => {
                     match event {
-                        SourceEvent::Eos => {
-                            tracing::info!(stream = %self.name(), "file finished; finalising its outputs")
-                        }
-                        SourceEvent::Error(e) => {
-                            tracing::error!(stream = %self.name(), "source failed: {e}; finalising its outputs")
-                        }
+                        SourceEvent::Eos => tracing::info!(stream = %self.name(), "file finished; finalising its outputs"),
+                        SourceEvent::Error(e) => tracing::error!(stream = %self.name(), "source failed: {e}; finalising its outputs"),
                     }
                     return self.finish(handle, self.deadline(), SessionEnd::Down);
                 }
@@ -304,13 +265,7 @@ impl Supervisor {
             };
             match self.reconnect(&mut handle, backoff, &lost) {
                 Ok(()) => source_started = Instant::now(),
-                Err(SessionEnd::Rebuild) => {
-                    return self.finish(
-                        handle,
-                        Instant::now() + self.ctx.finish_timeout,
-                        SessionEnd::Rebuild,
-                    );
-                }
+                Err(SessionEnd::Rebuild) => return self.finish(handle, Instant::now() + self.ctx.finish_timeout, SessionEnd::Rebuild),
                 Err(end) => return self.finish(handle, self.deadline(), end),
             }
         }
@@ -318,12 +273,7 @@ impl Supervisor {
 
     /// The source was lost (`why`): restarts it into the running outputs.
     /// Err(Rebuild) when it came back at another frame size.
-    fn reconnect(
-        &self,
-        handle: &mut StreamHandle,
-        backoff: &mut Backoff,
-        why: &str,
-    ) -> Result<(), SessionEnd> {
+    fn reconnect(&self, handle: &mut StreamHandle, backoff: &mut Backoff, why: &str) -> Result<(), SessionEnd> {
         self.set_up(false, StreamState::Reconnecting);
         tracing::warn!(stream = %self.name(), "source lost: {why}");
         self.ctx.metrics.interruptions.increment(1);
@@ -349,12 +299,8 @@ impl Supervisor {
         self.ctx.health.set_stream_up(self.name(), false);
         let (summary, name) = (&drained.outputs, self.name());
         match &summary.first_error {
-            None => {
-                tracing::info!(stream = %name, frames = summary.frames, dropped = summary.skipped, "outputs finalised")
-            }
-            Some(e) => {
-                tracing::error!(stream = %name, frames = summary.frames, "outputs finalised with an error: {e}")
-            }
+            None => tracing::info!(stream = %name, frames = summary.frames, dropped = summary.skipped, "outputs finalised"),
+            Some(e) => tracing::error!(stream = %name, frames = summary.frames, "outputs finalised with an error: {e}"),
         }
         end
     }

@@ -73,22 +73,14 @@ impl AnyEngine {
         each!(self, e => e.run_frame(frame))
     }
 
-    pub fn run_frame_filtered(
-        &mut self,
-        frame: &FrameRef<'_>,
-        filter: Option<LogitsFilter<'_>>,
-    ) -> Result<&Segmentation, EngineError> {
+    pub fn run_frame_filtered(&mut self, frame: &FrameRef<'_>, filter: Option<LogitsFilter<'_>>) -> Result<&Segmentation, EngineError> {
         each!(self, e => e.run_frame_filtered(frame, filter))
     }
 
     /// Up to [`crate::model::MAX_BATCH`] frames as one batched forward, their
     /// segmentations in order (see `engine/batch.rs`); `timings()` is then
     /// the whole batch's.
-    pub fn run_batch(
-        &mut self,
-        frames: &[FrameRef<'_>],
-        filter: Option<BatchFilter<'_>>,
-    ) -> Result<&[Segmentation], EngineError> {
+    pub fn run_batch(&mut self, frames: &[FrameRef<'_>], filter: Option<BatchFilter<'_>>) -> Result<&[Segmentation], EngineError> {
         each!(self, e => e.run_batch(frames, filter))
     }
 

@@ -31,16 +31,10 @@ impl<B: Backend> Engine<B> {
     /// their segmentations in order. A frame that fails validation fails the
     /// whole batch. `segmentation()` and `logits()` describe single-frame runs
     /// only; `timings()` is the whole batch's.
-    pub fn run_batch(
-        &mut self,
-        frames: &[FrameRef<'_>],
-        mut filter: Option<BatchFilter<'_>>,
-    ) -> Result<&[Segmentation], EngineError> {
+    pub fn run_batch(&mut self, frames: &[FrameRef<'_>], mut filter: Option<BatchFilter<'_>>) -> Result<&[Segmentation], EngineError> {
         let n = frames.len();
         if n > MAX_BATCH {
-            return Err(EngineError::Options(format!(
-                "a batch of {n} frames is over {MAX_BATCH}"
-            )));
+            return Err(EngineError::Options(format!("a batch of {n} frames is over {MAX_BATCH}")));
         }
         if self.batches.outputs.len() < n {
             self.batches.outputs.resize_with(n, Segmentation::default);
@@ -56,19 +50,7 @@ impl<B: Backend> Engine<B> {
         let backend = self.backend.clone();
         let b = &*backend;
         // Frames of one geometry in one batch each need their own slot.
-        let keys: Vec<SlotKey> = frames
-            .iter()
-            .enumerate()
-            .map(|(i, f)| {
-                SlotKey::nth(
-                    f.geometry(),
-                    frames[..i]
-                        .iter()
-                        .filter(|o| o.geometry() == f.geometry())
-                        .count(),
-                )
-            })
-            .collect();
+        let keys: Vec<SlotKey> = frames.iter().enumerate().map(|(i, f)| SlotKey::nth(f.geometry(), frames[..i].iter().filter(|o| o.geometry() == f.geometry()).count())).collect();
         let slots = self.slots_for(&keys)?;
         let annotate: Vec<bool> = (0..n).map(|i| self.will_annotate(i)).collect();
         for (i, (frame, &s)) in frames.iter().zip(&slots).enumerate() {
@@ -81,44 +63,22 @@ impl<B: Backend> Engine<B> {
 
         let t1 = Instant::now();
         let host_logits = filter.is_some();
-        let out = FrameOutDims {
-            logit_scale: 1.0,
-            ..self.frame_out_dims()
-        };
+        let out = FrameOutDims { logit_scale: 1.0, ..self.frame_out_dims() };
         self.batch_pass(n)?;
-        let pass = self.batches.passes[n - 2]
-            .as_mut()
-            .expect("built by batch_pass");
-        let r = match pass
-            .recordings
-            .iter()
-            .position(|r| r.slots == keys && r.annotate == annotate)
-        {
+        let pass = self.batches.passes[n - 2].as_mut().expect("built by batch_pass");
+        let r = match pass.recordings.iter().position(|r| r.slots == keys && r.annotate == annotate) {
             Some(r) => r,
             None => {
                 if pass.recordings.len() >= MAX_RECORDINGS {
                     pass.recordings.remove(0);
                 }
-                pass.recordings.push(BatchRecording {
-                    slots: keys,
-                    annotate: annotate.clone(),
-                    whole: b.recording(),
-                    to_logits: b.recording(),
-                });
+                pass.recordings.push(BatchRecording { slots: keys, annotate: annotate.clone(), whole: b.recording(), to_logits: b.recording() });
                 pass.recordings.len() - 1
             }
         };
-        let BatchPass {
-            model,
-            recordings,
-            logits,
-        } = pass;
+        let BatchPass { model, recordings, logits } = pass;
         let frame_slots = &mut self.slots;
-        let recording = if host_logits {
-            &recordings[r].to_logits
-        } else {
-            &recordings[r].whole
-        };
+        let recording = if host_logits { &recordings[r].to_logits } else { &recordings[r].whole };
         b.run_recorded(recording, &mut || {
             let (w, h) = model.input_size();
             for (i, &s) in slots.iter().enumerate() {
@@ -163,18 +123,8 @@ impl<B: Backend> Engine<B> {
         self.annotated_frames = if annotate.iter().all(|&a| a) { n } else { 0 };
         let run_ms = ms_since(t1);
         self.timings = match host {
-            Some((pre, post)) => FrameTimings {
-                preprocess_ms: stage_ms + pre,
-                inference_ms: (run_ms - pre - post).max(0.0),
-                postprocess_ms: post,
-                gpu_ms: None,
-            },
-            None => FrameTimings {
-                preprocess_ms: stage_ms,
-                inference_ms: run_ms,
-                postprocess_ms: 0.0,
-                gpu_ms: None,
-            },
+            Some((pre, post)) => FrameTimings { preprocess_ms: stage_ms + pre, inference_ms: (run_ms - pre - post).max(0.0), postprocess_ms: post, gpu_ms: None },
+            None => FrameTimings { preprocess_ms: stage_ms, inference_ms: run_ms, postprocess_ms: 0.0, gpu_ms: None },
         };
         self.timings.gpu_ms = b.take_device_ms();
         self.batches.last = n;
@@ -196,21 +146,13 @@ impl<B: Backend> Engine<B> {
             let single = self.active_model(0);
             let (w, h) = single.input_size();
             let model = Segformer::batched(single.weights().clone(), &self.backend, w, h, n)?;
-            self.batches.passes[slot] = Some(BatchPass {
-                model,
-                recordings: Vec::new(),
-                logits: Vec::new(),
-            });
+            self.batches.passes[slot] = Some(BatchPass { model, recordings: Vec::new(), logits: Vec::new() });
         }
         Ok(())
     }
 
     /// Single-frame runs in turn: a batch of one, or a multi-scale preset.
-    fn run_one_by_one(
-        &mut self,
-        frames: &[FrameRef<'_>],
-        mut filter: Option<BatchFilter<'_>>,
-    ) -> Result<&[Segmentation], EngineError> {
+    fn run_one_by_one(&mut self, frames: &[FrameRef<'_>], mut filter: Option<BatchFilter<'_>>) -> Result<&[Segmentation], EngineError> {
         // Each single run draws the first overlay and leaves its frame first:
         // frame i's overlay goes first, and its frame is moved to place i.
         let overlays = std::mem::take(&mut self.overlays);
@@ -220,21 +162,14 @@ impl<B: Backend> Engine<B> {
         Ok(&self.batches.outputs[..frames.len()])
     }
 
-    fn each_frame(
-        &mut self,
-        frames: &[FrameRef<'_>],
-        filter: &mut Option<BatchFilter<'_>>,
-        overlays: &[FrameOverlay],
-    ) -> Result<(), EngineError> {
+    fn each_frame(&mut self, frames: &[FrameRef<'_>], filter: &mut Option<BatchFilter<'_>>, overlays: &[FrameOverlay]) -> Result<(), EngineError> {
         let mut total = FrameTimings::default();
         let mut annotated = 0;
         for (i, frame) in frames.iter().enumerate() {
             self.overlays.clear();
             self.overlays.extend(overlays.get(i).cloned());
             match filter.as_mut() {
-                Some(f) => {
-                    self.run_frame_filtered(frame, Some(&mut |logits: &mut [f32]| f(i, logits)))?
-                }
+                Some(f) => self.run_frame_filtered(frame, Some(&mut |logits: &mut [f32]| f(i, logits)))?,
                 None => self.run_frame(frame)?,
             };
             total.preprocess_ms += self.timings.preprocess_ms;
@@ -246,8 +181,7 @@ impl<B: Backend> Engine<B> {
             self.batches.outputs[i].clone_from(&self.segmentation);
             if self.annotated_frames == 1 {
                 if i > 0 {
-                    self.annotated
-                        .resize_with(self.annotated.len().max(i + 1), Vec::new);
+                    self.annotated.resize_with(self.annotated.len().max(i + 1), Vec::new);
                     self.annotated.swap(0, i);
                 }
                 annotated += 1;
@@ -255,11 +189,7 @@ impl<B: Backend> Engine<B> {
         }
         self.timings = total;
         self.batches.last = frames.len();
-        self.annotated_frames = if annotated == frames.len() {
-            annotated
-        } else {
-            0
-        };
+        self.annotated_frames = if annotated == frames.len() { annotated } else { 0 };
         Ok(())
     }
 }

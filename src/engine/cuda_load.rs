@@ -9,9 +9,7 @@ use half::{bf16, f16};
 use super::any::AnyEngine;
 use super::pipeline::Engine;
 use super::spec::{LoadError, ModelSpec, engines_on, load_error, load_weights};
-use crate::backend::cuda::{
-    CudaBackend, CudaDevice, CudaError, CudaInfo, CudaOptions, GemmElem, GpuInfo, PinnedFrames,
-};
+use crate::backend::cuda::{CudaBackend, CudaDevice, CudaError, CudaInfo, CudaOptions, GemmElem, GpuInfo, PinnedFrames};
 use crate::backend::{BackendError, Precision};
 
 pub fn load_cuda_engines(
@@ -57,10 +55,7 @@ where
         let device = CudaDevice::open(gpu, info).map_err(fail)?;
         // The ring's frame buffers come pinned from now on, so the GPU copies
         // them up by DMA without a host copy into staging first.
-        if !std::env::var("ROADSEG_CUDA_PAGEABLE_FRAMES")
-            .is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
-            && crate::host_memory::install(Arc::new(PinnedFrames::new(&device)))
-        {
+        if !std::env::var("ROADSEG_CUDA_PAGEABLE_FRAMES").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true")) && crate::host_memory::install(Arc::new(PinnedFrames::new(&device))) {
             tracing::debug!("frame buffers are pinned host memory");
         }
         let first = CudaBackend::<T>::new(device, options).map_err(fail)?;
@@ -71,16 +66,10 @@ where
             backends.push(Arc::new(first.sibling().map_err(fail)?));
         }
         backends.insert(0, Arc::new(first));
-        let built: Vec<AnyEngine> = engines_on(spec, &weights, backends)?
-            .into_iter()
-            .map(wrap)
-            .collect();
+        let built: Vec<AnyEngine> = engines_on(spec, &weights, backends)?.into_iter().map(wrap).collect();
         per_gpu.push(built.into_iter());
         tracing::info!(gpu = gpu.ordinal, name = %gpu.name, engines = here, precision = %T::PRECISION, "model loaded on GPU");
     }
-    let engines = plan
-        .iter()
-        .map(|&g| per_gpu[g].next().expect("one engine per planned worker"))
-        .collect();
+    let engines = plan.iter().map(|&g| per_gpu[g].next().expect("one engine per planned worker")).collect();
     Ok((engines, labels))
 }

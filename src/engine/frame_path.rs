@@ -29,20 +29,14 @@ impl<B: Backend> Engine<B> {
 
     /// As [`Engine::run_frame`], with `filter` rewriting the averaged logits
     /// `[lh, lw, labels]` before they become classes (temporal smoothing).
-    pub fn run_frame_filtered(
-        &mut self,
-        frame: &FrameRef<'_>,
-        mut filter: Option<LogitsFilter<'_>>,
-    ) -> Result<&Segmentation, EngineError> {
+    pub fn run_frame_filtered(&mut self, frame: &FrameRef<'_>, mut filter: Option<LogitsFilter<'_>>) -> Result<&Segmentation, EngineError> {
         frame.validate()?;
         self.annotated_frames = 0;
         let t0 = Instant::now();
         let backend = self.backend.clone();
         let b = &*backend;
         let host_logits = filter.is_some() || self.keep_logits;
-        let [s] = self.slots_for(&[SlotKey::nth(frame.geometry(), 0)])?[..] else {
-            unreachable!("one key, one slot")
-        };
+        let [s] = self.slots_for(&[SlotKey::nth(frame.geometry(), 0)])?[..] else { unreachable!("one key, one slot") };
         b.stage_frame(&mut self.slots[s].slot, frame)?;
         let annotate = self.will_annotate(0);
         if annotate {
@@ -52,20 +46,8 @@ impl<B: Backend> Engine<B> {
 
         let t1 = Instant::now();
         let out = self.frame_out_dims();
-        let Engine {
-            passes,
-            active,
-            summed,
-            slots,
-            ..
-        } = self;
-        let FrameSlot {
-            slot,
-            whole,
-            annotated,
-            to_logits,
-            ..
-        } = &mut slots[s];
+        let Engine { passes, active, summed, slots, .. } = self;
+        let FrameSlot { slot, whole, annotated, to_logits, .. } = &mut slots[s];
         let recording = match (host_logits, annotate) {
             (true, _) => &*to_logits,
             (false, true) => &*annotated,
@@ -100,15 +82,7 @@ impl<B: Backend> Engine<B> {
             };
             b.write(tensor, &self.logits)?;
             let logits = self.summed.as_ref().unwrap_or(self.passes[0].logits());
-            b.frame_from_logits(
-                &mut self.slots[s].slot,
-                logits,
-                0,
-                FrameOutDims {
-                    logit_scale: 1.0,
-                    ..out
-                },
-            )?;
+            b.frame_from_logits(&mut self.slots[s].slot, logits, 0, FrameOutDims { logit_scale: 1.0, ..out })?;
             if annotate {
                 b.frame_annotate(&mut self.slots[s].slot)?;
             }
@@ -151,41 +125,21 @@ impl<B: Backend> Engine<B> {
         // Mark the slots already there first, so making room never evicts one of them.
         self.slot_clock += 1;
         let now = self.slot_clock;
-        self.slots
-            .iter_mut()
-            .filter(|s| keys.contains(&s.key))
-            .for_each(|s| s.used = now);
+        self.slots.iter_mut().filter(|s| keys.contains(&s.key)).for_each(|s| s.used = now);
         for &key in keys {
             if self.slots.iter().any(|s| s.key == key) {
                 continue;
             }
             if self.slots.len() >= MAX_SLOTS {
                 // There are fewer keys than MAX_SLOTS, so the oldest is none of them.
-                let oldest = (0..self.slots.len())
-                    .min_by_key(|&i| self.slots[i].used)
-                    .expect("slots are full");
+                let oldest = (0..self.slots.len()).min_by_key(|&i| self.slots[i].used).expect("slots are full");
                 let gone = self.slots.remove(oldest);
                 self.batches.forget_slot(gone.key);
             }
             let b = &*self.backend;
             let slot = b.frame_slot(key.geometry, &self.options.road_classes)?;
-            self.slots.push(FrameSlot {
-                key,
-                used: now,
-                slot,
-                whole: b.recording(),
-                annotated: b.recording(),
-                to_logits: b.recording(),
-            });
+            self.slots.push(FrameSlot { key, used: now, slot, whole: b.recording(), annotated: b.recording(), to_logits: b.recording() });
         }
-        Ok(keys
-            .iter()
-            .map(|k| {
-                self.slots
-                    .iter()
-                    .position(|s| s.key == *k)
-                    .expect("made above")
-            })
-            .collect())
+        Ok(keys.iter().map(|k| self.slots.iter().position(|s| s.key == *k).expect("made above")).collect())
     }
 }

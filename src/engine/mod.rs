@@ -19,11 +19,9 @@ mod state;
 
 pub use any::AnyEngine;
 pub use batch::BatchFilter;
-pub use layout::{chw_to_hwc, hwc_to_chw};
 pub use load::{load_cpu_engines, load_engines};
-pub use pipeline::{
-    Engine, EngineError, EngineOptions, FrameTimings, LogitsFilter, Preset, scaled_size,
-};
+pub use pipeline::{Engine, EngineError, EngineOptions, FrameTimings, LogitsFilter, Preset, scaled_size};
+pub use layout::{chw_to_hwc, hwc_to_chw};
 pub use spec::{LoadError, ModelSpec, road_class_ids};
 
 /// The frame types, where they were before they moved down to [`crate::frame`].

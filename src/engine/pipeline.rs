@@ -25,17 +25,7 @@ pub enum EngineError {
 }
 
 /// Scale sets offered by name.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Default,
-    serde::Deserialize,
-    serde::Serialize,
-    clap::ValueEnum,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Preset {
     /// One pass at the configured size.
@@ -68,27 +58,16 @@ impl EngineOptions {
     pub fn validate(&self, labels: usize) -> Result<(), EngineError> {
         let bad = |m: String| Err(EngineError::Options(m));
         if self.width < 32 || self.height < 32 {
-            return bad(format!(
-                "input size {}x{} is below 32x32",
-                self.width, self.height
-            ));
+            return bad(format!("input size {}x{} is below 32x32", self.width, self.height));
         }
         if self.scales.is_empty() || self.scales.iter().any(|s| !(0.25..=4.0).contains(s)) {
-            return bad(format!(
-                "scales {:?} must be non-empty and within 0.25..=4",
-                self.scales
-            ));
+            return bad(format!("scales {:?} must be non-empty and within 0.25..=4", self.scales));
         }
         if let Some(c) = self.road_classes.iter().find(|&&c| c >= labels) {
-            return bad(format!(
-                "road class {c} is not a class of this model ({labels} labels)"
-            ));
+            return bad(format!("road class {c} is not a class of this model ({labels} labels)"));
         }
         if !(0.0..=1.0).contains(&self.confidence_threshold) {
-            return bad(format!(
-                "confidence threshold {} is outside 0..=1",
-                self.confidence_threshold
-            ));
+            return bad(format!("confidence threshold {} is outside 0..=1", self.confidence_threshold));
         }
         Ok(())
     }
@@ -153,11 +132,7 @@ pub struct Engine<B: Backend> {
 }
 
 impl<B: Backend> Engine<B> {
-    pub fn new(
-        backend: Arc<B>,
-        weights: Arc<SegformerWeights<B>>,
-        options: EngineOptions,
-    ) -> Result<Self, EngineError> {
+    pub fn new(backend: Arc<B>, weights: Arc<SegformerWeights<B>>, options: EngineOptions) -> Result<Self, EngineError> {
         options.validate(weights.num_labels())?;
         let mut passes = Vec::with_capacity(options.scales.len());
         // The base scale goes first: its logits resolution is the one averaged at.
@@ -172,11 +147,7 @@ impl<B: Backend> Engine<B> {
         // pass then only provides that size and is not run.
         let active: Vec<usize> = (usize::from(!base_requested)..passes.len()).collect();
         let logits_len = passes[0].logits_len();
-        let summed = if active == [0] {
-            None
-        } else {
-            Some(backend.tensor(logits_len)?)
-        };
+        let summed = if active == [0] { None } else { Some(backend.tensor(logits_len)?) };
         Ok(Engine {
             normalized: backend.recording(),
             backend,
@@ -274,10 +245,7 @@ impl<B: Backend> Engine<B> {
     pub fn run_normalized(&mut self, hwc: &[f32]) -> Result<&[f32], EngineError> {
         let (bw, bh) = (self.options.width, self.options.height);
         if hwc.len() != bw * bh * 3 {
-            return Err(EngineError::Options(format!(
-                "input has {} values, {bw}x{bh}x3 expected",
-                hwc.len()
-            )));
+            return Err(EngineError::Options(format!("input has {} values, {bw}x{bh}x3 expected", hwc.len())));
         }
         let t0 = Instant::now();
         let backend = self.backend.clone();
@@ -288,24 +256,11 @@ impl<B: Backend> Engine<B> {
             // Normalisation is per-channel affine, so resizing normalised values
             // equals normalising resized ones.
             self.normalized_input.resize(w * h * 3, 0.0);
-            let dims = ResizeDims {
-                batch: 1,
-                src_h: bh,
-                src_w: bw,
-                dst_h: h,
-                dst_w: w,
-                channels: 3,
-            };
+            let dims = ResizeDims { batch: 1, src_h: bh, src_w: bw, dst_h: h, dst_w: w, channels: 3 };
             resize_host(hwc, &mut self.normalized_input, dims, false);
             b.write(model.input_mut(), &self.normalized_input)?;
         }
-        let Engine {
-            passes,
-            active,
-            summed,
-            normalized,
-            ..
-        } = self;
+        let Engine { passes, active, summed, normalized, .. } = self;
         b.run_recorded(normalized, &mut || {
             for &i in active.iter() {
                 passes[i].forward(b)?;
@@ -313,12 +268,7 @@ impl<B: Backend> Engine<B> {
             sum_passes(b, passes, active, summed.as_mut())
         })?;
         self.read_logits()?;
-        self.timings = FrameTimings {
-            preprocess_ms: 0.0,
-            inference_ms: ms_since(t0),
-            postprocess_ms: 0.0,
-            gpu_ms: b.take_device_ms(),
-        };
+        self.timings = FrameTimings { preprocess_ms: 0.0, inference_ms: ms_since(t0), postprocess_ms: 0.0, gpu_ms: b.take_device_ms() };
         Ok(&self.logits)
     }
 
@@ -341,26 +291,14 @@ impl<B: Backend> Engine<B> {
 
 /// The active passes' logits resized (bilinear) to the base resolution and
 /// summed into `summed`; nothing when the base pass alone runs.
-pub(super) fn sum_passes<B: Backend>(
-    b: &B,
-    passes: &[Segformer<B>],
-    active: &[usize],
-    summed: Option<&mut B::Tensor>,
-) -> Result<(), EngineError> {
+pub(super) fn sum_passes<B: Backend>(b: &B, passes: &[Segformer<B>], active: &[usize], summed: Option<&mut B::Tensor>) -> Result<(), EngineError> {
     let Some(summed) = summed else { return Ok(()) };
     let (lw, lh) = passes[0].logits_size();
     let labels = passes[0].weights().num_labels();
     for (n, &i) in active.iter().enumerate() {
         let (sw, sh) = passes[i].logits_size();
         // [sh, sw, labels] -> bilinear -> (+)= [lh, lw, labels]
-        let dims = ResizeDims {
-            batch: 1,
-            src_h: sh,
-            src_w: sw,
-            dst_h: lh,
-            dst_w: lw,
-            channels: labels,
-        };
+        let dims = ResizeDims { batch: 1, src_h: sh, src_w: sw, dst_h: lh, dst_w: lw, channels: labels };
         b.resize_bilinear(passes[i].logits(), summed, dims, n > 0)?;
     }
     Ok(())

@@ -35,14 +35,9 @@ pub struct LoadError {
 
 /// The indices of `names` among `labels`; warns when none matches.
 pub fn road_class_ids(labels: &[String], names: &[String]) -> Vec<usize> {
-    let ids: Vec<usize> = names
-        .iter()
-        .filter_map(|n| labels.iter().position(|l| l.eq_ignore_ascii_case(n)))
-        .collect();
+    let ids: Vec<usize> = names.iter().filter_map(|n| labels.iter().position(|l| l.eq_ignore_ascii_case(n))).collect();
     if ids.is_empty() && !names.is_empty() {
-        tracing::warn!(
-            "none of the road classes {names:?} is a label of this model; road coverage will be 0"
-        );
+        tracing::warn!("none of the road classes {names:?} is a label of this model; road coverage will be 0");
     }
     ids
 }
@@ -59,19 +54,12 @@ fn options_for(spec: &ModelSpec<'_>, labels: &[String]) -> EngineOptions {
 
 /// `source`, as the error of loading `spec`'s model.
 pub(super) fn load_error(spec: &ModelSpec<'_>, source: impl Into<EngineError>) -> LoadError {
-    LoadError {
-        path: spec.path.display().to_string(),
-        source: source.into(),
-    }
+    LoadError { path: spec.path.display().to_string(), source: source.into() }
 }
 
 /// Opens the checkpoint and reads its weights onto `backend`.
-pub(super) fn load_weights<B: Backend>(
-    spec: &ModelSpec<'_>,
-    backend: &B,
-) -> Result<Arc<SegformerWeights<B>>, LoadError> {
-    let mut ckpt =
-        Checkpoint::open(spec.path).map_err(|e| load_error(spec, ModelError::Checkpoint(e)))?;
+pub(super) fn load_weights<B: Backend>(spec: &ModelSpec<'_>, backend: &B) -> Result<Arc<SegformerWeights<B>>, LoadError> {
+    let mut ckpt = Checkpoint::open(spec.path).map_err(|e| load_error(spec, ModelError::Checkpoint(e)))?;
     SegformerWeights::load(&mut ckpt, backend).map_err(|e| load_error(spec, e))
 }
 

@@ -67,11 +67,7 @@ pub(crate) struct Batches<B: Backend> {
 
 impl<B: Backend> Default for Batches<B> {
     fn default() -> Self {
-        Batches {
-            passes: Vec::new(),
-            outputs: Vec::new(),
-            last: 0,
-        }
+        Batches { passes: Vec::new(), outputs: Vec::new(), last: 0 }
     }
 }
 

@@ -33,30 +33,20 @@ impl<B: Backend> Decoder<B> {
         let d = cfg.decoder_hidden_size;
         let stages = cfg.num_encoder_blocks;
         let labels = cfg.num_labels();
-        let fuse = w
-            .ckpt
-            .take("decode_head.linear_fuse.weight", &[d, stages * d, 1, 1])?;
+        let fuse = w.ckpt.take("decode_head.linear_fuse.weight", &[d, stages * d, 1, 1])?;
         let gamma = w.ckpt.take("decode_head.batch_norm.weight", &[d])?;
         let beta = w.ckpt.take("decode_head.batch_norm.bias", &[d])?;
         let mean = w.ckpt.take("decode_head.batch_norm.running_mean", &[d])?;
         let var = w.ckpt.take("decode_head.batch_norm.running_var", &[d])?;
-        let scale: Vec<f32> = gamma
-            .iter()
-            .zip(&var)
-            .map(|(g, v)| g / (v + BN_EPS).sqrt())
-            .collect();
+        let scale: Vec<f32> = gamma.iter().zip(&var).map(|(g, v)| g / (v + BN_EPS).sqrt()).collect();
         let mut bias: Vec<f32> = (0..d).map(|j| beta[j] - mean[j] * scale[j]).collect();
 
         // fuse: [D, stages*D]; HF concatenates the stages last-first.
         let fuse_t = transpose(&fuse, d, stages * d); // [stages*D, D]
         let mut projections = Vec::with_capacity(stages);
         for (i, &c) in cfg.hidden_sizes.iter().enumerate() {
-            let wc = w
-                .ckpt
-                .take(&format!("decode_head.linear_c.{i}.proj.weight"), &[d, c])?;
-            let bc = w
-                .ckpt
-                .take(&format!("decode_head.linear_c.{i}.proj.bias"), &[d])?;
+            let wc = w.ckpt.take(&format!("decode_head.linear_c.{i}.proj.weight"), &[d, c])?;
+            let bc = w.ckpt.take(&format!("decode_head.linear_c.{i}.proj.bias"), &[d])?;
             let block = stages - 1 - i;
             let wf_t = &fuse_t[block * d * d..(block + 1) * d * d]; // [D, D] = Wf_i^T
             let mut m = matmul(&transpose(&wc, d, c), wf_t, c, d, d); // [C_i, D]
@@ -69,9 +59,7 @@ impl<B: Backend> Decoder<B> {
             }
             projections.push(w.upload(&m)?);
         }
-        let classifier = w.affine("decode_head.classifier", &[labels, d, 1, 1], |m| {
-            transpose(&m, labels, d)
-        })?;
+        let classifier = w.affine("decode_head.classifier", &[labels, d, 1, 1], |m| transpose(&m, labels, d))?;
         Ok(Decoder {
             projections,
             bias: w.upload(&bias)?,
@@ -102,42 +90,14 @@ impl<B: Backend> Decoder<B> {
         for (i, stage) in stages.enumerate() {
             let (h, w) = sizes[i];
             // [batch*h_i*w_i, C_i] x [C_i, D] -> [batch*h_i*w_i, D]
-            let dims = GemmDims {
-                rows: batch * h * w,
-                k: self.channels[i],
-                n: d,
-            };
+            let dims = GemmDims { rows: batch * h * w, k: self.channels[i], n: d };
             match i {
-                0 => b.linear(
-                    stage,
-                    &self.projections[0],
-                    Some(&self.bias),
-                    acc,
-                    dims,
-                    false,
-                )?,
-                _ => b.linear(
-                    stage,
-                    &self.projections[i],
-                    None,
-                    &mut maps[i - 1],
-                    dims,
-                    false,
-                )?,
+                0 => b.linear(stage, &self.projections[0], Some(&self.bias), acc, dims, false)?,
+                _ => b.linear(stage, &self.projections[i], None, &mut maps[i - 1], dims, false)?,
             }
         }
-        let maps: Vec<StageMap<'_, B::Tensor>> = maps
-            .iter()
-            .zip(&sizes[1..])
-            .map(|(map, &(h, w))| StageMap { map, h, w })
-            .collect();
-        let dims = DecodeDims {
-            batch,
-            h0,
-            w0,
-            hidden: d,
-            labels: self.labels,
-        };
+        let maps: Vec<StageMap<'_, B::Tensor>> = maps.iter().zip(&sizes[1..]).map(|(map, &(h, w))| StageMap { map, h, w }).collect();
+        let dims = DecodeDims { batch, h0, w0, hidden: d, labels: self.labels };
         Ok(b.decode_tail(acc, &maps, &self.classifier, logits, dims)?)
     }
 }

@@ -20,8 +20,7 @@ pub fn conv_to_hwio(w: &[f32], c_out: usize, c_in: usize, k: usize) -> Vec<f32> 
         for i in 0..c_in {
             for ky in 0..k {
                 for kx in 0..k {
-                    t[((ky * k + kx) * c_in + i) * c_out + o] =
-                        w[((o * c_in + i) * k + ky) * k + kx];
+                    t[((ky * k + kx) * c_in + i) * c_out + o] = w[((o * c_in + i) * k + ky) * k + kx];
                 }
             }
         }
@@ -70,9 +69,6 @@ mod tests {
         let w: Vec<f32> = (0..co * ci * k * k).map(|v| v as f32).collect();
         let t = conv_to_hwio(&w, co, ci, k);
         // element [o=1, i=2, ky=0, kx=1]
-        assert_eq!(
-            t[((0 * k + 1) * ci + 2) * co + 1],
-            w[((1 * ci + 2) * k + 0) * k + 1]
-        );
+        assert_eq!(t[((0 * k + 1) * ci + 2) * co + 1], w[((1 * ci + 2) * k + 0) * k + 1]);
     }
 }

@@ -17,29 +17,12 @@ pub struct LayerNorm<B: Backend> {
 
 impl<B: Backend> LayerNorm<B> {
     pub fn new(w: &mut Weights<'_, B>, prefix: &str, dim: usize) -> Result<Self, ModelError> {
-        Ok(LayerNorm {
-            params: w.affine(prefix, &[dim], |gamma| gamma)?,
-            dim,
-        })
+        Ok(LayerNorm { params: w.affine(prefix, &[dim], |gamma| gamma)?, dim })
     }
 
     /// x: [rows, dim] -> y: [rows, dim]
-    pub fn forward(
-        &self,
-        b: &B,
-        x: &B::Tensor,
-        y: &mut B::Tensor,
-        rows: usize,
-    ) -> Result<(), ModelError> {
-        Ok(b.layer_norm(
-            x,
-            &self.params,
-            y,
-            NormDims {
-                rows,
-                dim: self.dim,
-            },
-        )?)
+    pub fn forward(&self, b: &B, x: &B::Tensor, y: &mut B::Tensor, rows: usize) -> Result<(), ModelError> {
+        Ok(b.layer_norm(x, &self.params, y, NormDims { rows, dim: self.dim })?)
     }
 }
 
@@ -51,41 +34,14 @@ pub struct Linear<B: Backend> {
 }
 
 impl<B: Backend> Linear<B> {
-    pub fn new(
-        w: &mut Weights<'_, B>,
-        prefix: &str,
-        inp: usize,
-        out: usize,
-    ) -> Result<Self, ModelError> {
-        Ok(Linear {
-            params: w.affine(prefix, &[out, inp], |m| transpose(&m, out, inp))?,
-            inp,
-            out,
-        })
+    pub fn new(w: &mut Weights<'_, B>, prefix: &str, inp: usize, out: usize) -> Result<Self, ModelError> {
+        Ok(Linear { params: w.affine(prefix, &[out, inp], |m| transpose(&m, out, inp))?, inp, out })
     }
 
     /// x: [rows, inp] -> y: [rows, out], or y += ... when `accumulate`.
-    pub fn forward(
-        &self,
-        b: &B,
-        x: &B::Tensor,
-        y: &mut B::Tensor,
-        rows: usize,
-        accumulate: bool,
-    ) -> Result<(), ModelError> {
-        let dims = GemmDims {
-            rows,
-            k: self.inp,
-            n: self.out,
-        };
-        Ok(b.linear(
-            x,
-            &self.params.weight,
-            Some(&self.params.bias),
-            y,
-            dims,
-            accumulate,
-        )?)
+    pub fn forward(&self, b: &B, x: &B::Tensor, y: &mut B::Tensor, rows: usize, accumulate: bool) -> Result<(), ModelError> {
+        let dims = GemmDims { rows, k: self.inp, n: self.out };
+        Ok(b.linear(x, &self.params.weight, Some(&self.params.bias), y, dims, accumulate)?)
     }
 }
 
@@ -107,41 +63,16 @@ impl<B: Backend> Conv2d<B> {
         (c_in, c_out): (usize, usize),
         (kernel, stride, pad): (usize, usize, usize),
     ) -> Result<Self, ModelError> {
-        let params = w.affine(prefix, &[c_out, c_in, kernel, kernel], |m| {
-            conv_to_hwio(&m, c_out, c_in, kernel)
-        })?;
-        Ok(Conv2d {
-            params,
-            c_in,
-            c_out,
-            kernel,
-            stride,
-            pad,
-        })
+        let params = w.affine(prefix, &[c_out, c_in, kernel, kernel], |m| conv_to_hwio(&m, c_out, c_in, kernel))?;
+        Ok(Conv2d { params, c_in, c_out, kernel, stride, pad })
     }
 
     pub fn dims(&self, batch: usize, h: usize, w: usize) -> ConvDims {
-        ConvDims {
-            batch,
-            h,
-            w,
-            c_in: self.c_in,
-            c_out: self.c_out,
-            kernel: self.kernel,
-            stride: self.stride,
-            pad: self.pad,
-        }
+        ConvDims { batch, h, w, c_in: self.c_in, c_out: self.c_out, kernel: self.kernel, stride: self.stride, pad: self.pad }
     }
 
     /// x: [batch, h, w, c_in] -> y: [batch, out_h, out_w, c_out]
-    pub fn forward(
-        &self,
-        b: &B,
-        x: &B::Tensor,
-        y: &mut B::Tensor,
-        ws: &mut B::Tensor,
-        dims: ConvDims,
-    ) -> Result<(), ModelError> {
+    pub fn forward(&self, b: &B, x: &B::Tensor, y: &mut B::Tensor, ws: &mut B::Tensor, dims: ConvDims) -> Result<(), ModelError> {
         Ok(b.conv2d(x, &self.params, y, ws, dims)?)
     }
 }
@@ -153,25 +84,12 @@ pub struct PatchEmbed<B: Backend> {
 }
 
 impl<B: Backend> PatchEmbed<B> {
-    pub fn new(
-        cfg: &SegformerConfig,
-        w: &mut Weights<'_, B>,
-        stage: usize,
-    ) -> Result<Self, ModelError> {
-        let c_in = if stage == 0 {
-            cfg.num_channels
-        } else {
-            cfg.hidden_sizes[stage - 1]
-        };
+    pub fn new(cfg: &SegformerConfig, w: &mut Weights<'_, B>, stage: usize) -> Result<Self, ModelError> {
+        let c_in = if stage == 0 { cfg.num_channels } else { cfg.hidden_sizes[stage - 1] };
         let c_out = cfg.hidden_sizes[stage];
         let k = cfg.patch_sizes[stage];
         let prefix = format!("segformer.encoder.patch_embeddings.{stage}");
-        let proj = Conv2d::new(
-            w,
-            &format!("{prefix}.proj"),
-            (c_in, c_out),
-            (k, cfg.strides[stage], k / 2),
-        )?;
+        let proj = Conv2d::new(w, &format!("{prefix}.proj"), (c_in, c_out), (k, cfg.strides[stage], k / 2))?;
         let norm = LayerNorm::new(w, &format!("{prefix}.layer_norm"), c_out)?;
         Ok(PatchEmbed { proj, norm })
     }
@@ -190,36 +108,18 @@ pub struct EfficientAttention<B: Backend> {
 }
 
 impl<B: Backend> EfficientAttention<B> {
-    pub fn new(
-        cfg: &SegformerConfig,
-        w: &mut Weights<'_, B>,
-        prefix: &str,
-        stage: usize,
-    ) -> Result<Self, ModelError> {
+    pub fn new(cfg: &SegformerConfig, w: &mut Weights<'_, B>, prefix: &str, stage: usize) -> Result<Self, ModelError> {
         let c = cfg.hidden_sizes[stage];
         let sr = cfg.sr_ratios[stage];
         let query = Linear::new(w, &format!("{prefix}.attention.self.query"), c, c)?;
-        let key = w
-            .ckpt
-            .take(&format!("{prefix}.attention.self.key.weight"), &[c, c])?;
-        let key_b = w
-            .ckpt
-            .take(&format!("{prefix}.attention.self.key.bias"), &[c])?;
-        let value = w
-            .ckpt
-            .take(&format!("{prefix}.attention.self.value.weight"), &[c, c])?;
-        let value_b = w
-            .ckpt
-            .take(&format!("{prefix}.attention.self.value.bias"), &[c])?;
+        let key = w.ckpt.take(&format!("{prefix}.attention.self.key.weight"), &[c, c])?;
+        let key_b = w.ckpt.take(&format!("{prefix}.attention.self.key.bias"), &[c])?;
+        let value = w.ckpt.take(&format!("{prefix}.attention.self.value.weight"), &[c, c])?;
+        let value_b = w.ckpt.take(&format!("{prefix}.attention.self.value.bias"), &[c])?;
         let kv = concat_columns(&transpose(&key, c, c), c, &transpose(&value, c, c), c);
         let kv_bias = [key_b, value_b].concat();
         let reduction = if sr > 1 {
-            let conv = Conv2d::new(
-                w,
-                &format!("{prefix}.attention.self.sr"),
-                (c, c),
-                (sr, sr, 0),
-            )?;
+            let conv = Conv2d::new(w, &format!("{prefix}.attention.self.sr"), (c, c), (sr, sr, 0))?;
             let norm = LayerNorm::new(w, &format!("{prefix}.attention.self.layer_norm"), c)?;
             Some((conv, norm))
         } else {
@@ -228,10 +128,7 @@ impl<B: Backend> EfficientAttention<B> {
         let output = Linear::new(w, &format!("{prefix}.attention.output.dense"), c, c)?;
         Ok(EfficientAttention {
             query,
-            kv: Affine {
-                weight: w.upload(&kv)?,
-                bias: w.upload(&kv_bias)?,
-            },
+            kv: Affine { weight: w.upload(&kv)?, bias: w.upload(&kv_bias)? },
             reduction,
             output,
             heads: cfg.num_attention_heads[stage],
@@ -240,59 +137,29 @@ impl<B: Backend> EfficientAttention<B> {
     }
 
     /// h: normed tokens [n, C]; adds the attention output to the residual x [n, C].
-    pub fn forward(
-        &self,
-        b: &B,
-        h: &B::Tensor,
-        x: &mut B::Tensor,
-        s: &mut StageScratch<B>,
-        d: &StageDims,
-    ) -> Result<(), ModelError> {
+    pub fn forward(&self, b: &B, h: &B::Tensor, x: &mut B::Tensor, s: &mut StageScratch<B>, d: &StageDims) -> Result<(), ModelError> {
         let c = self.dim;
         self.query.forward(b, h, &mut s.q, d.rows(), false)?;
         // keys/values source: h itself, or h reshaped [N, h, w, C] -> sr conv
         // -> [N, h/sr * w/sr, C] -> LN
         let kv_src = match &self.reduction {
             Some((conv, norm)) => {
-                conv.forward(
-                    b,
-                    h,
-                    &mut s.reduced,
-                    &mut s.conv_ws,
-                    conv.dims(d.batch, d.h, d.w),
-                )?;
+                conv.forward(b, h, &mut s.reduced, &mut s.conv_ws, conv.dims(d.batch, d.h, d.w))?;
                 norm.forward(b, &s.reduced, &mut s.reduced_norm, d.key_rows())?;
                 &s.reduced_norm
             }
             None => h,
         };
         // kv: [N * keys, 2C]
-        let dims = GemmDims {
-            rows: d.key_rows(),
-            k: c,
-            n: 2 * c,
-        };
-        b.linear(
-            kv_src,
-            &self.kv.weight,
-            Some(&self.kv.bias),
-            &mut s.kv,
-            dims,
-            false,
-        )?;
+        let dims = GemmDims { rows: d.key_rows(), k: c, n: 2 * c };
+        b.linear(kv_src, &self.kv.weight, Some(&self.kv.bias), &mut s.kv, dims, false)?;
         b.attention(&s.q, &s.kv, &mut s.context, &mut s.attn_ws, self.dims(d))?;
         self.output.forward(b, &s.context, x, d.rows(), true)
     }
 
     /// Per image: queries are the stage's tokens, keys the (reduced) map.
     fn dims(&self, d: &StageDims) -> AttnDims {
-        AttnDims {
-            batch: d.batch,
-            queries: d.tokens(),
-            keys: d.keys,
-            heads: self.heads,
-            head_dim: self.dim / self.heads,
-        }
+        AttnDims { batch: d.batch, queries: d.tokens(), keys: d.keys, heads: self.heads, head_dim: self.dim / self.heads }
     }
 }
 
@@ -306,46 +173,20 @@ pub struct MixFfn<B: Backend> {
 }
 
 impl<B: Backend> MixFfn<B> {
-    pub fn new(
-        cfg: &SegformerConfig,
-        w: &mut Weights<'_, B>,
-        prefix: &str,
-        stage: usize,
-    ) -> Result<Self, ModelError> {
+    pub fn new(cfg: &SegformerConfig, w: &mut Weights<'_, B>, prefix: &str, stage: usize) -> Result<Self, ModelError> {
         let c = cfg.hidden_sizes[stage];
         let hidden = c * cfg.mlp_ratios[stage];
         let dense1 = Linear::new(w, &format!("{prefix}.mlp.dense1"), c, hidden)?;
-        let dw = w.affine(
-            &format!("{prefix}.mlp.dwconv.dwconv"),
-            &[hidden, 1, 3, 3],
-            |m| conv_to_hwio(&m, hidden, 1, 3),
-        )?;
+        let dw = w.affine(&format!("{prefix}.mlp.dwconv.dwconv"), &[hidden, 1, 3, 3], |m| conv_to_hwio(&m, hidden, 1, 3))?;
         let dense2 = Linear::new(w, &format!("{prefix}.mlp.dense2"), hidden, c)?;
-        Ok(MixFfn {
-            dense1,
-            dw,
-            dense2,
-            hidden,
-        })
+        Ok(MixFfn { dense1, dw, dense2, hidden })
     }
 
     /// h: normed tokens [n, C]; adds the FFN output to the residual x [n, C].
-    pub fn forward(
-        &self,
-        b: &B,
-        h: &B::Tensor,
-        x: &mut B::Tensor,
-        s: &mut StageScratch<B>,
-        d: &StageDims,
-    ) -> Result<(), ModelError> {
+    pub fn forward(&self, b: &B, h: &B::Tensor, x: &mut B::Tensor, s: &mut StageScratch<B>, d: &StageDims) -> Result<(), ModelError> {
         // [n, C] -> [n, 4C] == [N, h, w, 4C] for the depthwise conv
         self.dense1.forward(b, h, &mut s.ffn_in, d.rows(), false)?;
-        let dims = DwConvDims {
-            batch: d.batch,
-            h: d.h,
-            w: d.w,
-            channels: self.hidden,
-        };
+        let dims = DwConvDims { batch: d.batch, h: d.h, w: d.w, channels: self.hidden };
         b.dwconv3x3_gelu(&s.ffn_in, &self.dw, &mut s.ffn_act, dims)?;
         self.dense2.forward(b, &s.ffn_act, x, d.rows(), true)
     }
@@ -359,12 +200,7 @@ pub struct Block<B: Backend> {
 }
 
 impl<B: Backend> Block<B> {
-    pub fn new(
-        cfg: &SegformerConfig,
-        w: &mut Weights<'_, B>,
-        stage: usize,
-        index: usize,
-    ) -> Result<Self, ModelError> {
+    pub fn new(cfg: &SegformerConfig, w: &mut Weights<'_, B>, stage: usize, index: usize) -> Result<Self, ModelError> {
         let prefix = format!("segformer.encoder.block.{stage}.{index}");
         let c = cfg.hidden_sizes[stage];
         Ok(Block {

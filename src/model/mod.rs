@@ -43,29 +43,13 @@ impl<B: Backend> SegformerWeights<B> {
         let mut stages = Vec::with_capacity(config.num_encoder_blocks);
         for s in 0..config.num_encoder_blocks {
             let embed = PatchEmbed::new(&config, &mut w, s)?;
-            let blocks = (0..config.depths[s])
-                .map(|i| Block::new(&config, &mut w, s, i))
-                .collect::<Result<Vec<_>, _>>()?;
-            let norm = LayerNorm::new(
-                &mut w,
-                &format!("segformer.encoder.layer_norm.{s}"),
-                config.hidden_sizes[s],
-            )?;
-            stages.push(Stage {
-                embed,
-                blocks,
-                norm,
-                sr: config.sr_ratios[s],
-            });
+            let blocks = (0..config.depths[s]).map(|i| Block::new(&config, &mut w, s, i)).collect::<Result<Vec<_>, _>>()?;
+            let norm = LayerNorm::new(&mut w, &format!("segformer.encoder.layer_norm.{s}"), config.hidden_sizes[s])?;
+            stages.push(Stage { embed, blocks, norm, sr: config.sr_ratios[s] });
         }
         let decoder = Decoder::new(&config, &mut w)?;
         w.ckpt.check_all_used()?;
-        Ok(Arc::new(SegformerWeights {
-            config,
-            labels,
-            stages,
-            decoder,
-        }))
+        Ok(Arc::new(SegformerWeights { config, labels, stages, decoder }))
     }
 
     pub fn num_labels(&self) -> usize {
@@ -106,33 +90,16 @@ pub struct Segformer<B: Backend> {
 
 impl<B: Backend> Segformer<B> {
     /// One image at a time.
-    pub fn new(
-        weights: Arc<SegformerWeights<B>>,
-        b: &B,
-        width: usize,
-        height: usize,
-    ) -> Result<Self, ModelError> {
+    pub fn new(weights: Arc<SegformerWeights<B>>, b: &B, width: usize, height: usize) -> Result<Self, ModelError> {
         Self::batched(weights, b, width, height, 1)
     }
 
     /// `batch` images per forward (1..=[`MAX_BATCH`]).
-    pub fn batched(
-        weights: Arc<SegformerWeights<B>>,
-        b: &B,
-        width: usize,
-        height: usize,
-        batch: usize,
-    ) -> Result<Self, ModelError> {
+    pub fn batched(weights: Arc<SegformerWeights<B>>, b: &B, width: usize, height: usize, batch: usize) -> Result<Self, ModelError> {
         if !(1..=MAX_BATCH).contains(&batch) {
             return Err(ModelError::Batch(batch));
         }
-        let too_small = |stage, h, w| ModelError::InputTooSmall {
-            width,
-            height,
-            stage,
-            h,
-            w,
-        };
+        let too_small = |stage, h, w| ModelError::InputTooSmall { width, height, stage, h, w };
         let mut stages = Vec::with_capacity(weights.stages.len());
         let (mut h, mut w) = (height, width);
         for (i, stage) in weights.stages.iter().enumerate() {
@@ -142,16 +109,7 @@ impl<B: Backend> Segformer<B> {
             }
             (h, w) = (embed.out_h(), embed.out_w());
             let keys = if stage.sr > 1 {
-                let reduced = ConvDims {
-                    batch,
-                    h,
-                    w,
-                    c_in: 1,
-                    c_out: 1,
-                    kernel: stage.sr,
-                    stride: stage.sr,
-                    pad: 0,
-                };
+                let reduced = ConvDims { batch, h, w, c_in: 1, c_out: 1, kernel: stage.sr, stride: stage.sr, pad: 0 };
                 if !reduced.is_valid() {
                     return Err(too_small(i, h, w));
                 }
@@ -185,11 +143,7 @@ impl<B: Backend> Segformer<B> {
             stage_sizes: stages.iter().map(|s| (s.dims.h, s.dims.w)).collect(),
             input: b.tensor(batch * height * width * 3)?,
             decoder_acc: b.tensor(rows0 * d)?,
-            decoder_maps: stages
-                .iter()
-                .skip(1)
-                .map(|s| b.tensor(s.dims.rows() * d))
-                .collect::<Result<_, _>>()?,
+            decoder_maps: stages.iter().skip(1).map(|s| b.tensor(s.dims.rows() * d)).collect::<Result<_, _>>()?,
             logits: b.tensor(rows0 * weights.decoder.labels)?,
             stages,
             weights,
@@ -250,34 +204,19 @@ impl<B: Backend> Segformer<B> {
             let buf = &mut rest[0];
             let src = if i == 0 { &self.input } else { &done[i - 1].x };
             // [N, h, w, C_prev] -> conv -> [N, h', w', C] -> LN over N*h'*w' rows
-            stage
-                .embed
-                .proj
-                .forward(b, src, &mut buf.embed_out, &mut buf.embed_ws, buf.embed)?;
-            stage
-                .embed
-                .norm
-                .forward(b, &buf.embed_out, &mut buf.x, buf.dims.rows())?;
+            stage.embed.proj.forward(b, src, &mut buf.embed_out, &mut buf.embed_ws, buf.embed)?;
+            stage.embed.norm.forward(b, &buf.embed_out, &mut buf.x, buf.dims.rows())?;
             if let Some(scratch) = buf.scratch.as_mut() {
                 for block in &stage.blocks {
                     block.forward(b, &mut buf.x, &mut buf.normed, scratch, &buf.dims)?;
                 }
             }
             // final norm: x -> normed, then swap so `x` holds the stage output.
-            stage
-                .norm
-                .forward(b, &buf.x, &mut buf.normed, buf.dims.rows())?;
+            stage.norm.forward(b, &buf.x, &mut buf.normed, buf.dims.rows())?;
             std::mem::swap(&mut buf.x, &mut buf.normed);
         }
         let outputs = self.stages.iter().map(|s| &s.x);
         let (acc, maps) = (&mut self.decoder_acc, &mut self.decoder_maps);
-        self.weights.decoder.forward(
-            b,
-            outputs,
-            (self.batch, &self.stage_sizes),
-            acc,
-            maps,
-            &mut self.logits,
-        )
+        self.weights.decoder.forward(b, outputs, (self.batch, &self.stage_sizes), acc, maps, &mut self.logits)
     }
 }

@@ -10,16 +10,8 @@ pub enum ModelError {
     Checkpoint(#[from] CheckpointError),
     #[error(transparent)]
     Backend(#[from] BackendError),
-    #[error(
-        "input {width}x{height} is too small for this model: stage {stage} would be {h}x{w} (use a larger --size)"
-    )]
-    InputTooSmall {
-        width: usize,
-        height: usize,
-        stage: usize,
-        h: usize,
-        w: usize,
-    },
+    #[error("input {width}x{height} is too small for this model: stage {stage} would be {h}x{w} (use a larger --size)")]
+    InputTooSmall { width: usize, height: usize, stage: usize, h: usize, w: usize },
     #[error("batch of {0} images: a model runs 1..={MAX_BATCH} at once")]
     Batch(usize),
 }
@@ -36,18 +28,10 @@ pub struct Weights<'a, B: Backend> {
 impl<B: Backend> Weights<'_, B> {
     /// `{prefix}.weight` of `shape`, put in the backend's layout by `layout`,
     /// and `{prefix}.bias`, one per output (`shape[0]`, PyTorch's order).
-    pub fn affine(
-        &mut self,
-        prefix: &str,
-        shape: &[usize],
-        layout: impl FnOnce(Vec<f32>) -> Vec<f32>,
-    ) -> Result<Affine<B::Param>, ModelError> {
+    pub fn affine(&mut self, prefix: &str, shape: &[usize], layout: impl FnOnce(Vec<f32>) -> Vec<f32>) -> Result<Affine<B::Param>, ModelError> {
         let weight = self.ckpt.take(&format!("{prefix}.weight"), shape)?;
         let bias = self.ckpt.take(&format!("{prefix}.bias"), &shape[..1])?;
-        Ok(Affine {
-            weight: self.upload(&layout(weight))?,
-            bias: self.upload(&bias)?,
-        })
+        Ok(Affine { weight: self.upload(&layout(weight))?, bias: self.upload(&bias)? })
     }
 
     pub fn upload(&mut self, values: &[f32]) -> Result<B::Param, ModelError> {

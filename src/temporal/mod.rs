@@ -43,11 +43,7 @@ pub struct TemporalSettings {
 }
 
 impl TemporalSettings {
-    pub const OFF: TemporalSettings = TemporalSettings {
-        smoothing: None,
-        hood: false,
-        connected_road: false,
-    };
+    pub const OFF: TemporalSettings = TemporalSettings { smoothing: None, hood: false, connected_road: false };
 }
 
 /// What the workers learn about a frame before inferring it.
@@ -81,13 +77,7 @@ struct State {
 impl StreamTemporal {
     pub fn new(settings: TemporalSettings) -> Self {
         let smoother = settings.smoothing.map(LogitSmoother::new);
-        StreamTemporal {
-            settings,
-            state: Mutex::new(State {
-                smoother,
-                ..State::default()
-            }),
-        }
+        StreamTemporal { settings, state: Mutex::new(State { smoother, ..State::default() }) }
     }
 
     pub fn settings(&self) -> TemporalSettings {
@@ -107,14 +97,7 @@ impl StreamTemporal {
     /// One frame's averaged logits `grid`, before they become classes:
     /// smoothed over time, then cut to the road that reaches the car, whose
     /// picture ends at `unseen` (the frame's hood and bars).
-    pub fn filter_logits(
-        &self,
-        seq: u64,
-        logits: &mut [f32],
-        grid: LogitsGrid,
-        road: &[usize],
-        unseen: &HoodMask,
-    ) {
+    pub fn filter_logits(&self, seq: u64, logits: &mut [f32], grid: LogitsGrid, road: &[usize], unseen: &HoodMask) {
         if self.smooths() {
             self.smooth(seq, logits);
         }
@@ -126,17 +109,9 @@ impl StreamTemporal {
     /// The latest hood estimate (None when off or before the first frame).
     pub fn hood(&self) -> Option<Arc<HoodMask>> {
         let st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let hood = st
-            .hood
-            .as_ref()
-            .filter(|_| self.settings.hood)
-            .map(HoodEstimator::estimate)?;
+        let hood = st.hood.as_ref().filter(|_| self.settings.hood).map(HoodEstimator::estimate)?;
         let bars = st.bars.as_ref().map_or(Bars::NONE, BarsEstimator::bars);
-        Some(if bars.is_none() {
-            hood
-        } else {
-            Arc::new(hood.with_bars(bars))
-        })
+        Some(if bars.is_none() { hood } else { Arc::new(hood.with_bars(bars)) })
     }
 
     /// Feeds frame `seq` to the hood estimator and the cut detector. Frames
@@ -144,9 +119,7 @@ impl StreamTemporal {
     pub fn observe(&self, seq: u64, pts_ns: Option<u64>, frame: &FrameRef<'_>) -> Observation {
         let (width, height) = (frame.width, frame.height);
         if self.settings == TemporalSettings::OFF {
-            return Observation {
-                hood: Arc::new(HoodMask::none(width, height)),
-            };
+            return Observation { hood: Arc::new(HoodMask::none(width, height)) };
         }
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let st = &mut *st;
@@ -169,10 +142,7 @@ impl StreamTemporal {
             frame_luma(frame, &mut st.luma);
             let motion = estimator.observe(&st.luma);
             if self.settings.hood {
-                st.bars
-                    .as_mut()
-                    .expect("made with the hood estimator")
-                    .observe(&st.luma);
+                st.bars.as_mut().expect("made with the hood estimator").observe(&st.luma);
             }
             if resized || gap || motion.is_some_and(|m| m > CUT_MOTION) {
                 st.restart_at = seq;
@@ -194,9 +164,7 @@ impl StreamTemporal {
     pub fn smooth(&self, seq: u64, logits: &mut [f32]) {
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let restart_at = st.restart_at;
-        let Some(smoother) = st.smoother.as_mut() else {
-            return;
-        };
+        let Some(smoother) = st.smoother.as_mut() else { return };
         if seq < restart_at && smoother.newest().is_some_and(|n| n >= restart_at) {
             return; // a late frame from before a cut: the state is the new scene's
         }
@@ -231,10 +199,7 @@ impl State {
 /// road (the hood is the car, not the road ahead). Also returns the hood's
 /// share of the frame.
 pub fn scene_coverage(seg: &Segmentation, hood: &HoodMask, road_classes: &[usize]) -> (f32, f32) {
-    if hood.width != seg.width
-        || hood.height != seg.height
-        || (hood.is_empty() && hood.bars.is_none())
-    {
+    if hood.width != seg.width || hood.height != seg.height || (hood.is_empty() && hood.bars.is_none()) {
         return (seg.road_coverage, 0.0);
     }
     let is_road = |c: u8| c != UNKNOWN && road_classes.contains(&(c as usize));
@@ -256,10 +221,7 @@ pub fn scene_coverage(seg: &Segmentation, hood: &HoodMask, road_classes: &[usize
     let mut road_in_hood = 0usize;
     hood.for_each_pixel(|i| road_in_hood += usize::from(is_road(seg.classes[i])));
     let scene = (pixels - hood.pixels()).max(1);
-    (
-        road_total.saturating_sub(road_in_hood) as f32 / scene as f32,
-        hood.coverage(),
-    )
+    (road_total.saturating_sub(road_in_hood) as f32 / scene as f32, hood.coverage())
 }
 
 #[cfg(test)]
@@ -270,11 +232,7 @@ mod tests {
     /// its one-value logits; returns the smoothed value.
     fn step(t: &StreamTemporal, seq: u64, pts_ns: u64, value: u8, logit: f32) -> f32 {
         let pixels = vec![value; 8 * 8 * 4];
-        t.observe(
-            seq,
-            Some(pts_ns),
-            &FrameRef::packed(&pixels, 8, 8, crate::frame::PixelFormat::Rgba),
-        );
+        t.observe(seq, Some(pts_ns), &FrameRef::packed(&pixels, 8, 8, crate::frame::PixelFormat::Rgba));
         let mut logits = [logit];
         t.smooth(seq, &mut logits);
         logits[0]
@@ -282,27 +240,15 @@ mod tests {
 
     #[test]
     fn cut_restarts_smoothing() {
-        let t = StreamTemporal::new(TemporalSettings {
-            smoothing: Some(0.5),
-            hood: false,
-            connected_road: false,
-        });
+        let t = StreamTemporal::new(TemporalSettings { smoothing: Some(0.5), hood: false, connected_road: false });
         step(&t, 0, 0, 10, 4.0);
         assert_eq!(step(&t, 1, 40_000_000, 12, 0.0), 2.0);
-        assert_eq!(
-            step(&t, 2, 80_000_000, 200, 0.0),
-            0.0,
-            "a cut starts the average afresh"
-        );
+        assert_eq!(step(&t, 2, 80_000_000, 200, 0.0), 0.0, "a cut starts the average afresh");
     }
 
     #[test]
     fn timestamp_gap_restarts_smoothing() {
-        let t = StreamTemporal::new(TemporalSettings {
-            smoothing: Some(0.5),
-            hood: true,
-            connected_road: false,
-        });
+        let t = StreamTemporal::new(TemporalSettings { smoothing: Some(0.5), hood: true, connected_road: false });
         step(&t, 0, 0, 10, 4.0);
         assert_eq!(step(&t, 1, 5_000_000_000, 10, 0.0), 0.0);
     }
@@ -312,14 +258,7 @@ mod tests {
         let (w, h) = (4, 4);
         // Bottom row road, the rest not; the bottom row is hood.
         let classes: Vec<u8> = (0..w * h).map(|i| u8::from(i >= 12)).collect();
-        let seg = Segmentation {
-            width: w,
-            height: h,
-            classes,
-            confidence: vec![1.0; 16],
-            road_coverage: 0.25,
-            mean_confidence: 1.0,
-        };
+        let seg = Segmentation { width: w, height: h, classes, confidence: vec![1.0; 16], road_coverage: 0.25, mean_confidence: 1.0 };
         let hood = HoodMask::from_tops(w, h, vec![3; 4]);
         let (road, hood_share) = scene_coverage(&seg, &hood, &[1]);
         assert_eq!((road, hood_share), (0.0, 0.25));
@@ -333,48 +272,22 @@ mod tests {
         // call black), the picture's bottom row is hood, the rest of its
         // bottom-but-one row is road.
         let (w, h) = (8, 4);
-        let classes: Vec<u8> = (0..w * h)
-            .map(|i| u8::from(i % w == 0 || i % w == 7 || i / w == 2))
-            .collect();
+        let classes: Vec<u8> = (0..w * h).map(|i| u8::from(i % w == 0 || i % w == 7 || i / w == 2)).collect();
         let road = classes.iter().filter(|&&c| c == 1).count() as f32 / (w * h) as f32;
-        let seg = Segmentation {
-            width: w,
-            height: h,
-            classes,
-            confidence: vec![1.0; w * h],
-            road_coverage: road,
-            mean_confidence: 1.0,
-        };
-        let bars = Bars {
-            left: 1,
-            right: 1,
-            ..Bars::NONE
-        };
+        let seg = Segmentation { width: w, height: h, classes, confidence: vec![1.0; w * h], road_coverage: road, mean_confidence: 1.0 };
+        let bars = Bars { left: 1, right: 1, ..Bars::NONE };
         let hood = HoodMask::from_tops(w, h, vec![3; w]).with_bars(bars);
         let (road, hood_share) = scene_coverage(&seg, &hood, &[1]);
-        assert_eq!(
-            road,
-            6.0 / 18.0,
-            "picture 6x4 less its hood row: 18 pixels, 6 road"
-        );
+        assert_eq!(road, 6.0 / 18.0, "picture 6x4 less its hood row: 18 pixels, 6 road");
         assert_eq!(hood_share, 0.25);
         let mut unseen = Vec::new();
         hood.for_each_unseen_pixel(|i| unseen.push(i));
         unseen.sort();
-        let expected: Vec<usize> = (0..w * h)
-            .filter(|&i| i % w == 0 || i % w == 7 || i / w == 3)
-            .collect();
+        let expected: Vec<usize> = (0..w * h).filter(|&i| i % w == 0 || i % w == 7 || i / w == 3).collect();
         assert_eq!(unseen, expected, "bars and hood, each pixel once");
         // A still bottom letterbox bar looks like a hood to the hood
         // estimator; inside the bar it is no hood.
-        let letterbox = Bars {
-            bottom: 1,
-            ..Bars::NONE
-        };
-        assert!(
-            HoodMask::from_tops(w, h, vec![3; w])
-                .with_bars(letterbox)
-                .is_empty()
-        );
+        let letterbox = Bars { bottom: 1, ..Bars::NONE };
+        assert!(HoodMask::from_tops(w, h, vec![3; w]).with_bars(letterbox).is_empty());
     }
 }

@@ -28,30 +28,21 @@ pub struct EncodeClock {
 
 impl EncodeClock {
     pub fn new() -> Arc<EncodeClock> {
-        Arc::new(EncodeClock {
-            pending: Mutex::new(VecDeque::with_capacity(PENDING_MAX)),
-            done: ArrayQueue::new(DONE_MAX),
-        })
+        Arc::new(EncodeClock { pending: Mutex::new(VecDeque::with_capacity(PENDING_MAX)), done: ArrayQueue::new(DONE_MAX) })
     }
 
     /// Starts timing `element`'s input (the element after the encoder):
     /// every buffer reaching it ends the measurement of its PTS.
     pub fn watch(self: &Arc<Self>, element: &gst::Element) -> bool {
-        let Some(pad) = element.static_pad("sink") else {
-            return false;
-        };
+        let Some(pad) = element.static_pad("sink") else { return false };
         let clock = Arc::downgrade(self);
         pad.add_probe(gst::PadProbeType::BUFFER, move |pad, info| {
-            if let (Some(clock), Some(pts)) = (clock.upgrade(), info.buffer().and_then(|b| b.pts()))
-            {
+            if let (Some(clock), Some(pts)) = (clock.upgrade(), info.buffer().and_then(|b| b.pts())) {
                 // Encoders shift timestamps (GstVideoEncoder adds 1000 h so DTS
                 // can precede PTS) and move the segment with them: the running
                 // time is what still equals the PTS the appsrc sent.
                 let segment = pad.sticky_event::<gst::event::Segment>(0);
-                let running = segment
-                    .as_ref()
-                    .and_then(|s| s.segment().downcast_ref::<gst::ClockTime>())
-                    .and_then(|s| s.to_running_time(pts));
+                let running = segment.as_ref().and_then(|s| s.segment().downcast_ref::<gst::ClockTime>()).and_then(|s| s.to_running_time(pts));
                 if let Some(running) = running {
                     clock.encoded(running.nseconds());
                 }
@@ -109,20 +100,8 @@ mod tests {
         let mut took = Vec::new();
         clock.drain(&mut |d| took.push(d));
         assert_eq!(took.len(), 2);
-        assert!(
-            took.iter().all(|d| *d >= Duration::from_millis(5)),
-            "{took:?}"
-        );
-        assert_eq!(
-            clock
-                .pending
-                .lock()
-                .unwrap()
-                .iter()
-                .map(|p| p.0)
-                .collect::<Vec<_>>(),
-            [120]
-        );
+        assert!(took.iter().all(|d| *d >= Duration::from_millis(5)), "{took:?}");
+        assert_eq!(clock.pending.lock().unwrap().iter().map(|p| p.0).collect::<Vec<_>>(), [120]);
     }
 
     #[test]

@@ -34,11 +34,7 @@ pub struct EncoderSettings {
 
 impl Default for EncoderSettings {
     fn default() -> Self {
-        EncoderSettings {
-            bitrate_kbps: 4000,
-            keyframe_interval: Duration::from_secs(2),
-            force_software: false,
-        }
+        EncoderSettings { bitrate_kbps: 4000, keyframe_interval: Duration::from_secs(2), force_software: false }
     }
 }
 
@@ -69,16 +65,7 @@ impl EncoderChoice {
 
 impl fmt::Display for EncoderChoice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} ({})",
-            self.name,
-            if self.hardware {
-                "hardware"
-            } else {
-                "software"
-            }
-        )
+        write!(f, "{} ({})", self.name, if self.hardware { "hardware" } else { "software" })
     }
 }
 
@@ -114,50 +101,29 @@ pub fn choose(settings: &EncoderSettings, info: &VideoInfo) -> Result<EncoderCho
 }
 
 /// The first software encoder: the fallback when a hardware pipeline fails to start.
-pub fn software(
-    settings: &EncoderSettings,
-    info: &VideoInfo,
-) -> Result<EncoderChoice, EncoderError> {
-    choose(
-        &EncoderSettings {
-            force_software: true,
-            ..settings.clone()
-        },
-        info,
-    )
+pub fn software(settings: &EncoderSettings, info: &VideoInfo) -> Result<EncoderChoice, EncoderError> {
+    choose(&EncoderSettings { force_software: true, ..settings.clone() }, info)
 }
 
 /// Keyframe interval in frames (at the fallback rate when the rate is unknown).
 fn gop_frames(settings: &EncoderSettings, info: &VideoInfo) -> u32 {
     let (num, den) = info.frame_rate();
     let fps = f64::from(num) / f64::from(den);
-    (settings.keyframe_interval.as_secs_f64() * fps)
-        .round()
-        .max(1.0) as u32
+    (settings.keyframe_interval.as_secs_f64() * fps).round().max(1.0) as u32
 }
 
 fn candidates(settings: &EncoderSettings, info: &VideoInfo) -> Vec<EncoderChoice> {
     let gop = gop_frames(settings, info).to_string();
     let kbps = settings.bitrate_kbps.max(1).to_string();
-    let bps = (settings.bitrate_kbps.max(1) as u64 * 1000)
-        .min(u32::MAX as u64)
-        .to_string();
-    let vars = [
-        ("gop", gop.as_str()),
-        ("kbps", kbps.as_str()),
-        ("bps", bps.as_str()),
-    ];
+    let bps = (settings.bitrate_kbps.max(1) as u64 * 1000).min(u32::MAX as u64).to_string();
+    let vars = [("gop", gop.as_str()), ("kbps", kbps.as_str()), ("bps", bps.as_str())];
     launch::fill(ENCODERS, &[])
         .lines()
         .filter_map(|line| {
             let (name, rest) = line.trim().split_once(char::is_whitespace)?;
             let (kind, description) = rest.trim_start().split_once(char::is_whitespace)?;
             let description = launch::fill(description.trim(), &vars);
-            Some(EncoderChoice {
-                name: name.to_string(),
-                hardware: kind == "hw",
-                description,
-            })
+            Some(EncoderChoice { name: name.to_string(), hardware: kind == "hw", description })
         })
         .collect()
 }
@@ -181,21 +147,11 @@ fn usable(candidate: &EncoderChoice, info: &VideoInfo) -> bool {
 }
 
 fn probe(candidate: &EncoderChoice, info: &VideoInfo) -> bool {
-    let (w, h) = (
-        info.width.max(16).to_string(),
-        info.height.max(16).to_string(),
-    );
+    let (w, h) = (info.width.max(16).to_string(), info.height.max(16).to_string());
     let (num, den) = info.frame_rate();
     let fps = format!("{num}/{den}");
-    let desc = launch::fill(
-        PROBE,
-        &[
-            ("width", &w),
-            ("height", &h),
-            ("fps", &fps),
-            ("encoder", candidate.description()),
-        ],
-    );
+    let desc =
+        launch::fill(PROBE, &[("width", &w), ("height", &h), ("fps", &fps), ("encoder", candidate.description())]);
     let Ok(pipeline) = launch::launch(&desc) else {
         return false;
     };
@@ -220,32 +176,13 @@ mod tests {
 
     #[test]
     fn candidates_are_ordered_and_filled() {
-        let info = VideoInfo {
-            width: 320,
-            height: 240,
-            fps_num: 25,
-            fps_den: 1,
-            format: crate::frame::PixelFormat::Rgba,
-        };
+        let info = VideoInfo { width: 320, height: 240, fps_num: 25, fps_den: 1, format: crate::frame::PixelFormat::Rgba };
         let c = candidates(&EncoderSettings::default(), &info);
         let names: Vec<_> = c.iter().map(|c| c.name()).collect();
-        assert_eq!(
-            names,
-            [
-                "nvh264enc",
-                "vah264enc",
-                "vaapih264enc",
-                "x264enc",
-                "openh264enc"
-            ]
-        );
+        assert_eq!(names, ["nvh264enc", "vah264enc", "vaapih264enc", "x264enc", "openh264enc"]);
         let x264 = &c[3];
         assert!(!x264.is_hardware());
-        assert!(
-            x264.description().contains("key-int-max=50"),
-            "{}",
-            x264.description()
-        );
+        assert!(x264.description().contains("key-int-max=50"), "{}", x264.description());
         assert!(x264.description().contains("bitrate=4000"));
         assert!(c[4].description().contains("bitrate=4000000"));
         assert!(!c.iter().any(|c| c.description().contains('{')));

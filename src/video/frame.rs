@@ -52,14 +52,7 @@ pub struct StageTimes {
 
 impl StageTimes {
     pub fn starting(at: Instant) -> StageTimes {
-        StageTimes {
-            decoded: at,
-            queued: at,
-            taken: at,
-            inferred: at,
-            annotated: at,
-            in_order: at,
-        }
+        StageTimes { decoded: at, queued: at, taken: at, inferred: at, annotated: at, in_order: at }
     }
 }
 
@@ -82,20 +75,12 @@ pub const FALLBACK_FPS: (i32, i32) = (25, 1);
 impl VideoInfo {
     /// The frame rate as a fraction, [`FALLBACK_FPS`] when unknown.
     pub fn frame_rate(&self) -> (i32, i32) {
-        if self.fps_num > 0 && self.fps_den > 0 {
-            (self.fps_num, self.fps_den)
-        } else {
-            FALLBACK_FPS
-        }
+        if self.fps_num > 0 && self.fps_den > 0 { (self.fps_num, self.fps_den) } else { FALLBACK_FPS }
     }
 
     /// This size at [`VideoInfo::frame_rate`].
     pub fn with_known_rate(self) -> VideoInfo {
         let (fps_num, fps_den) = self.frame_rate();
-        VideoInfo {
-            fps_num,
-            fps_den,
-            ..self
-        }
+        VideoInfo { fps_num, fps_den, ..self }
     }
 }

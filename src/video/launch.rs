@@ -46,11 +46,8 @@ impl GstError {
 /// of GStreamer's error types, so `?` works on GStreamer calls directly.
 macro_rules! gst_errors {
     ($t:ty, launch: $launch:literal, call: $call:literal, state_change: $state_change:literal) => {
-        const GST_PHRASES: $crate::video::launch::GstPhrases = $crate::video::launch::GstPhrases {
-            launch: $launch,
-            call: $call,
-            state_change: $state_change,
-        };
+        const GST_PHRASES: $crate::video::launch::GstPhrases =
+            $crate::video::launch::GstPhrases { launch: $launch, call: $call, state_change: $state_change };
         impl From<gstreamer::glib::Error> for $t {
             fn from(e: gstreamer::glib::Error) -> Self {
                 Self::Gst(e.into())
@@ -73,11 +70,7 @@ pub(crate) use gst_errors;
 /// Fills `{name}` placeholders of a `pipelines/*.txt` description. Lines starting
 /// with `#` are notes for the reader; gst-launch syntax has no comments, so they go.
 pub(crate) fn fill(template: &str, vars: &[(&str, &str)]) -> String {
-    let mut out: String = template
-        .lines()
-        .filter(|l| !l.trim_start().starts_with('#'))
-        .collect::<Vec<_>>()
-        .join("\n");
+    let mut out: String = template.lines().filter(|l| !l.trim_start().starts_with('#')).collect::<Vec<_>>().join("\n");
     for (name, value) in vars {
         out = out.replace(&format!("{{{name}}}"), value);
     }
@@ -109,8 +102,7 @@ pub(crate) fn launch(desc: &str) -> Result<gst::Pipeline, glib::Error> {
         Err(e) => {
             // A lone element: wrap it so every caller gets a pipeline with a bus.
             let p = gst::Pipeline::new();
-            p.add(&e)
-                .map_err(|b| glib::Error::new(gst::CoreError::Failed, &b.to_string()))?;
+            p.add(&e).map_err(|b| glib::Error::new(gst::CoreError::Failed, &b.to_string()))?;
             Ok(p)
         }
     }
@@ -127,15 +119,8 @@ pub(crate) struct Failure {
 
 impl Failure {
     pub(crate) fn from_message(e: &gst::message::Error) -> Self {
-        let element = e
-            .src()
-            .map(|s| s.name().to_string())
-            .unwrap_or_else(|| "pipeline".into());
-        Failure {
-            element,
-            error: e.error(),
-            debug: cause(e.debug().as_deref()),
-        }
+        let element = e.src().map(|s| s.name().to_string()).unwrap_or_else(|| "pipeline".into());
+        Failure { element, error: e.error(), debug: cause(e.debug().as_deref()) }
     }
 
     /// "element: message (cause)", for error messages.
@@ -143,12 +128,7 @@ impl Failure {
         if self.debug.is_empty() {
             format!("{}: {}", self.element, self.error.message())
         } else {
-            format!(
-                "{}: {} ({})",
-                self.element,
-                self.error.message(),
-                self.debug
-            )
+            format!("{}: {} ({})", self.element, self.error.message(), self.debug)
         }
     }
 }
@@ -170,15 +150,8 @@ fn cause(debug: Option<&str>) -> String {
 
 /// A WARNING message as one line, for logs.
 pub(crate) fn describe_warning(w: &gst::message::Warning) -> String {
-    let element = w
-        .src()
-        .map(|s| s.name().to_string())
-        .unwrap_or_else(|| "pipeline".into());
-    format!(
-        "{element}: {} ({})",
-        w.error().message(),
-        cause(w.debug().as_deref())
-    )
+    let element = w.src().map(|s| s.name().to_string()).unwrap_or_else(|| "pipeline".into());
+    format!("{element}: {} ({})", w.error().message(), cause(w.debug().as_deref()))
 }
 
 /// How a wait on a bus ended.
@@ -190,11 +163,7 @@ pub(crate) enum BusEnd {
 
 /// Waits for EOS or the first ERROR, handing every other message to `other`
 /// (e.g. splitmuxsink's fragment-closed notes).
-pub(crate) fn wait_end(
-    bus: &gst::Bus,
-    timeout: Duration,
-    mut other: impl FnMut(&gst::MessageRef),
-) -> BusEnd {
+pub(crate) fn wait_end(bus: &gst::Bus, timeout: Duration, mut other: impl FnMut(&gst::MessageRef)) -> BusEnd {
     let deadline = Instant::now() + timeout;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());

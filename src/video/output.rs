@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
+use crate::annotate::FrameStats;
 use super::pool::{OutputItem, SkipReason, StreamCounters};
 use super::reorder::{Reorder, Slot};
 use super::ring::{FrameBuf, FrameRing};
 use super::rtsp::RtspError;
 use super::sink::SinkError;
-use crate::annotate::FrameStats;
 
 /// Why a sink, the stats sidecar or the output stage failed.
 #[derive(Debug, thiserror::Error)]
@@ -49,25 +49,13 @@ impl From<SinkError> for OutputError {
 #[derive(Debug, thiserror::Error)]
 pub enum StatsError {
     #[error("cannot create {}: {source}", .dir.display())]
-    CreateDir {
-        dir: PathBuf,
-        source: std::io::Error,
-    },
+    CreateDir { dir: PathBuf, source: std::io::Error },
     #[error("cannot open stats file {}: {source}", .path.display())]
-    Open {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Open { path: PathBuf, source: std::io::Error },
     #[error("writing {path}: {source}")]
-    Write {
-        path: String,
-        source: std::io::Error,
-    },
+    Write { path: String, source: std::io::Error },
     #[error("syncing {path}: {source}")]
-    Sync {
-        path: String,
-        source: std::io::Error,
-    },
+    Sync { path: String, source: std::io::Error },
 }
 
 /// Somewhere annotated frames go. `write` failing is counted and logged but
@@ -128,16 +116,9 @@ impl StatsWriter {
         Self::open(path, Some(stream.to_string()), true)
     }
 
-    fn open(
-        path: &std::path::Path,
-        stream: Option<String>,
-        append: bool,
-    ) -> Result<Self, StatsError> {
+    fn open(path: &std::path::Path, stream: Option<String>, append: bool) -> Result<Self, StatsError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| StatsError::CreateDir {
-                dir: dir.into(),
-                source,
-            })?;
+            std::fs::create_dir_all(dir).map_err(|source| StatsError::CreateDir { dir: dir.into(), source })?;
         }
         let file = std::fs::OpenOptions::new()
             .write(true)
@@ -145,15 +126,8 @@ impl StatsWriter {
             .append(append)
             .truncate(!append)
             .open(path)
-            .map_err(|source| StatsError::Open {
-                path: path.into(),
-                source,
-            })?;
-        Ok(StatsWriter {
-            out: std::io::BufWriter::new(file),
-            path: path.display().to_string(),
-            stream,
-        })
+            .map_err(|source| StatsError::Open { path: path.into(), source })?;
+        Ok(StatsWriter { out: std::io::BufWriter::new(file), path: path.display().to_string(), stream })
     }
 
     fn write(&mut self, frame: &FrameBuf, stats: &FrameStats) -> Result<(), StatsError> {
@@ -170,24 +144,12 @@ impl StatsWriter {
         if let Some(stream) = &self.stream {
             line["stream"] = stream.as_str().into();
         }
-        writeln!(self.out, "{line}").map_err(|source| StatsError::Write {
-            path: self.path.clone(),
-            source,
-        })
+        writeln!(self.out, "{line}").map_err(|source| StatsError::Write { path: self.path.clone(), source })
     }
 
     fn finish(mut self) -> Result<(), StatsError> {
-        self.out.flush().map_err(|source| StatsError::Write {
-            path: self.path.clone(),
-            source,
-        })?;
-        self.out
-            .get_ref()
-            .sync_all()
-            .map_err(|source| StatsError::Sync {
-                path: self.path.clone(),
-                source,
-            })
+        self.out.flush().map_err(|source| StatsError::Write { path: self.path.clone(), source })?;
+        self.out.get_ref().sync_all().map_err(|source| StatsError::Sync { path: self.path.clone(), source })
     }
 }
 
@@ -208,8 +170,7 @@ impl OutputSummary {
     /// Mean share of pixels whose road label flips from one frame to the
     /// next (None without road masks): the flicker temporal smoothing cuts.
     pub fn road_flicker(&self) -> Option<f64> {
-        (self.road_flicker_pairs > 0)
-            .then(|| self.road_flicker_sum / self.road_flicker_pairs as f64)
+        (self.road_flicker_pairs > 0).then(|| self.road_flicker_sum / self.road_flicker_pairs as f64)
     }
 }
 
@@ -232,18 +193,12 @@ impl OutputStage {
     /// Runs until every sender of `items` is gone, then finalises the sinks.
     pub fn start(parts: OutputParts) -> Self {
         let name = format!("roadseg-out-{}", parts.stream);
-        let handle = std::thread::Builder::new()
-            .name(name)
-            .spawn(move || run(parts))
-            .expect("spawning an output thread");
+        let handle = std::thread::Builder::new().name(name).spawn(move || run(parts)).expect("spawning an output thread");
         OutputStage { handle }
     }
 
     pub fn join(self) -> OutputSummary {
-        self.handle.join().unwrap_or_else(|_| OutputSummary {
-            first_error: Some(OutputError::Panicked),
-            ..Default::default()
-        })
+        self.handle.join().unwrap_or_else(|_| OutputSummary { first_error: Some(OutputError::Panicked), ..Default::default() })
     }
 }
 
@@ -252,9 +207,7 @@ fn run(mut p: OutputParts) -> OutputSummary {
     let mut summary = OutputSummary::default();
     let mut fps_window = (Instant::now(), 0u64);
     let mut previous_mask: Vec<u8> = Vec::new();
-    let mut emit = |(mut buf, stats): (FrameBuf, FrameStats),
-                    p: &mut OutputParts,
-                    summary: &mut OutputSummary| {
+    let mut emit = |(mut buf, stats): (FrameBuf, FrameStats), p: &mut OutputParts, summary: &mut OutputSummary| {
         buf.stages.in_order = Instant::now();
         for sink in p.sinks.iter_mut() {
             match sink.write(&buf) {
@@ -281,17 +234,12 @@ fn run(mut p: OutputParts) -> OutputSummary {
         for sink in p.sinks.iter() {
             sink.encode_times(&mut |took| p.observer.encoded(took));
         }
-        p.observer
-            .frame_out(&buf, buf.stages.decoded.elapsed(), &stats);
+        p.observer.frame_out(&buf, buf.stages.decoded.elapsed(), &stats);
         summary.frames += 1;
         summary.road_coverage_sum += stats.road_coverage as f64;
         if !buf.road_mask.is_empty() {
             if previous_mask.len() == buf.road_mask.len() {
-                let changed = previous_mask
-                    .iter()
-                    .zip(&buf.road_mask)
-                    .filter(|(a, b)| a != b)
-                    .count();
+                let changed = previous_mask.iter().zip(&buf.road_mask).filter(|(a, b)| a != b).count();
                 summary.road_flicker_sum += changed as f64 / buf.road_mask.len() as f64;
                 summary.road_flicker_pairs += 1;
             }
@@ -302,9 +250,7 @@ fn run(mut p: OutputParts) -> OutputSummary {
         let elapsed = fps_window.0.elapsed();
         if elapsed >= Duration::from_secs(1) {
             let fps = fps_window.1 as f64 / elapsed.as_secs_f64();
-            p.counters
-                .fps_milli
-                .store((fps * 1000.0) as u64, Ordering::Relaxed);
+            p.counters.fps_milli.store((fps * 1000.0) as u64, Ordering::Relaxed);
             fps_window = (Instant::now(), 0);
         }
         p.ring.recycle(buf);

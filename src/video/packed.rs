@@ -13,21 +13,9 @@ use crate::frame::PixelFormat;
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum FrameSizeError {
     #[error("stride {stride} is shorter than a {width}-pixel {format:?} row ({row} bytes)")]
-    Stride {
-        stride: usize,
-        width: u32,
-        row: usize,
-        format: PixelFormat,
-    },
+    Stride { stride: usize, width: u32, row: usize, format: PixelFormat },
     #[error("{len} bytes, need {need} for {width}x{height} {format:?} at stride {stride}")]
-    Short {
-        len: usize,
-        need: usize,
-        width: u32,
-        height: u32,
-        stride: usize,
-        format: PixelFormat,
-    },
+    Short { len: usize, need: usize, width: u32, height: u32, stride: usize, format: PixelFormat },
     #[error("{width}x{height} cannot be NV12: both sides must be even")]
     OddNv12 { width: u32, height: u32 },
 }
@@ -43,19 +31,11 @@ pub(crate) struct Packed {
 }
 
 impl Packed {
-    pub(crate) fn new(
-        width: u32,
-        height: u32,
-        format: PixelFormat,
-    ) -> Result<Packed, FrameSizeError> {
+    pub(crate) fn new(width: u32, height: u32, format: PixelFormat) -> Result<Packed, FrameSizeError> {
         if format == PixelFormat::Nv12 && (!width.is_multiple_of(2) || !height.is_multiple_of(2)) {
             return Err(FrameSizeError::OddNv12 { width, height });
         }
-        Ok(Packed {
-            width,
-            height,
-            format,
-        })
+        Ok(Packed { width, height, format })
     }
 
     /// Bytes of one row of the first plane, unpadded.
@@ -66,11 +46,7 @@ impl Packed {
     /// Rows of every plane together (NV12: Y rows then half as many UV rows).
     fn rows(self) -> usize {
         let h = self.height as usize;
-        if self.format == PixelFormat::Nv12 {
-            h + h / 2
-        } else {
-            h
-        }
+        if self.format == PixelFormat::Nv12 { h + h / 2 } else { h }
     }
 
     fn caps_format(self) -> &'static str {
@@ -93,9 +69,7 @@ impl Packed {
 
     /// Bytes of one frame in GStreamer's layout.
     pub(crate) fn size(self) -> usize {
-        self.layout()
-            .map(|l| l.size())
-            .unwrap_or(self.row() * self.rows())
+        self.layout().map(|l| l.size()).unwrap_or(self.row() * self.rows())
     }
 
     /// `video/x-raw,format=...,...` as a gst-launch value (quoted).
@@ -114,21 +88,9 @@ impl Packed {
     pub(crate) fn check(self, len: usize, stride: usize) -> Result<(), FrameSizeError> {
         let need = stride.saturating_mul(self.rows().saturating_sub(1)) + self.row();
         if stride < self.row() {
-            Err(FrameSizeError::Stride {
-                stride,
-                width: self.width,
-                row: self.row(),
-                format: self.format,
-            })
+            Err(FrameSizeError::Stride { stride, width: self.width, row: self.row(), format: self.format })
         } else if len < need {
-            Err(FrameSizeError::Short {
-                len,
-                need,
-                width: self.width,
-                height: self.height,
-                stride,
-                format: self.format,
-            })
+            Err(FrameSizeError::Short { len, need, width: self.width, height: self.height, stride, format: self.format })
         } else {
             Ok(())
         }
@@ -168,14 +130,9 @@ impl Packed {
             let row = self.row();
             let h = self.height as usize;
             // (first source row, rows) of each plane; NV12's UV rows follow its Y rows.
-            let planes: &[(usize, usize)] = if self.format == PixelFormat::Nv12 {
-                &[(0, h), (h, h / 2)]
-            } else {
-                &[(0, h)]
-            };
+            let planes: &[(usize, usize)] = if self.format == PixelFormat::Nv12 { &[(0, h), (h, h / 2)] } else { &[(0, h)] };
             for (plane, &(first, rows)) in planes.iter().enumerate() {
-                let (offset, dst_stride) =
-                    (layout.offset()[plane], layout.stride()[plane] as usize);
+                let (offset, dst_stride) = (layout.offset()[plane], layout.stride()[plane] as usize);
                 for y in 0..rows {
                     let src = (first + y) * stride;
                     let out = offset + y * dst_stride;
@@ -214,21 +171,9 @@ mod tests {
         let buffer = p.buffer(&pool, &pixels, 6, Some(0), None).unwrap();
         let layout = p.layout().unwrap();
         let map = buffer.map_readable().unwrap();
-        let (y_stride, uv_offset, uv_stride) = (
-            layout.stride()[0] as usize,
-            layout.offset()[1],
-            layout.stride()[1] as usize,
-        );
+        let (y_stride, uv_offset, uv_stride) = (layout.stride()[0] as usize, layout.offset()[1], layout.stride()[1] as usize);
         assert_eq!(y_stride, 8, "GStreamer pads 6-pixel rows to 8");
-        assert_eq!(
-            &map[y_stride * 3..y_stride * 3 + 6],
-            &pixels[18..24],
-            "last Y row"
-        );
-        assert_eq!(
-            &map[uv_offset + uv_stride..uv_offset + uv_stride + 6],
-            &pixels[30..36],
-            "last UV row"
-        );
+        assert_eq!(&map[y_stride * 3..y_stride * 3 + 6], &pixels[18..24], "last Y row");
+        assert_eq!(&map[uv_offset + uv_stride..uv_offset + uv_stride + 6], &pixels[30..36], "last UV row");
     }
 }

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 
 use self::batch::{Job, take_ready};
-use super::ring::{Doorbell, FrameBuf, FrameRing};
 use crate::annotate::{Annotator, FrameStats};
+use super::ring::{Doorbell, FrameBuf, FrameRing};
 use crate::engine::{AnyEngine, Segmentation, UNKNOWN};
 use crate::temporal::{HoodMask, LogitsGrid, StreamTemporal, scene_coverage};
 
@@ -41,14 +41,8 @@ impl SkipReason {
 /// What a stream's output stage receives, in any order.
 #[derive(Debug)]
 pub enum OutputItem {
-    Frame {
-        buf: FrameBuf,
-        stats: FrameStats,
-    },
-    Skipped {
-        seq: u64,
-        reason: SkipReason,
-    },
+    Frame { buf: FrameBuf, stats: FrameStats },
+    Skipped { seq: u64, reason: SkipReason },
     /// Everything before this has been sent: finish the sinks. Sent once the
     /// ring is closed and drained, since the source side may still hold a
     /// sender and the channel would never disconnect.
@@ -105,8 +99,7 @@ impl WorkerWindow {
     }
 
     pub fn gpu_share(&self) -> Option<f64> {
-        self.gpu
-            .map(|g| g.as_secs_f64() / self.length.as_secs_f64().max(1e-9))
+        self.gpu.map(|g| g.as_secs_f64() / self.length.as_secs_f64().max(1e-9))
     }
 }
 
@@ -129,13 +122,7 @@ impl WorkerPool {
     /// One worker thread per engine, before any stream is added: the model
     /// (and so its input size) is settled first. Each worker runs up to
     /// `batch` ready frames as one batched forward (1: one at a time).
-    pub fn start(
-        engines: Vec<AnyEngine>,
-        batch: usize,
-        annotator: Annotator,
-        on_inference: InferenceObserver,
-        on_busy: BusyObserver,
-    ) -> Self {
+    pub fn start(engines: Vec<AnyEngine>, batch: usize, annotator: Annotator, on_inference: InferenceObserver, on_busy: BusyObserver) -> Self {
         let shared = Arc::new(Shared {
             streams: RwLock::new(Vec::new()),
             generation: AtomicU64::new(0),
@@ -148,9 +135,7 @@ impl WorkerPool {
             .map(|(index, engine)| {
                 let worker = Worker {
                     index,
-                    stall_after: std::env::var(STALL_HOOK_ENV)
-                        .ok()
-                        .and_then(|v| v.parse().ok()),
+                    stall_after: std::env::var(STALL_HOOK_ENV).ok().and_then(|v| v.parse().ok()),
                     batch: batch.max(1),
                     engine,
                     annotator: annotator.clone(),
@@ -172,20 +157,12 @@ impl WorkerPool {
     }
 
     pub fn add_stream(&self, stream: Arc<StreamInput>) {
-        self.shared
-            .streams
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(stream);
+        self.shared.streams.write().unwrap_or_else(|e| e.into_inner()).push(stream);
         self.shared.generation.fetch_add(1, Ordering::SeqCst);
     }
 
     pub fn remove_stream(&self, name: &str) {
-        self.shared
-            .streams
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|s| s.name != name);
+        self.shared.streams.write().unwrap_or_else(|e| e.into_inner()).retain(|s| s.name != name);
         self.shared.generation.fetch_add(1, Ordering::SeqCst);
     }
 
@@ -231,8 +208,7 @@ impl Worker {
         let mut streams: Vec<Arc<StreamInput>> = Vec::new();
         let mut seen_generation = u64::MAX;
         let mut next = 0usize;
-        let (mut window_start, mut busy, mut gpu_ms) =
-            (Instant::now(), Duration::ZERO, None::<f64>);
+        let (mut window_start, mut busy, mut gpu_ms) = (Instant::now(), Duration::ZERO, None::<f64>);
         let mut processed = 0u64;
         let mut jobs: Vec<Job> = Vec::with_capacity(self.batch);
         while !self.shared.stop.load(Ordering::SeqCst) {
@@ -242,18 +218,11 @@ impl Worker {
             }
             let generation = self.shared.generation.load(Ordering::SeqCst);
             if generation != seen_generation {
-                streams = self
-                    .shared
-                    .streams
-                    .read()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .clone();
+                streams = self.shared.streams.read().unwrap_or_else(|e| e.into_inner()).clone();
                 seen_generation = generation;
             }
             // The stall hook counts frames: never take past it.
-            let room = self
-                .stall_after
-                .map_or(self.batch, |n| self.batch.min((n - processed) as usize));
+            let room = self.stall_after.map_or(self.batch, |n| self.batch.min((n - processed) as usize));
             take_ready(&streams, &mut next, room, &mut jobs);
             if jobs.is_empty() {
                 self.shared.work.wait(Duration::from_millis(20));
@@ -277,12 +246,7 @@ impl Worker {
             }
             if window_start.elapsed() >= Duration::from_secs(1) {
                 let gpu = gpu_ms.map(|ms| Duration::from_secs_f64(ms / 1000.0));
-                (self.on_busy)(WorkerWindow {
-                    worker: self.index,
-                    length: window_start.elapsed(),
-                    busy,
-                    gpu,
-                });
+                (self.on_busy)(WorkerWindow { worker: self.index, length: window_start.elapsed(), busy, gpu });
                 (window_start, busy) = (Instant::now(), Duration::ZERO);
                 // A device that was timed once stays on the gauge: an idle second reads 0.
                 gpu_ms = gpu_ms.map(|_| 0.0);
@@ -290,12 +254,7 @@ impl Worker {
         }
         // The last, partial window, so totals kept from these reports add up.
         let gpu = gpu_ms.map(|ms| Duration::from_secs_f64(ms / 1000.0));
-        (self.on_busy)(WorkerWindow {
-            worker: self.index,
-            length: window_start.elapsed(),
-            busy,
-            gpu,
-        });
+        (self.on_busy)(WorkerWindow { worker: self.index, length: window_start.elapsed(), busy, gpu });
     }
 
     /// Infers, annotates and hands on one frame; false when inference failed
@@ -306,11 +265,7 @@ impl Worker {
         let observed = temporal.observe(buf.seq, buf.timing.pts, &frame);
         let seq = buf.seq;
         if self.engine.annotates_frames() {
-            self.engine.set_overlays(&[self.annotator.overlay(
-                &observed.hood,
-                frame.width,
-                frame.height,
-            )]);
+            self.engine.set_overlays(&[self.annotator.overlay(&observed.hood, frame.width, frame.height)]);
         }
         let result = if temporal.filters_logits() {
             let grid = logits_grid(&self.engine);
@@ -318,9 +273,7 @@ impl Worker {
             let unseen = observed.hood.clone();
             self.engine.run_frame_filtered(
                 &frame,
-                Some(&mut |logits: &mut [f32]| {
-                    temporal.filter_logits(seq, logits, grid, &road, &unseen)
-                }),
+                Some(&mut |logits: &mut [f32]| temporal.filter_logits(seq, logits, grid, &road, &unseen)),
             )
         } else {
             self.engine.run_frame(&frame)
@@ -332,19 +285,8 @@ impl Worker {
         buf.stages.inferred = Instant::now();
         let t = self.engine.timings();
         let inference_ms = t.preprocess_ms + t.inference_ms + t.postprocess_ms;
-        let done = Done {
-            annotator: &self.annotator,
-            on_inference: &self.on_inference,
-            road: &self.engine.options().road_classes,
-        };
-        done.deliver(
-            stream,
-            buf,
-            self.engine.segmentation(),
-            &observed.hood,
-            inference_ms,
-            self.engine.annotated(0),
-        );
+        let done = Done { annotator: &self.annotator, on_inference: &self.on_inference, road: &self.engine.options().road_classes };
+        done.deliver(stream, buf, self.engine.segmentation(), &observed.hood, inference_ms, self.engine.annotated(0));
         true
     }
 }
@@ -355,10 +297,7 @@ fn drop_failed(stream: &StreamInput, buf: FrameBuf, err: &dyn std::fmt::Display)
     tracing::warn!(stream = %stream.name, seq, "frame dropped: inference failed: {err}");
     stream.counters.failed.fetch_add(1, Ordering::Relaxed);
     stream.ring.recycle(buf);
-    let _ = stream.output.send(OutputItem::Skipped {
-        seq,
-        reason: SkipReason::InferenceError,
-    });
+    let _ = stream.output.send(OutputItem::Skipped { seq, reason: SkipReason::InferenceError });
 }
 
 /// What a worker does with an inferred frame, apart from the engine (so a
@@ -374,15 +313,7 @@ impl Done<'_> {
     /// stage. `inference_ms` is what the frame waited for its segmentation
     /// (its whole batch's time when batched). `annotated`: the frame as the
     /// engine's backend drew it (then only the status line is drawn here).
-    fn deliver(
-        &self,
-        stream: &StreamInput,
-        mut buf: FrameBuf,
-        seg: &Segmentation,
-        hood: &HoodMask,
-        inference_ms: f64,
-        annotated: Option<&[u8]>,
-    ) {
+    fn deliver(&self, stream: &StreamInput, mut buf: FrameBuf, seg: &Segmentation, hood: &HoodMask, inference_ms: f64, annotated: Option<&[u8]>) {
         let road = self.road;
         let (road_coverage, hood_coverage) = scene_coverage(seg, hood, road);
         let stats = FrameStats {
@@ -395,29 +326,16 @@ impl Done<'_> {
         (self.on_inference)(&stream.name, inference_ms, &stats);
         if stream.want_masks {
             buf.road_mask.clear();
-            buf.road_mask.extend(
-                seg.classes
-                    .iter()
-                    .map(|&c| u8::from(c != UNKNOWN && road.contains(&(c as usize)))),
-            );
+            buf.road_mask.extend(seg.classes.iter().map(|&c| u8::from(c != UNKNOWN && road.contains(&(c as usize)))));
             hood.for_each_unseen_pixel(|i| buf.road_mask[i] = 0);
         }
         match annotated {
             Some(pixels) => {
                 let n = pixels.len().min(buf.data.len());
                 buf.data[..n].copy_from_slice(&pixels[..n]);
-                self.annotator.draw_status(
-                    &mut buf.data,
-                    buf.format,
-                    seg.width,
-                    seg.height,
-                    hood,
-                    &stats,
-                );
+                self.annotator.draw_status(&mut buf.data, buf.format, seg.width, seg.height, hood, &stats);
             }
-            None => self
-                .annotator
-                .draw(&mut buf.data, buf.format, seg, hood, &stats),
+            None => self.annotator.draw(&mut buf.data, buf.format, seg, hood, &stats),
         }
         buf.stages.annotated = Instant::now();
         stream.counters.inferred.fetch_add(1, Ordering::Relaxed);
@@ -433,9 +351,5 @@ impl Done<'_> {
 /// The shape of the logits the engine hands a filter.
 pub(super) fn logits_grid(engine: &AnyEngine) -> LogitsGrid {
     let (width, height) = engine.logits_size();
-    LogitsGrid {
-        width,
-        height,
-        labels: engine.labels().len(),
-    }
+    LogitsGrid { width, height, labels: engine.labels().len() }
 }

@@ -18,10 +18,7 @@ pub struct Reorder<T> {
 
 impl<T> Default for Reorder<T> {
     fn default() -> Self {
-        Reorder {
-            next: 0,
-            pending: BTreeMap::new(),
-        }
+        Reorder { next: 0, pending: BTreeMap::new() }
     }
 }
 

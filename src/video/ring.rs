@@ -44,17 +44,7 @@ pub struct FrameBuf {
 
 impl FrameBuf {
     pub(crate) fn empty() -> Self {
-        FrameBuf {
-            seq: 0,
-            timing: FrameTiming::default(),
-            width: 0,
-            height: 0,
-            format: PixelFormat::Rgba,
-            data: FrameMemory::default(),
-            dropped_before: 0,
-            road_mask: Vec::new(),
-            stages: StageTimes::starting(Instant::now()),
-        }
+        FrameBuf { seq: 0, timing: FrameTiming::default(), width: 0, height: 0, format: PixelFormat::Rgba, data: FrameMemory::default(), dropped_before: 0, road_mask: Vec::new(), stages: StageTimes::starting(Instant::now()) }
     }
 
     /// Bytes per row (of the Y plane, for NV12).
@@ -64,13 +54,7 @@ impl FrameBuf {
 
     /// The pixels as the engine reads them.
     pub fn frame(&self) -> FrameRef<'_> {
-        FrameRef {
-            data: &self.data,
-            width: self.width as usize,
-            height: self.height as usize,
-            stride: self.stride(),
-            format: self.format,
-        }
+        FrameRef { data: &self.data, width: self.width as usize, height: self.height as usize, stride: self.stride(), format: self.format }
     }
 
     /// Copies `src` in, reusing the allocation when the size is unchanged.
@@ -87,10 +71,7 @@ impl FrameBuf {
         if let Some((plane, stride)) = src.chroma {
             copy_rows(uv, plane, stride, row);
         }
-        self.timing = FrameTiming {
-            pts: src.pts,
-            duration: src.duration,
-        };
+        self.timing = FrameTiming { pts: src.pts, duration: src.duration };
         self.stages = StageTimes::starting(offered);
     }
 }
@@ -118,10 +99,7 @@ impl Doorbell {
     /// Sleeps until rung or `timeout`; returns whether it was rung.
     pub fn wait(&self, timeout: Duration) -> bool {
         let guard = self.rung.lock().unwrap_or_else(|e| e.into_inner());
-        let (mut guard, _) = self
-            .cv
-            .wait_timeout_while(guard, timeout, |rung| !*rung)
-            .unwrap_or_else(|e| e.into_inner());
+        let (mut guard, _) = self.cv.wait_timeout_while(guard, timeout, |rung| !*rung).unwrap_or_else(|e| e.into_inner());
         std::mem::replace(&mut *guard, false)
     }
 }
@@ -129,25 +107,16 @@ impl Doorbell {
 /// What happened to a frame offered to the ring.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Pushed {
-    Queued {
-        seq: u64,
-    },
+    Queued { seq: u64 },
     /// Queued, after dropping the oldest queued frame (live sources).
-    QueuedDroppingOldest {
-        seq: u64,
-        dropped_seq: u64,
-    },
+    QueuedDroppingOldest { seq: u64, dropped_seq: u64 },
     /// Not queued: every buffer is in flight downstream (live sources).
-    DroppedIncoming {
-        seq: u64,
-    },
+    DroppedIncoming { seq: u64 },
     /// The ring was closed (the stream is stopping).
     Closed,
     /// Not offered to the ring: over the stream's inference rate
     /// (numbered by [`FrameRing::skip`]).
-    RateLimited {
-        seq: u64,
-    },
+    RateLimited { seq: u64 },
 }
 
 pub struct FrameRing {
@@ -300,16 +269,7 @@ mod tests {
     }
 
     fn decoded(data: &[u8]) -> DecodedFrame<'_> {
-        DecodedFrame {
-            data,
-            width: 4,
-            height: 4,
-            stride: 16,
-            format: PixelFormat::Rgba,
-            chroma: None,
-            pts: Some(data[0] as u64),
-            duration: None,
-        }
+        DecodedFrame { data, width: 4, height: 4, stride: 16, format: PixelFormat::Rgba, chroma: None, pts: Some(data[0] as u64), duration: None }
     }
 
     #[test]
@@ -318,25 +278,13 @@ mod tests {
         let ring = FrameRing::new(2, 1, false);
         let luma: Vec<u8> = (0..4 * 8).map(|i| i as u8).collect(); // 4 rows at stride 8
         let chroma: Vec<u8> = (100..100 + 2 * 8).map(|i| i as u8).collect(); // 2 rows at stride 8
-        let frame = DecodedFrame {
-            data: &luma,
-            width: 6,
-            height: 4,
-            stride: 8,
-            format: PixelFormat::Nv12,
-            chroma: Some((&chroma, 8)),
-            pts: Some(0),
-            duration: None,
-        };
+        let frame = DecodedFrame { data: &luma, width: 6, height: 4, stride: 8, format: PixelFormat::Nv12, chroma: Some((&chroma, 8)), pts: Some(0), duration: None };
         assert_eq!(ring.push(&frame), Pushed::Queued { seq: 0 });
         let buf = ring.pop().unwrap();
         assert_eq!(buf.stride(), 6);
         assert_eq!(&buf.data[..6], &[0, 1, 2, 3, 4, 5]);
         assert_eq!(&buf.data[18..24], &[24, 25, 26, 27, 28, 29]);
-        assert_eq!(
-            &buf.data[24..],
-            &[100, 101, 102, 103, 104, 105, 108, 109, 110, 111, 112, 113]
-        );
+        assert_eq!(&buf.data[24..], &[100, 101, 102, 103, 104, 105, 108, 109, 110, 111, 112, 113]);
         buf.frame().validate().unwrap();
     }
 
@@ -348,13 +296,7 @@ mod tests {
         assert_eq!(results[0], Pushed::Queued { seq: 0 });
         assert_eq!(results[1], Pushed::Queued { seq: 1 });
         // pool holds one spare buffer: the third push still fits the pool but not the queue
-        assert_eq!(
-            results[2],
-            Pushed::QueuedDroppingOldest {
-                seq: 2,
-                dropped_seq: 0
-            }
-        );
+        assert_eq!(results[2], Pushed::QueuedDroppingOldest { seq: 2, dropped_seq: 0 });
         assert_eq!(ring.depth(), 2);
         let a = ring.pop().unwrap();
         let b = ring.pop().unwrap();
@@ -367,11 +309,7 @@ mod tests {
         let ring = std::sync::Arc::new(FrameRing::new(1, 1, false));
         let producer = {
             let ring = ring.clone();
-            std::thread::spawn(move || {
-                (0..6u8)
-                    .map(|i| ring.push(&decoded(&frame(i))))
-                    .collect::<Vec<_>>()
-            })
+            std::thread::spawn(move || (0..6u8).map(|i| ring.push(&decoded(&frame(i)))).collect::<Vec<_>>())
         };
         let mut seen = Vec::new();
         while seen.len() < 6 {
@@ -384,10 +322,7 @@ mod tests {
         }
         let pushed = producer.join().unwrap();
         assert!(pushed.iter().all(|p| matches!(p, Pushed::Queued { .. })));
-        assert_eq!(
-            seen.iter().map(|s| s.0).collect::<Vec<_>>(),
-            vec![0, 1, 2, 3, 4, 5]
-        );
+        assert_eq!(seen.iter().map(|s| s.0).collect::<Vec<_>>(), vec![0, 1, 2, 3, 4, 5]);
         assert!(seen.iter().all(|s| s.0 == s.1 as u64 && s.2 == 0));
     }
 

@@ -31,20 +31,10 @@ const ROLE: &str = "viewer";
 
 #[derive(Debug, thiserror::Error)]
 pub enum RtspError {
-    #[error(
-        "cannot listen for RTSP on {addr}: {source} (is the port in use, or below 1024 without privileges?)"
-    )]
-    Listen {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
-    #[error(
-        "cannot listen for RTSP on {addr}: gst-rtsp-server could not bind (is the port in use, or below 1024 without privileges?)"
-    )]
-    Bind {
-        addr: SocketAddr,
-        source: Option<glib::BoolError>,
-    },
+    #[error("cannot listen for RTSP on {addr}: {source} (is the port in use, or below 1024 without privileges?)")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+    #[error("cannot listen for RTSP on {addr}: gst-rtsp-server could not bind (is the port in use, or below 1024 without privileges?)")]
+    Bind { addr: SocketAddr, source: Option<glib::BoolError> },
     #[error("the RTSP server thread did not come up (it may have panicked)")]
     Startup,
     #[error("RTSP path {path:?} must start with '/' (e.g. /cam1)")]
@@ -56,10 +46,7 @@ pub enum RtspError {
     #[error("bad RTSP stream format for {path}: {detail}")]
     Format { path: String, detail: String },
     #[error("frame does not fit RTSP stream {path}: {source}")]
-    FrameSize {
-        path: String,
-        source: FrameSizeError,
-    },
+    FrameSize { path: String, source: FrameSizeError },
     #[error(transparent)]
     Encoder(#[from] EncoderError),
     #[error("{}", .0.worded(&GST_PHRASES))]
@@ -85,26 +72,18 @@ impl RtspServer {
     /// Listens on `listen` (port 0 picks a free one, see [`RtspServer::local_addr`]).
     /// With `auth`, clients must give that user and password (HTTP Basic);
     /// anonymous clients are refused.
-    pub fn start(
-        listen: SocketAddr,
-        auth: Option<(String, String)>,
-    ) -> Result<RtspServer, RtspError> {
+    pub fn start(listen: SocketAddr, auth: Option<(String, String)>) -> Result<RtspServer, RtspError> {
         gst::init()?;
         if listen.port() != 0 {
             // gst-rtsp-server only logs why a bind failed; std says it in words.
-            TcpListener::bind(listen).map_err(|source| RtspError::Listen {
-                addr: listen,
-                source,
-            })?;
+            TcpListener::bind(listen).map_err(|source| RtspError::Listen { addr: listen, source })?;
         }
         let server = rtsp::RTSPServer::new();
         server.set_address(&listen.ip().to_string());
         server.set_service(&listen.port().to_string());
         if let Some((user, pass)) = &auth {
             let a = rtsp::RTSPAuth::new();
-            let token = rtsp::RTSPToken::builder()
-                .field(rtsp::RTSP_TOKEN_MEDIA_FACTORY_ROLE, ROLE)
-                .build();
+            let token = rtsp::RTSPToken::builder().field(rtsp::RTSP_TOKEN_MEDIA_FACTORY_ROLE, ROLE).build();
             a.add_basic(rtsp::RTSPAuth::make_basic(user, pass).as_str(), &token);
             server.set_auth(Some(&a));
         }
@@ -115,10 +94,7 @@ impl RtspServer {
             server.connect_client_connected(move |_, client| {
                 clients.fetch_add(1, Ordering::AcqRel);
                 let mounts = Arc::new(viewers::ClientMounts::default());
-                let path = |ctx: &rtsp::RTSPContext| {
-                    ctx.uri()
-                        .map(|u| viewers::request_path(&u.request_uri()).to_string())
-                };
+                let path = |ctx: &rtsp::RTSPContext| ctx.uri().map(|u| viewers::request_path(&u.request_uri()).to_string());
                 let (v, m) = (viewers.clone(), mounts.clone());
                 client.connect_play_request(move |_, ctx| {
                     if let Some(p) = path(ctx) {
@@ -138,17 +114,13 @@ impl RtspServer {
                 let sessions = Arc::new(Mutex::new(Vec::<glib::WeakRef<rtsp::RTSPSession>>::new()));
                 let opened = sessions.clone();
                 client.connect_new_session(move |_, session| {
-                    opened
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push(session.downgrade());
+                    opened.lock().unwrap_or_else(|e| e.into_inner()).push(session.downgrade());
                 });
                 let (clients, v) = (clients.clone(), viewers.clone());
                 client.connect_closed(move |client| {
                     clients.fetch_sub(1, Ordering::AcqRel);
                     v.closed(&mounts);
-                    let left: Vec<_> =
-                        std::mem::take(&mut *sessions.lock().unwrap_or_else(|e| e.into_inner()));
+                    let left: Vec<_> = std::mem::take(&mut *sessions.lock().unwrap_or_else(|e| e.into_inner()));
                     if let Some(pool) = client.session_pool() {
                         for session in left.iter().filter_map(|w| w.upgrade()) {
                             let _ = pool.remove(&session);
@@ -172,15 +144,10 @@ impl RtspServer {
                             // Sessions of viewers that vanished without TEARDOWN expire
                             // after their timeout, but are only freed by a cleanup pass.
                             if let Some(pool) = server.session_pool() {
-                                glib::timeout_source_new(
-                                    SESSION_CLEANUP_EVERY,
-                                    None,
-                                    glib::Priority::DEFAULT,
-                                    move || {
-                                        pool.cleanup();
-                                        glib::ControlFlow::Continue
-                                    },
-                                )
+                                glib::timeout_source_new(SESSION_CLEANUP_EVERY, None, glib::Priority::DEFAULT, move || {
+                                    pool.cleanup();
+                                    glib::ControlFlow::Continue
+                                })
                                 .attach(Some(&context));
                             }
                             let _ = tx.send(Ok(server.bound_port()));
@@ -202,10 +169,7 @@ impl RtspServer {
             Ok(Ok(port)) if port > 0 => port as u16,
             Ok(bound) => {
                 let _ = thread.join();
-                return Err(RtspError::Bind {
-                    addr: listen,
-                    source: bound.err(),
-                });
+                return Err(RtspError::Bind { addr: listen, source: bound.err() });
             }
             Err(_) => return Err(RtspError::Startup),
         };
@@ -247,21 +211,13 @@ impl RtspServer {
     /// Mounts a stream of `info`-sized RGBA frames at `path`, H.264 encoded with
     /// the default encoder settings (1 s keyframe interval for quick joins).
     pub fn add_stream(&self, path: &str, info: VideoInfo) -> Result<RtspFeed, RtspError> {
-        self.add_stream_with(
-            path,
-            info,
-            &Self::encoder(EncoderSettings::default().bitrate_kbps),
-        )
+        self.add_stream_with(path, info, &Self::encoder(EncoderSettings::default().bitrate_kbps))
     }
 
     /// Encoder settings for a mount at `bitrate_kbps`: keyframes every second
     /// so a joining client sees a picture quickly.
     pub fn encoder(bitrate_kbps: u32) -> EncoderSettings {
-        EncoderSettings {
-            keyframe_interval: Duration::from_secs(1),
-            bitrate_kbps,
-            ..EncoderSettings::default()
-        }
+        EncoderSettings { keyframe_interval: Duration::from_secs(1), bitrate_kbps, ..EncoderSettings::default() }
     }
 
     pub fn add_stream_with(
@@ -274,19 +230,11 @@ impl RtspServer {
             return Err(RtspError::BadPath { path: path.into() });
         }
         if info.width == 0 || info.height == 0 || info.fps_num <= 0 || info.fps_den <= 0 {
-            let detail = format!(
-                "{}x{} at {}/{} fps (all must be > 0)",
-                info.width, info.height, info.fps_num, info.fps_den
-            );
-            return Err(RtspError::Format {
-                path: path.into(),
-                detail,
-            });
+            let detail =
+                format!("{}x{} at {}/{} fps (all must be > 0)", info.width, info.height, info.fps_num, info.fps_den);
+            return Err(RtspError::Format { path: path.into(), detail });
         }
-        let mut feeds = self
-            .feeds
-            .lock()
-            .map_err(|_| glib::bool_error!("feed table poisoned"))?;
+        let mut feeds = self.feeds.lock().map_err(|_| glib::bool_error!("feed table poisoned"))?;
         if feeds.contains_key(path) {
             return Err(RtspError::PathInUse { path: path.into() });
         }
@@ -299,10 +247,7 @@ impl RtspServer {
                 .build();
             factory.add_role_from_structure(&role);
         }
-        let mounts = self
-            .server
-            .mount_points()
-            .ok_or_else(|| glib::bool_error!("RTSP server has no mount points"))?;
+        let mounts = self.server.mount_points().ok_or_else(|| glib::bool_error!("RTSP server has no mount points"))?;
         mounts.add_factory(path, factory);
         feeds.insert(path.to_string(), feed.clone());
         self.viewers.mount(path);
@@ -331,9 +276,7 @@ impl RtspServer {
     }
 
     fn stop(&mut self) {
-        let Some(thread) = self.thread.take() else {
-            return;
-        };
+        let Some(thread) = self.thread.take() else { return };
         if let Ok(mut feeds) = self.feeds.lock() {
             feeds.drain().for_each(|(_, f)| f.close());
         }

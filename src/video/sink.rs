@@ -90,9 +90,7 @@ pub enum SinkError {
     Settings { path: PathBuf, reason: String },
     #[error("frame does not fit the file sink: {0}")]
     FrameSize(#[from] FrameSizeError),
-    #[error(
-        "frame at {pts} ns is not after the previous one at {last} ns (frames must reach the sink in order)"
-    )]
+    #[error("frame at {pts} ns is not after the previous one at {last} ns (frames must reach the sink in order)")]
     OutOfOrder { pts: Nanos, last: Nanos },
     #[error("cannot write {path}: {detail} (check free space and the directory's permissions)")]
     Write { path: PathBuf, detail: String },
@@ -100,15 +98,10 @@ pub enum SinkError {
     Pipeline { path: PathBuf, detail: String },
     #[error("the file sink for {path} has already stopped")]
     Stopped { path: PathBuf },
-    #[error(
-        "finalising {path} took longer than {secs:.1} s; it keeps what its complete fragments hold"
-    )]
+    #[error("finalising {path} took longer than {secs:.1} s; it keeps what its complete fragments hold")]
     Timeout { path: PathBuf, secs: f64 },
     #[error("cannot create {}: {source}", .dir.display())]
-    CreateDir {
-        dir: PathBuf,
-        source: std::io::Error,
-    },
+    CreateDir { dir: PathBuf, source: std::io::Error },
     #[error(transparent)]
     Encoder(#[from] EncoderError),
     #[error("{}", .0.worded(&GST_PHRASES))]
@@ -177,9 +170,7 @@ impl FileSink {
             enc.keyframe_interval = enc
                 .keyframe_interval
                 .min(Duration::from_secs(s as u64))
-                .min(Duration::from_millis(
-                    segment_fragment_ms(settings.fragment_ms) as u64,
-                ));
+                .min(Duration::from_millis(segment_fragment_ms(settings.fragment_ms) as u64));
         }
         let choice = encoder::choose(&enc, &info)?;
         match FileSink::launch(&settings, choice.clone()) {
@@ -192,14 +183,8 @@ impl FileSink {
     }
 
     fn launch(settings: &FileSinkSettings, encoder: EncoderChoice) -> Result<FileSink, SinkError> {
-        let bad = |reason: &str| SinkError::Settings {
-            path: settings.path.clone(),
-            reason: reason.into(),
-        };
-        let path_str = settings
-            .path
-            .to_str()
-            .ok_or_else(|| bad("the path is not valid UTF-8"))?;
+        let bad = |reason: &str| SinkError::Settings { path: settings.path.clone(), reason: reason.into() };
+        let path_str = settings.path.to_str().ok_or_else(|| bad("the path is not valid UTF-8"))?;
         let packed = Packed::new(settings.width, settings.height, settings.format)?;
         let max_bytes = (packed.size() * QUEUED_FRAMES).to_string();
         let caps = packed.caps_desc(settings.fps.0, settings.fps.1);
@@ -228,14 +213,7 @@ impl FileSink {
                     ("fragment_ms", &fragment_ms),
                     // Wall-clock names come from the format-location handler below;
                     // the printf pattern is then never used.
-                    (
-                        "pattern",
-                        &quote(if settings.wall_clock_names {
-                            "unused-%05d.mp4"
-                        } else {
-                            path_str
-                        }),
-                    ),
+                    ("pattern", &quote(if settings.wall_clock_names { "unused-%05d.mp4" } else { path_str })),
                     ("max_time_ns", &(secs as u64 * 1_000_000_000).to_string()),
                     ("start_index", &settings.start_index.to_string()),
                 ],
@@ -243,28 +221,19 @@ impl FileSink {
         };
         let pipeline = launch::launch(&description)?;
         if settings.wall_clock_names {
-            let split = pipeline.by_name("split").ok_or_else(|| {
-                glib::bool_error!("segment description has no splitmuxsink named split")
-            })?;
+            let split = pipeline.by_name("split").ok_or_else(|| glib::bool_error!("segment description has no splitmuxsink named split"))?;
             let pattern = path_str.to_string();
-            split.connect("format-location", false, move |_| {
-                Some(wall_clock_location(&pattern).to_value())
-            });
+            split.connect("format-location", false, move |_| Some(wall_clock_location(&pattern).to_value()));
         }
         let appsrc = pipeline
             .by_name("src")
             .and_then(|e| e.downcast::<gst_app::AppSrc>().ok())
             .ok_or_else(|| glib::bool_error!("sink description has no appsrc named src"))?;
         let encode_clock = EncodeClock::new();
-        if !pipeline
-            .by_name("parse")
-            .is_some_and(|parse| encode_clock.watch(&parse))
-        {
+        if !pipeline.by_name("parse").is_some_and(|parse| encode_clock.watch(&parse)) {
             tracing::debug!(path = %settings.path.display(), "no h264parse named parse: encode times are not measured");
         }
-        let bus = pipeline
-            .bus()
-            .ok_or_else(|| glib::bool_error!("pipeline has no bus"))?;
+        let bus = pipeline.bus().ok_or_else(|| glib::bool_error!("pipeline has no bus"))?;
         let shared = Arc::new(Shared::default());
         let watch = (bus, pipeline.downgrade(), shared.clone());
         let bus_thread = std::thread::Builder::new()
@@ -291,10 +260,7 @@ impl FileSink {
         };
         if let Err(e) = sink.pipeline.set_state(gst::State::Playing) {
             sink.abort();
-            return Err(sink
-                .failure()
-                .map(|f| sink.error_from(f))
-                .unwrap_or(SinkError::from(e)));
+            return Err(sink.failure().map(|f| sink.error_from(f)).unwrap_or(SinkError::from(e)));
         }
         tracing::info!(path = %sink.path.display(), encoder = %sink.encoder, "file sink started");
         Ok(sink)
@@ -314,17 +280,13 @@ impl FileSink {
         if let Some(f) = self.failure() {
             return Err(self.error_from(f));
         }
-        let mut order = self.order.lock().map_err(|_| SinkError::Stopped {
-            path: self.path.clone(),
-        })?;
+        let mut order = self.order.lock().map_err(|_| SinkError::Stopped { path: self.path.clone() })?;
         let pts = timing.pts.unwrap_or(order.next_pts);
         if let Some(last) = order.last_pts.filter(|last| pts <= *last) {
             return Err(SinkError::OutOfOrder { pts, last });
         }
         let duration = timing.duration.or(self.frame_ns);
-        let buffer = self
-            .packed
-            .buffer(&self.pool, pixels, stride, Some(pts), duration)?;
+        let buffer = self.packed.buffer(&self.pool, pixels, stride, Some(pts), duration)?;
         order.last_pts = Some(pts);
         order.next_pts = pts + duration.unwrap_or(1).max(1);
         self.encode_clock.pushed(pts);
@@ -336,13 +298,9 @@ impl FileSink {
             Err(flow) => {
                 drop(order);
                 // The bus thread may be a moment behind the flow error that stopped us.
-                Err(self
-                    .wait_failure(Duration::from_secs(1))
-                    .map(|f| self.error_from(f))
-                    .unwrap_or_else(|| SinkError::Pipeline {
-                        path: self.path.clone(),
-                        detail: format!("stopped with {flow:?}"),
-                    }))
+                Err(self.wait_failure(Duration::from_secs(1)).map(|f| self.error_from(f)).unwrap_or_else(|| {
+                    SinkError::Pipeline { path: self.path.clone(), detail: format!("stopped with {flow:?}") }
+                }))
             }
         }
     }
@@ -360,16 +318,12 @@ impl FileSink {
 
     fn close(&mut self, timeout: Duration) -> Result<FinishedFiles, SinkError> {
         if std::mem::replace(&mut self.closed, true) {
-            return Err(SinkError::Stopped {
-                path: self.path.clone(),
-            });
+            return Err(SinkError::Stopped { path: self.path.clone() });
         }
         let _ = self.appsrc.end_of_stream();
         let deadline = Instant::now() + timeout;
         let (eos, failure, closed_segments) = {
-            let mut end = self.shared.end.lock().map_err(|_| SinkError::Stopped {
-                path: self.path.clone(),
-            })?;
+            let mut end = self.shared.end.lock().map_err(|_| SinkError::Stopped { path: self.path.clone() })?;
             while !end.eos && end.failure.is_none() {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
@@ -379,9 +333,7 @@ impl FileSink {
                     .shared
                     .changed
                     .wait_timeout(end, left)
-                    .map_err(|_| SinkError::Stopped {
-                        path: self.path.clone(),
-                    })?
+                    .map_err(|_| SinkError::Stopped { path: self.path.clone() })?
                     .0;
             }
             (end.eos, end.failure.clone(), end.closed_segments.clone())
@@ -391,20 +343,10 @@ impl FileSink {
             return Err(self.error_from(f));
         }
         if !eos {
-            return Err(SinkError::Timeout {
-                path: self.path.clone(),
-                secs: timeout.as_secs_f64(),
-            });
+            return Err(SinkError::Timeout { path: self.path.clone(), secs: timeout.as_secs_f64() });
         }
-        let files = if self.segments {
-            closed_segments
-        } else {
-            vec![self.path.clone()]
-        };
-        Ok(FinishedFiles {
-            files,
-            frames: self.frames.load(Ordering::Relaxed),
-        })
+        let files = if self.segments { closed_segments } else { vec![self.path.clone()] };
+        Ok(FinishedFiles { files, frames: self.frames.load(Ordering::Relaxed) })
     }
 
     /// Stops the bus thread and the pipeline without finalising anything more.
@@ -412,9 +354,7 @@ impl FileSink {
         self.closed = true;
         if let Some(t) = self.bus_thread.take() {
             if let Some(bus) = self.pipeline.bus() {
-                let _ = bus.post(gst::message::Application::new(gst::Structure::new_empty(
-                    STOP,
-                )));
+                let _ = bus.post(gst::message::Application::new(gst::Structure::new_empty(STOP)));
             }
             let _ = t.join();
         }
@@ -428,11 +368,7 @@ impl FileSink {
 
     fn wait_failure(&self, timeout: Duration) -> Option<Failure> {
         let end = self.shared.end.lock().ok()?;
-        let (end, _) = self
-            .shared
-            .changed
-            .wait_timeout_while(end, timeout, |e| e.failure.is_none())
-            .ok()?;
+        let (end, _) = self.shared.changed.wait_timeout_while(end, timeout, |e| e.failure.is_none()).ok()?;
         end.failure.clone()
     }
 
@@ -461,10 +397,7 @@ impl Drop for FileSink {
 /// (a reconnect within the same second).
 fn wall_clock_location(pattern: &str) -> String {
     let path = crate::clock::strftime(pattern, std::time::SystemTime::now());
-    if let Some(dir) = Path::new(&path)
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-    {
+    if let Some(dir) = Path::new(&path).parent().filter(|d| !d.as_os_str().is_empty()) {
         if let Err(e) = std::fs::create_dir_all(dir) {
             tracing::error!(dir = %dir.display(), "cannot create the recording folder: {e}");
         }
@@ -476,10 +409,7 @@ fn wall_clock_location(pattern: &str) -> String {
         Some(i) if i > path.rfind('/').map_or(0, |s| s + 1) => (&path[..i], &path[i..]),
         _ => (path.as_str(), ""),
     };
-    (1..)
-        .map(|n| format!("{stem}-{n}{ext}"))
-        .find(|p| !Path::new(p).exists())
-        .expect("some suffix is free")
+    (1..).map(|n| format!("{stem}-{n}{ext}")).find(|p| !Path::new(p).exists()).expect("some suffix is free")
 }
 
 /// Fragment length, and keyframe interval cap, in segment mode (see `start`).
@@ -488,26 +418,15 @@ fn segment_fragment_ms(fragment_ms: u32) -> u32 {
 }
 
 fn validate(s: &FileSinkSettings) -> Result<(), SinkError> {
-    let bad = |reason: String| SinkError::Settings {
-        path: s.path.clone(),
-        reason,
-    };
+    let bad = |reason: String| SinkError::Settings { path: s.path.clone(), reason };
     if s.width == 0 || s.height == 0 {
-        return Err(bad(format!(
-            "frame size {}x{} (both must be > 0)",
-            s.width, s.height
-        )));
+        return Err(bad(format!("frame size {}x{} (both must be > 0)", s.width, s.height)));
     }
     if s.fps.0 <= 0 || s.fps.1 <= 0 {
-        return Err(bad(format!(
-            "frame rate {}/{} (both must be > 0)",
-            s.fps.0, s.fps.1
-        )));
+        return Err(bad(format!("frame rate {}/{} (both must be > 0)", s.fps.0, s.fps.1)));
     }
     if s.segment_seconds == Some(0) {
-        return Err(bad(
-            "segment_seconds is 0 (leave it unset for one file)".into()
-        ));
+        return Err(bad("segment_seconds is 0 (leave it unset for one file)".into()));
     }
     if s.wall_clock_names {
         if s.segment_seconds.is_none() {
@@ -515,9 +434,7 @@ fn validate(s: &FileSinkSettings) -> Result<(), SinkError> {
         }
         let pattern = s.path.to_str().unwrap_or("");
         if let Some(c) = crate::clock::unknown_conversion(pattern) {
-            return Err(bad(format!(
-                "unknown time conversion {c} (use %Y %m %d %H %M %S, %% for %)"
-            )));
+            return Err(bad(format!("unknown time conversion {c} (use %Y %m %d %H %M %S, %% for %)")));
         }
         return Ok(());
     }
@@ -526,19 +443,14 @@ fn validate(s: &FileSinkSettings) -> Result<(), SinkError> {
         _ => Path::new("."),
     };
     if !dir.is_dir() {
-        return Err(bad(format!(
-            "directory {} does not exist (create it first)",
-            dir.display()
-        )));
+        return Err(bad(format!("directory {} does not exist (create it first)", dir.display())));
     }
     let name = s.path.file_name().and_then(|n| n.to_str()).unwrap_or("");
     if s.segment_seconds.is_some() {
         // splitmuxsink formats the name printf-style with the segment number: exactly
         // one integer conversion, or the name is wrong (or worse).
         if count_conversions(name) != Some(1) {
-            return Err(bad(
-                "segment names need one number conversion, e.g. cam1-%05d.mp4".into(),
-            ));
+            return Err(bad("segment names need one number conversion, e.g. cam1-%05d.mp4".into()));
         }
     } else if name.is_empty() {
         return Err(bad("no file name".into()));
@@ -596,18 +508,13 @@ fn watch_bus(bus: gst::Bus, pipeline: glib::WeakRef<gst::Pipeline>, shared: Arc<
             gst::MessageView::Element(e) => {
                 let Some(s) = e.structure() else { continue };
                 if s.name() == "splitmuxsink-fragment-closed"
-                    && let (Ok(location), Ok(mut end)) =
-                        (s.get::<String>("location"), shared.end.lock())
+                    && let (Ok(location), Ok(mut end)) = (s.get::<String>("location"), shared.end.lock())
                 {
                     end.closed_segments.push(PathBuf::from(location));
                 }
             }
-            gst::MessageView::Application(a) if a.structure().is_some_and(|s| s.name() == STOP) => {
-                return;
-            }
-            gst::MessageView::Warning(w) => {
-                tracing::warn!("file sink: {}", launch::describe_warning(w))
-            }
+            gst::MessageView::Application(a) if a.structure().is_some_and(|s| s.name() == STOP) => return,
+            gst::MessageView::Warning(w) => tracing::warn!("file sink: {}", launch::describe_warning(w)),
             _ => {}
         }
     }
@@ -632,24 +539,10 @@ mod tests {
     fn the_encoder_is_timed_for_every_frame_it_encodes() {
         // Rule: each frame pushed into a recording is timed from push to its encoded output.
         let dir = tempfile::tempdir().unwrap();
-        let sink = FileSink::start(FileSinkSettings::new(
-            dir.path().join("t.mp4"),
-            64,
-            48,
-            (25, 1),
-        ))
-        .unwrap();
+        let sink = FileSink::start(FileSinkSettings::new(dir.path().join("t.mp4"), 64, 48, (25, 1))).unwrap();
         let rgba = vec![128u8; 64 * 48 * 4];
         for i in 0..10u64 {
-            sink.push(
-                &rgba,
-                64 * 4,
-                FrameTiming {
-                    pts: Some(i * 40_000_000),
-                    duration: Some(40_000_000),
-                },
-            )
-            .unwrap();
+            sink.push(&rgba, 64 * 4, FrameTiming { pts: Some(i * 40_000_000), duration: Some(40_000_000) }).unwrap();
         }
         let mut timed = 0;
         let deadline = Instant::now() + Duration::from_secs(5);

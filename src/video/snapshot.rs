@@ -68,28 +68,13 @@ impl LatestFrame {
         let (width, height, seq, at, format, pixels) = {
             let slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
             // One memcpy under the lock; the RGB conversion happens outside it.
-            (
-                slot.width,
-                slot.height,
-                slot.seq,
-                slot.at?,
-                slot.format?,
-                slot.pixels.to_vec(),
-            )
+            (slot.width, slot.height, slot.seq, slot.at?, slot.format?, slot.pixels.to_vec())
         };
         let (w, h) = (width as usize, height as usize);
         let frame = FrameRef::packed(&pixels, w, h, format);
         frame.validate().ok()?;
-        let rgb = (0..w * h)
-            .flat_map(|i| frame.rgb(i % w, i / w).map(|c| c as u8))
-            .collect();
-        Some(Snapshot {
-            width,
-            height,
-            seq,
-            at,
-            rgb,
-        })
+        let rgb = (0..w * h).flat_map(|i| frame.rgb(i % w, i / w).map(|c| c as u8)).collect();
+        Some(Snapshot { width, height, seq, at, rgb })
     }
 }
 
@@ -127,17 +112,10 @@ mod tests {
         let mut a = frame(16, 8, 200, 1);
         let a_ptr = a.data.as_ptr();
         latest.offer(&mut a);
-        assert!(
-            a.data.is_empty(),
-            "the first offer hands back the slot's empty vector"
-        );
+        assert!(a.data.is_empty(), "the first offer hands back the slot's empty vector");
         let mut b = frame(16, 8, 10, 2);
         latest.offer(&mut b);
-        assert_eq!(
-            b.data.as_ptr(),
-            a_ptr,
-            "the second offer hands back the first frame's vector"
-        );
+        assert_eq!(b.data.as_ptr(), a_ptr, "the second offer hands back the first frame's vector");
         let snap = latest.snapshot().unwrap();
         assert_eq!((snap.width, snap.height, snap.seq), (16, 8, 2));
         assert!(snap.rgb.iter().all(|&v| v == 10));

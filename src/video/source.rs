@@ -24,8 +24,8 @@ use gstreamer_video::prelude::*;
 
 use super::frame::{DecodedFrame, PixelFormat, VideoInfo};
 use super::launch::{self, Failure, GstError};
-pub use plan::TestUriError;
 pub use settings::{DEFAULT_LATENCY_MS, RtspTransport, SourceSettings, UnknownTransport};
+pub use plan::TestUriError;
 
 use crate::video::uri::Scheme;
 
@@ -65,11 +65,7 @@ pub enum SourceError {
     NoVideo { uri: String, streams: String },
     /// GStreamer's error (`detail`) while opening or reading `uri`, worded for its kind.
     #[error("{}", .problem.worded(.uri, .detail))]
-    Failed {
-        problem: SourceProblem,
-        uri: String,
-        detail: String,
-    },
+    Failed { problem: SourceProblem, uri: String, detail: String },
     #[error("{}", .0.worded(&GST_PHRASES))]
     Gst(#[from] GstError),
 }
@@ -90,33 +86,19 @@ pub enum SourceProblem {
 impl SourceProblem {
     /// This problem with `uri`, GStreamer saying `detail`.
     pub(crate) fn at(self, uri: String, detail: String) -> SourceError {
-        SourceError::Failed {
-            problem: self,
-            uri,
-            detail,
-        }
+        SourceError::Failed { problem: self, uri, detail }
     }
 
     fn worded(self, uri: &str, detail: &str) -> String {
         match self {
-            SourceProblem::CannotOpen => {
-                format!("cannot open {uri}: {detail} (check that it exists and is readable)")
-            }
+            SourceProblem::CannotOpen => format!("cannot open {uri}: {detail} (check that it exists and is readable)"),
             SourceProblem::Unreachable => {
-                format!(
-                    "cannot connect to {uri}: {detail} (check the address and port, and that the camera or server is up)"
-                )
+                format!("cannot connect to {uri}: {detail} (check the address and port, and that the camera or server is up)")
             }
-            SourceProblem::Unauthorized => {
-                format!("{uri} refused the credentials: {detail} (check user:password in the uri)")
-            }
-            SourceProblem::NotMedia => {
-                format!("cannot decode {uri}: not a media file, or a damaged one ({detail})")
-            }
+            SourceProblem::Unauthorized => format!("{uri} refused the credentials: {detail} (check user:password in the uri)"),
+            SourceProblem::NotMedia => format!("cannot decode {uri}: not a media file, or a damaged one ({detail})"),
             SourceProblem::MissingPlugin => {
-                format!(
-                    "cannot decode {uri}: {detail} (install the GStreamer plugin for it, e.g. gstreamer1.0-libav)"
-                )
+                format!("cannot decode {uri}: {detail} (install the GStreamer plugin for it, e.g. gstreamer1.0-libav)")
             }
             SourceProblem::Stream => format!("error while decoding {uri}: {detail}"),
         }
@@ -177,36 +159,23 @@ pub fn describe(settings: &SourceSettings) -> Result<String, SourceError> {
 const START_ERROR_WAIT: Duration = Duration::from_secs(2);
 
 impl Source {
-    pub fn start(
-        settings: SourceSettings,
-        handler: Arc<dyn FrameHandler>,
-    ) -> Result<Source, SourceError> {
+    pub fn start(settings: SourceSettings, handler: Arc<dyn FrameHandler>) -> Result<Source, SourceError> {
         gst::init()?;
         let plan = plan::plan(&settings)?;
         let pipeline = launch::launch(&plan.description)?;
-        let shared = Arc::new(Shared {
-            state: Mutex::default(),
-            changed: Condvar::new(),
-            stopping: AtomicBool::new(false),
-        });
+        let shared =
+            Arc::new(Shared { state: Mutex::default(), changed: Condvar::new(), stopping: AtomicBool::new(false) });
 
         let sink = pipeline
             .by_name("sink")
             .and_then(|e| e.downcast::<gst_app::AppSink>().ok())
             .ok_or_else(|| glib::bool_error!("source description has no appsink named sink"))?;
-        let pin = pipeline
-            .by_name("size")
-            .map(|size| SizePin::watch(&pipeline, &size, &plan.shown))
-            .transpose()?;
+        let pin = pipeline.by_name("size").map(|size| SizePin::watch(&pipeline, &size, &plan.shown)).transpose()?;
         sink.set_callbacks(frame_callbacks(handler.clone(), shared.clone(), pin));
 
         if plan::dynamic(plan.scheme) {
-            let dec = pipeline
-                .by_name("dec")
-                .ok_or_else(|| glib::bool_error!("no uridecodebin named dec"))?;
-            let conv = pipeline
-                .by_name("conv")
-                .ok_or_else(|| glib::bool_error!("no videoconvert named conv"))?;
+            let dec = pipeline.by_name("dec").ok_or_else(|| glib::bool_error!("no uridecodebin named dec"))?;
+            let conv = pipeline.by_name("conv").ok_or_else(|| glib::bool_error!("no videoconvert named conv"))?;
             link_video_only(&pipeline, &dec, &conv)?;
             if plan.scheme == Scheme::Rtsp {
                 configure_rtspsrc(&dec, &settings);
@@ -218,9 +187,7 @@ impl Source {
             }
         }
 
-        let bus = pipeline
-            .bus()
-            .ok_or_else(|| glib::bool_error!("pipeline has no bus"))?;
+        let bus = pipeline.bus().ok_or_else(|| glib::bool_error!("pipeline has no bus"))?;
         if let Err(e) = pipeline.set_state(gst::State::Playing) {
             // The bus usually holds the reason (no such device, refused connection...).
             let reason = bus
@@ -229,11 +196,9 @@ impl Source {
                     &[gst::MessageType::Error],
                 )
                 .and_then(|m| match m.view() {
-                    gst::MessageView::Error(err) => Some(bus::classify(
-                        &plan.shown,
-                        plan.scheme,
-                        &Failure::from_message(err),
-                    )),
+                    gst::MessageView::Error(err) => {
+                        Some(bus::classify(&plan.shown, plan.scheme, &Failure::from_message(err)))
+                    }
                     _ => None,
                 });
             let _ = pipeline.set_state(gst::State::Null);
@@ -253,12 +218,7 @@ impl Source {
             .spawn(move || watch.run())
             .map_err(|e| glib::bool_error!("cannot start the source's bus thread: {e}"))?;
         tracing::info!(source = %plan.shown, "source started");
-        Ok(Source {
-            pipeline,
-            shared,
-            bus_thread: Some(bus_thread),
-            uri: plan.shown,
-        })
+        Ok(Source { pipeline, shared, bus_thread: Some(bus_thread), uri: plan.shown })
     }
 
     /// The negotiated size and frame rate, once the first frame has arrived.
@@ -332,18 +292,10 @@ struct SizePin {
 }
 
 impl SizePin {
-    fn watch(
-        pipeline: &gst::Pipeline,
-        size: &gst::Element,
-        shown: &str,
-    ) -> Result<SizePin, SourceError> {
+    fn watch(pipeline: &gst::Pipeline, size: &gst::Element, shown: &str) -> Result<SizePin, SourceError> {
         let pinned = Arc::new(std::sync::OnceLock::<(u32, u32)>::new());
-        let scale = pipeline
-            .by_name("scale")
-            .ok_or_else(|| glib::bool_error!("no videoscale named scale"))?;
-        let pad = scale
-            .static_pad("sink")
-            .ok_or_else(|| glib::bool_error!("videoscale has no sink pad"))?;
+        let scale = pipeline.by_name("scale").ok_or_else(|| glib::bool_error!("no videoscale named scale"))?;
+        let pad = scale.static_pad("sink").ok_or_else(|| glib::bool_error!("videoscale has no sink pad"))?;
         let (seen, shown) = (pinned.clone(), shown.to_string());
         pad.add_probe(gst::PadProbeType::EVENT_DOWNSTREAM, move |_, info| {
             if let Some(gst::PadProbeData::Event(ev)) = &info.data
@@ -361,10 +313,7 @@ impl SizePin {
             }
             gst::PadProbeReturn::Ok
         });
-        Ok(SizePin {
-            size: size.downgrade(),
-            pinned,
-        })
+        Ok(SizePin { size: size.downgrade(), pinned })
     }
 
     /// Pins the output to `v`'s size (first call only).
@@ -395,22 +344,14 @@ struct GapWatch {
 impl GapWatch {
     /// Whether a gap of more than 1.5 frame intervals came before `pts`.
     fn gap_before(&mut self, pts: Option<u64>, interval_ns: Option<u64>) -> bool {
-        let (Some(pts), Some(interval)) = (pts, interval_ns.filter(|i| *i > 0)) else {
-            return false;
-        };
-        let gap = self
-            .last_pts
-            .is_some_and(|last| pts > last && pts - last > interval + interval / 2);
+        let (Some(pts), Some(interval)) = (pts, interval_ns.filter(|i| *i > 0)) else { return false };
+        let gap = self.last_pts.is_some_and(|last| pts > last && pts - last > interval + interval / 2);
         self.last_pts = Some(pts);
         gap
     }
 }
 
-fn frame_callbacks(
-    handler: Arc<dyn FrameHandler>,
-    shared: Arc<Shared>,
-    pin: Option<SizePin>,
-) -> gst_app::AppSinkCallbacks {
+fn frame_callbacks(handler: Arc<dyn FrameHandler>, shared: Arc<Shared>, pin: Option<SizePin>) -> gst_app::AppSinkCallbacks {
     let mut gaps = GapWatch::default();
     gst_app::AppSinkCallbacks::builder()
         .new_sample(move |sink| {
@@ -419,42 +360,26 @@ fn frame_callbacks(
             }
             let sample = sink.pull_sample().map_err(|_| gst::FlowError::Flushing)?;
             let (Some(buffer), Some(caps)) = (sample.buffer(), sample.caps()) else {
-                gst::element_error!(
-                    sink,
-                    gst::StreamError::Format,
-                    ("decoded sample without buffer or caps")
-                );
+                gst::element_error!(sink, gst::StreamError::Format, ("decoded sample without buffer or caps"));
                 return Err(gst::FlowError::Error);
             };
             let vinfo = gst_video::VideoInfo::from_caps(caps).map_err(|e| {
-                gst::element_error!(
-                    sink,
-                    gst::StreamError::Format,
-                    ("unusable decoded caps {caps}: {e}")
-                );
+                gst::element_error!(sink, gst::StreamError::Format, ("unusable decoded caps {caps}: {e}"));
                 gst::FlowError::NotNegotiated
             })?;
             if let Some(pin) = &pin {
                 pin.pin(&vinfo);
             }
             let fps = vinfo.fps();
-            let interval =
-                (fps.numer() > 0).then(|| 1_000_000_000 * fps.denom() as u64 / fps.numer() as u64);
-            if gaps.gap_before(
-                buffer.pts().map(|t| t.nseconds()),
-                buffer.duration().map(|t| t.nseconds()).or(interval),
-            ) {
+            let interval = (fps.numer() > 0).then(|| 1_000_000_000 * fps.denom() as u64 / fps.numer() as u64);
+            if gaps.gap_before(buffer.pts().map(|t| t.nseconds()), buffer.duration().map(|t| t.nseconds()).or(interval)) {
                 handler.on_damaged_input();
             }
             let format = match vinfo.format() {
                 gst_video::VideoFormat::Nv12 => PixelFormat::Nv12,
                 gst_video::VideoFormat::Rgba => PixelFormat::Rgba,
                 other => {
-                    gst::element_error!(
-                        sink,
-                        gst::StreamError::Format,
-                        ("decoded frames are {other:?}, not NV12 or RGBA")
-                    );
+                    gst::element_error!(sink, gst::StreamError::Format, ("decoded frames are {other:?}, not NV12 or RGBA"));
                     return Err(gst::FlowError::NotNegotiated);
                 }
             };
@@ -464,28 +389,14 @@ fn frame_callbacks(
                 PixelFormat::Nv12 => (vinfo.width() & !1, vinfo.height() & !1),
                 _ => (vinfo.width(), vinfo.height()),
             };
-            shared.set_info(VideoInfo {
-                width,
-                height,
-                fps_num: fps.numer(),
-                fps_den: fps.denom(),
-                format,
-            });
-            let frame = gst_video::VideoFrameRef::from_buffer_ref_readable(buffer, &vinfo)
-                .map_err(|e| {
-                    gst::element_error!(
-                        sink,
-                        gst::ResourceError::Read,
-                        ("cannot map a decoded frame: {e}")
-                    );
-                    gst::FlowError::Error
-                })?;
+            shared.set_info(VideoInfo { width, height, fps_num: fps.numer(), fps_den: fps.denom(), format });
+            let frame = gst_video::VideoFrameRef::from_buffer_ref_readable(buffer, &vinfo).map_err(|e| {
+                gst::element_error!(sink, gst::ResourceError::Read, ("cannot map a decoded frame: {e}"));
+                gst::FlowError::Error
+            })?;
             let data = frame.plane_data(0).map_err(|_| gst::FlowError::Error)?;
             let chroma = match format {
-                PixelFormat::Nv12 => Some((
-                    frame.plane_data(1).map_err(|_| gst::FlowError::Error)?,
-                    frame.plane_stride()[1] as usize,
-                )),
+                PixelFormat::Nv12 => Some((frame.plane_data(1).map_err(|_| gst::FlowError::Error)?, frame.plane_stride()[1] as usize)),
                 _ => None,
             };
             let decoded = DecodedFrame {
@@ -511,14 +422,8 @@ fn frame_callbacks(
 /// Links uridecodebin's first video pad to `conv`; every other stream goes to a
 /// fakesink so it cannot stall or fail the pipeline as not-linked. When decodebin
 /// is done exposing pads without any video, a NO_VIDEO message tells the bus thread.
-fn link_video_only(
-    pipeline: &gst::Pipeline,
-    dec: &gst::Element,
-    conv: &gst::Element,
-) -> Result<(), SourceError> {
-    let conv_sink = conv
-        .static_pad("sink")
-        .ok_or_else(|| glib::bool_error!("videoconvert has no sink pad"))?;
+fn link_video_only(pipeline: &gst::Pipeline, dec: &gst::Element, conv: &gst::Element) -> Result<(), SourceError> {
+    let conv_sink = conv.static_pad("sink").ok_or_else(|| glib::bool_error!("videoconvert has no sink pad"))?;
     let seen = Arc::new(Mutex::new(Vec::<String>::new()));
     let undecodable = Arc::new(Mutex::new(Vec::<String>::new()));
     let linked = Arc::new(AtomicBool::new(false));
@@ -527,10 +432,7 @@ fn link_video_only(
         let (seen, linked) = (seen.clone(), linked.clone());
         dec.connect_pad_added(move |dec, pad| {
             let caps = pad.current_caps().unwrap_or_else(|| pad.query_caps(None));
-            let media = caps
-                .structure(0)
-                .map(|s| s.name().to_string())
-                .unwrap_or_else(|| "unknown".into());
+            let media = caps.structure(0).map(|s| s.name().to_string()).unwrap_or_else(|| "unknown".into());
             if let Ok(mut v) = seen.lock() {
                 v.push(media.clone());
             }
@@ -544,13 +446,9 @@ fn link_video_only(
                 }
                 return;
             }
-            let Some(pipeline) = weak.upgrade() else {
-                return;
-            };
-            let Ok(fake) = gst::ElementFactory::make("fakesink")
-                .property("sync", false)
-                .property("async", false)
-                .build()
+            let Some(pipeline) = weak.upgrade() else { return };
+            let Ok(fake) =
+                gst::ElementFactory::make("fakesink").property("sync", false).property("async", false).build()
             else {
                 return;
             };
@@ -567,10 +465,7 @@ fn link_video_only(
         dec.connect("unknown-type", false, move |args| {
             let caps = args.get(2).and_then(|v| v.get::<gst::Caps>().ok());
             if let (Some(caps), Ok(mut v)) = (caps, undecodable.lock()) {
-                let name = caps
-                    .structure(0)
-                    .map(|s| s.name().to_string())
-                    .unwrap_or_default();
+                let name = caps.structure(0).map(|s| s.name().to_string()).unwrap_or_default();
                 if name.starts_with("video/") {
                     v.push(name);
                 }
@@ -584,10 +479,8 @@ fn link_video_only(
         }
         let streams = seen.lock().map(|v| v.join(", ")).unwrap_or_default();
         let undecodable = undecodable.lock().map(|v| v.join(", ")).unwrap_or_default();
-        let s = gst::Structure::builder(bus::NO_VIDEO)
-            .field("streams", streams)
-            .field("undecodable", undecodable)
-            .build();
+        let s =
+            gst::Structure::builder(bus::NO_VIDEO).field("streams", streams).field("undecodable", undecodable).build();
         let _ = dec.post_message(gst::message::Application::builder(s).src(dec).build());
     });
     Ok(())
@@ -628,10 +521,7 @@ mod tests {
         assert!(!g.gap_before(ms(100), interval));
         assert!(!g.gap_before(ms(240), interval), "jitter");
         assert!(g.gap_before(ms(500), interval), "two frames missing");
-        assert!(
-            !g.gap_before(ms(50), interval),
-            "a restart from an earlier time"
-        );
+        assert!(!g.gap_before(ms(50), interval), "a restart from an earlier time");
         assert!(!g.gap_before(ms(900), None), "no frame rate, no judgement");
     }
 }

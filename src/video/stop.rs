@@ -40,22 +40,13 @@ pub enum Wake<T> {
 /// A connected pair.
 pub fn stop_channel() -> (StopHandle, StopSignal) {
     let (tx, rx) = crossbeam_channel::bounded(1);
-    (
-        StopHandle(tx),
-        StopSignal {
-            rx,
-            latched: Cell::new(None),
-        },
-    )
+    (StopHandle(tx), StopSignal { rx, latched: Cell::new(None) })
 }
 
 impl StopSignal {
     /// A signal that never fires (a caller with nothing to stop it).
     pub fn never() -> StopSignal {
-        StopSignal {
-            rx: crossbeam_channel::never(),
-            latched: Cell::new(None),
-        }
+        StopSignal { rx: crossbeam_channel::never(), latched: Cell::new(None) }
     }
 
     /// The deadline, if a stop was requested.
@@ -63,9 +54,7 @@ impl StopSignal {
         if self.latched.get().is_none() {
             match self.rx.try_recv() {
                 Ok(deadline) => self.latched.set(Some(deadline)),
-                Err(crossbeam_channel::TryRecvError::Disconnected) => {
-                    self.latched.set(Some(Instant::now()))
-                }
+                Err(crossbeam_channel::TryRecvError::Disconnected) => self.latched.set(Some(Instant::now())),
                 Err(crossbeam_channel::TryRecvError::Empty) => {}
             }
         }
@@ -106,17 +95,12 @@ mod tests {
         // Rule: a stop request ends any wait at once, the first deadline counts, and it stays requested.
         let (handle, signal) = stop_channel();
         let (_tx, rx) = crossbeam_channel::unbounded::<u32>();
-        assert!(matches!(
-            signal.wait_on(&rx, Duration::from_millis(1)),
-            Wake::Idle
-        ));
+        assert!(matches!(signal.wait_on(&rx, Duration::from_millis(1)), Wake::Idle));
         let deadline = Instant::now() + Duration::from_secs(5);
         handle.stop(deadline);
         handle.stop(deadline + Duration::from_secs(1));
         let t = Instant::now();
-        assert!(
-            matches!(signal.wait_on(&rx, Duration::from_secs(10)), Wake::Stop(d) if d == deadline)
-        );
+        assert!(matches!(signal.wait_on(&rx, Duration::from_secs(10)), Wake::Stop(d) if d == deadline));
         assert_eq!(signal.sleep(Duration::from_secs(10)), Some(deadline));
         assert!(t.elapsed() < Duration::from_secs(1));
         assert_eq!(signal.requested(), Some(deadline));

@@ -103,11 +103,7 @@ impl StreamSpec {
     /// that frame size and starts the pipeline. `stop` ends the wait early.
     pub fn start(self, services: &Services, stop: &StopSignal) -> Result<StreamHandle, StartError> {
         let live = self.source.live;
-        let ring = Arc::new(FrameRing::new(
-            self.ring_capacity,
-            services.pool.workers() + IN_FLIGHT_SLACK,
-            live,
-        ));
+        let ring = Arc::new(FrameRing::new(self.ring_capacity, services.pool.workers() + IN_FLIGHT_SLACK, live));
         let (output_tx, output_rx) = crossbeam_channel::unbounded();
         let (events_tx, events_rx) = crossbeam_channel::unbounded();
         let feeder = Arc::new(RingFeeder::new(FeederParts {
@@ -119,21 +115,10 @@ impl StreamSpec {
             infer_fps: self.infer_fps,
             observer: self.observer.clone(),
         }));
-        let mut intake = Intake::new(
-            self.source,
-            self.first_frame_timeout,
-            feeder,
-            (events_tx, events_rx),
-        );
+        let mut intake = Intake::new(self.source, self.first_frame_timeout, feeder, (events_tx, events_rx));
         let info = intake.connect(stop)?;
         tracing::info!(stream = %self.name, "source delivers {}x{} at {}/{} fps", info.width, info.height, info.fps_num, info.fps_den);
-        let opened = match outputs::open(
-            &self.name,
-            &self.outputs,
-            self.stats.as_ref(),
-            info,
-            services.rtsp.as_ref(),
-        ) {
+        let opened = match outputs::open(&self.name, &self.outputs, self.stats.as_ref(), info, services.rtsp.as_ref()) {
             Ok(opened) => opened,
             Err(e) => {
                 intake.abandon();
@@ -153,14 +138,7 @@ impl StreamSpec {
             temporal: self.temporal,
         };
         let pipeline = StreamPipeline::start(parts, &services.pool);
-        Ok(StreamHandle {
-            name: self.name,
-            info,
-            intake,
-            pipeline,
-            pool: services.pool.clone(),
-            mounts: opened.mounts,
-        })
+        Ok(StreamHandle { name: self.name, info, intake, pipeline, pool: services.pool.clone(), mounts: opened.mounts })
     }
 }
 
@@ -206,9 +184,6 @@ impl StreamHandle {
         let outputs = self.pipeline.drain_and_finish(&self.pool, deadline);
         self.intake.drop_source();
         self.mounts.remove(&self.name);
-        Drained {
-            outputs,
-            hood: input.temporal.hood(),
-        }
+        Drained { outputs, hood: input.temporal.hood() }
     }
 }

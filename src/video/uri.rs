@@ -21,15 +21,7 @@ pub enum Scheme {
 }
 
 impl Scheme {
-    pub const ALL: [Scheme; 7] = [
-        Scheme::File,
-        Scheme::Rtsp,
-        Scheme::Rtsps,
-        Scheme::Http,
-        Scheme::Https,
-        Scheme::V4l2,
-        Scheme::Test,
-    ];
+    pub const ALL: [Scheme; 7] = [Scheme::File, Scheme::Rtsp, Scheme::Rtsps, Scheme::Http, Scheme::Https, Scheme::V4l2, Scheme::Test];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -71,10 +63,7 @@ impl Scheme {
 
     /// Reached over the network (errors there are about hosts and ports).
     pub fn is_network(self) -> bool {
-        matches!(
-            self,
-            Scheme::Rtsp | Scheme::Rtsps | Scheme::Http | Scheme::Https
-        )
+        matches!(self, Scheme::Rtsp | Scheme::Rtsps | Scheme::Http | Scheme::Https)
     }
 }
 
@@ -107,9 +96,7 @@ pub enum UriError {
     NoHost { scheme: Scheme },
     /// The port is not echoed: in `user:password/path` (the `@host`
     /// forgotten) it would be the password.
-    #[error(
-        "the port after '{host}:' is not a number in 1..=65535 (credentials go before an '@': user:password@host)"
-    )]
+    #[error("the port after '{host}:' is not a number in 1..=65535 (credentials go before an '@': user:password@host)")]
     BadPort { host: String },
 }
 
@@ -128,16 +115,10 @@ pub struct SourceUri {
 impl SourceUri {
     pub fn parse(uri: &str) -> Result<SourceUri, UriError> {
         if uri.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(UriError::Whitespace {
-                shown: Self::redacted(uri),
-            });
+            return Err(UriError::Whitespace { shown: Self::redacted(uri) });
         }
-        let (scheme, rest) = uri.split_once("://").ok_or_else(|| UriError::NotUri {
-            uri: uri.to_string(),
-        })?;
-        let scheme = Scheme::named(scheme).ok_or_else(|| UriError::UnsupportedScheme {
-            scheme: scheme.to_string(),
-        })?;
+        let (scheme, rest) = uri.split_once("://").ok_or_else(|| UriError::NotUri { uri: uri.to_string() })?;
+        let scheme = Scheme::named(scheme).ok_or_else(|| UriError::UnsupportedScheme { scheme: scheme.to_string() })?;
         let rest = rest.split_once('#').map_or(rest, |(r, _)| r);
         let (rest, query) = match rest.split_once('?') {
             Some((r, q)) => (r, Some(q)),
@@ -156,23 +137,14 @@ impl SourceUri {
                 None => (kv.to_string(), String::new()),
             })
             .collect();
-        let parsed = SourceUri {
-            scheme,
-            authority: authority.to_string(),
-            path: path.to_string(),
-            query,
-        };
+        let parsed = SourceUri { scheme, authority: authority.to_string(), path: path.to_string(), query };
         parsed.check()?;
         Ok(parsed)
     }
 
     fn check(&self) -> Result<(), UriError> {
         match self.scheme {
-            Scheme::File
-                if !(self.authority.is_empty()
-                    || self.authority.eq_ignore_ascii_case("localhost"))
-                    || self.path.len() < 2 =>
-            {
+            Scheme::File if !(self.authority.is_empty() || self.authority.eq_ignore_ascii_case("localhost")) || self.path.len() < 2 => {
                 return Err(UriError::FilePath);
             }
             Scheme::V4l2 if !self.authority.is_empty() || self.path.len() < 2 => {
@@ -181,17 +153,12 @@ impl SourceUri {
             Scheme::Test => {
                 for (key, value) in &self.query {
                     let ok = match key.as_str() {
-                        "width" | "height" => value
-                            .parse::<u32>()
-                            .is_ok_and(|v| (16..=16384).contains(&v)),
+                        "width" | "height" => value.parse::<u32>().is_ok_and(|v| (16..=16384).contains(&v)),
                         "fps" => parse_fps(value).is_some(),
                         _ => true, // the test source reads its own options
                     };
                     if !ok {
-                        return Err(UriError::TestOption {
-                            key: key.clone(),
-                            value: value.clone(),
-                        });
+                        return Err(UriError::TestOption { key: key.clone(), value: value.clone() });
                     }
                 }
             }
@@ -203,16 +170,11 @@ impl SourceUri {
 
     /// `host[:port]` without credentials, for logs and summaries.
     pub fn host(&self) -> &str {
-        self.authority
-            .rsplit_once('@')
-            .map_or(&self.authority, |(_, h)| h)
+        self.authority.rsplit_once('@').map_or(&self.authority, |(_, h)| h)
     }
 
     pub fn query_value(&self, key: &str) -> Option<&str> {
-        self.query
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
+        self.query.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
     }
 
     /// Whether a stream from `uri` is live when its settings do not say (see
@@ -224,18 +186,12 @@ impl SourceUri {
 
     /// The URI with any password replaced by `***`, for logs.
     pub fn redacted(uri: &str) -> String {
-        let Some((scheme, rest)) = uri.split_once("://") else {
-            return uri.to_string();
-        };
+        let Some((scheme, rest)) = uri.split_once("://") else { return uri.to_string() };
         let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
         match rest[..end].rsplit_once('@') {
             Some((userinfo, host)) => {
                 let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-                let masked = if userinfo.contains(':') {
-                    format!("{user}:***")
-                } else {
-                    user.to_string()
-                };
+                let masked = if userinfo.contains(':') { format!("{user}:***") } else { user.to_string() };
                 format!("{scheme}://{masked}@{host}{}", &rest[end..])
             }
             None => uri.to_string(),
@@ -269,9 +225,7 @@ fn redact_line(line: &str) -> String {
     let mut rest = line;
     while let Some(at) = rest.find('@') {
         // The user info: from the last delimiter before the '@'.
-        let start = rest[..at]
-            .rfind(|c: char| "/\"'`@".contains(c) || c.is_whitespace())
-            .map_or(0, |i| i + 1);
+        let start = rest[..at].rfind(|c: char| "/\"'`@".contains(c) || c.is_whitespace()).map_or(0, |i| i + 1);
         match rest[start..at].split_once(':') {
             Some((user, _)) => out.push_str(&format!("{}{user}:***@", &rest[..start])),
             None => out.push_str(&rest[..=at]),
@@ -294,11 +248,7 @@ fn parse_fps(v: &str) -> Option<f64> {
 fn check_host(scheme: Scheme, authority: &str) -> Result<(), UriError> {
     let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
     let (host, port) = if let Some(v6) = host_port.strip_prefix('[') {
-        let (host, after) = v6
-            .split_once(']')
-            .ok_or_else(|| UriError::UnclosedBracket {
-                host_port: host_port.to_string(),
-            })?;
+        let (host, after) = v6.split_once(']').ok_or_else(|| UriError::UnclosedBracket { host_port: host_port.to_string() })?;
         (host, after.strip_prefix(':'))
     } else {
         match host_port.rsplit_once(':') {
@@ -312,9 +262,7 @@ fn check_host(scheme: Scheme, authority: &str) -> Result<(), UriError> {
     if let Some(port) = port
         && port.parse::<u16>().map_or(true, |p| p == 0)
     {
-        return Err(UriError::BadPort {
-            host: host.to_string(),
-        });
+        return Err(UriError::BadPort { host: host.to_string() });
     }
     Ok(())
 }
@@ -334,36 +282,20 @@ mod redaction_tests {
         let snippet = "8 | uri = \"rtsp://alice:pw1@cam:554/x\"\n  |     ^\n3 | password = \"pw2\n";
         let shown = redact_text(snippet);
         assert!(!shown.contains("pw1") && !shown.contains("pw2"), "{shown}");
-        assert!(
-            shown.contains("rtsp://alice:***@cam:554/x") && shown.contains("password = ***\n"),
-            "{shown}"
-        );
-        assert_eq!(
-            redact_text("rtsp:'/alice:pw@cam/x"),
-            "rtsp:'/alice:***@cam/x"
-        );
+        assert!(shown.contains("rtsp://alice:***@cam:554/x") && shown.contains("password = ***\n"), "{shown}");
+        assert_eq!(redact_text("rtsp:'/alice:pw@cam/x"), "rtsp:'/alice:***@cam/x");
         let advice = "set rtsp.username and rtsp.password, or set rtsp.allow_anonymous = true";
         assert_eq!(redact_text(advice), advice);
-        assert_eq!(
-            redact_text("user@host and [::1]:8554"),
-            "user@host and [::1]:8554"
-        );
-        assert_eq!(
-            redact_text("uri = \"rtsp://a:pw1@h password = pw2"),
-            "uri = \"rtsp://a:***@h password = ***"
-        );
+        assert_eq!(redact_text("user@host and [::1]:8554"), "user@host and [::1]:8554");
+        assert_eq!(redact_text("uri = \"rtsp://a:pw1@h password = pw2"), "uri = \"rtsp://a:***@h password = ***");
     }
 
     #[test]
     fn errors_do_not_echo_passwords() {
         // Rule: a URI error never repeats the password, even where the URI is malformed.
-        let e = SourceUri::parse("rtsp://alice:pw-xyz@cam/x y")
-            .unwrap_err()
-            .to_string();
+        let e = SourceUri::parse("rtsp://alice:pw-xyz@cam/x y").unwrap_err().to_string();
         assert!(!e.contains("pw-xyz") && e.contains("alice:***@cam"), "{e}");
-        let e = SourceUri::parse("rtsp://alice:pw-xyz/x")
-            .unwrap_err()
-            .to_string();
+        let e = SourceUri::parse("rtsp://alice:pw-xyz/x").unwrap_err().to_string();
         assert!(!e.contains("pw-xyz") && e.contains("port"), "{e}");
     }
 }
@@ -375,24 +307,10 @@ mod classification_tests {
     #[test]
     fn every_source_but_a_file_is_live_by_default() {
         // Rule: live-ness comes from the scheme alone: files (URIs or bare paths) are not live; cameras, network streams (http included) and test patterns are.
-        for uri in [
-            "file:///v.mp4",
-            "/videos/v.mp4",
-            "clip.mp4",
-            "FILE:///v.mp4",
-        ] {
+        for uri in ["file:///v.mp4", "/videos/v.mp4", "clip.mp4", "FILE:///v.mp4"] {
             assert!(!SourceUri::live_by_default(uri), "{uri}");
         }
-        for uri in [
-            "rtsp://h/s",
-            "rtspt://h/s",
-            "rtsps://h/s",
-            "http://h/x.mp4",
-            "https://h/x.m3u8",
-            "v4l2:///dev/video0",
-            "test://smpte",
-            "gopher://h",
-        ] {
+        for uri in ["rtsp://h/s", "rtspt://h/s", "rtsps://h/s", "http://h/x.mp4", "https://h/x.m3u8", "v4l2:///dev/video0", "test://smpte", "gopher://h"] {
             assert!(SourceUri::live_by_default(uri), "{uri}");
         }
         assert_eq!(Scheme::of("RTSPH://h/s"), Some(Scheme::Rtsp));

@@ -1,6 +1,7 @@
 //! Rule: a broken model folder gives a one-line error naming the file or
 //! tensor at fault, never a panic, both from the library and from the CLI.
 
+
 use std::path::Path;
 
 use crate::common::*;
@@ -26,28 +27,16 @@ fn load_error(dir: &Path) -> String {
 }
 
 /// A copy of the good checkpoint with its tensors passed through `edit`.
-fn rewrite(
-    dir: &Path,
-    edit: impl FnOnce(&mut Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)>),
-) {
+fn rewrite(dir: &Path, edit: impl FnOnce(&mut Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)>)) {
     copy_checkpoint(&repo().join(GOOD), dir);
     let bytes = std::fs::read(dir.join("model.safetensors")).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
-    let mut tensors: Vec<_> = st
-        .tensors()
-        .into_iter()
-        .map(|(n, v)| (n, v.dtype(), v.shape().to_vec(), v.data().to_vec()))
-        .collect();
+    let mut tensors: Vec<_> =
+        st.tensors().into_iter().map(|(n, v)| (n, v.dtype(), v.shape().to_vec(), v.data().to_vec())).collect();
     edit(&mut tensors);
-    let views: Vec<(String, TensorView<'_>)> = tensors
-        .iter()
-        .map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap()))
-        .collect();
-    std::fs::write(
-        dir.join("model.safetensors"),
-        safetensors::serialize(views, None).unwrap(),
-    )
-    .unwrap();
+    let views: Vec<(String, TensorView<'_>)> =
+        tensors.iter().map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap())).collect();
+    std::fs::write(dir.join("model.safetensors"), safetensors::serialize(views, None).unwrap()).unwrap();
 }
 
 #[test]
@@ -58,21 +47,14 @@ fn truncated_safetensors_is_named() {
     let bytes = std::fs::read(&path).unwrap();
     std::fs::write(&path, &bytes[..bytes.len() - 1000]).unwrap();
     let err = load_error(tmp.path());
-    assert!(
-        err.contains("model.safetensors") && err.contains("truncated"),
-        "{err}"
-    );
+    assert!(err.contains("model.safetensors") && err.contains("truncated"), "{err}");
 }
 
 #[test]
 fn garbage_header_is_named() {
     let tmp = tempfile::tempdir().unwrap();
     copy_checkpoint(&repo().join(GOOD), tmp.path());
-    std::fs::write(
-        tmp.path().join("model.safetensors"),
-        b"this is not a safetensors file at all",
-    )
-    .unwrap();
+    std::fs::write(tmp.path().join("model.safetensors"), b"this is not a safetensors file at all").unwrap();
     let err = load_error(tmp.path());
     assert!(err.contains("bad safetensors file"), "{err}");
 }
@@ -83,10 +65,7 @@ fn missing_tensor_is_named() {
     let victim = "segformer.encoder.block.1.0.mlp.dense2.weight";
     rewrite(tmp.path(), |t| t.retain(|(n, ..)| n != victim));
     let err = load_error(tmp.path());
-    assert!(
-        err.contains("missing tensor") && err.contains(victim),
-        "{err}"
-    );
+    assert!(err.contains("missing tensor") && err.contains(victim), "{err}");
 }
 
 #[test]
@@ -124,32 +103,19 @@ fn weights_of_a_deeper_model_are_reported() {
         let extra: Vec<_> = t
             .iter()
             .filter(|(n, ..)| n.starts_with("segformer.encoder.block.0.0."))
-            .map(|(n, d, s, b)| {
-                (
-                    n.replace("block.0.0.", "block.0.1."),
-                    *d,
-                    s.clone(),
-                    b.clone(),
-                )
-            })
+            .map(|(n, d, s, b)| (n.replace("block.0.0.", "block.0.1."), *d, s.clone(), b.clone()))
             .collect();
         t.extend(extra);
     });
     let err = load_error(tmp.path());
-    assert!(
-        err.contains("segformer.encoder.block.0.1.") && err.contains("not used"),
-        "{err}"
-    );
+    assert!(err.contains("segformer.encoder.block.0.1.") && err.contains("not used"), "{err}");
 }
 
 #[test]
 fn bad_config_json_is_named() {
     let cases: [(&str, &str); 4] = [
         ("{ not json", "config.json"),
-        (
-            r#"{"hidden_sizes": [16, 32, 48], "depths": [1, 1, 1], "num_encoder_blocks": 3, "num_attention_heads": [1, 3, 2], "sr_ratios": [4,2,1], "patch_sizes": [7,3,3], "strides": [4,2,2], "mlp_ratios": [2,4,3]}"#,
-            "not divisible",
-        ),
+        (r#"{"hidden_sizes": [16, 32, 48], "depths": [1, 1, 1], "num_encoder_blocks": 3, "num_attention_heads": [1, 3, 2], "sr_ratios": [4,2,1], "patch_sizes": [7,3,3], "strides": [4,2,2], "mlp_ratios": [2,4,3]}"#, "not divisible"),
         (r#"{"depths": [1, 1]}"#, "depths has 2 entries"),
         (r#"{"hidden_act": "relu"}"#, "hidden_act"),
     ];
@@ -158,10 +124,7 @@ fn bad_config_json_is_named() {
         copy_checkpoint(&repo().join(GOOD), tmp.path());
         std::fs::write(tmp.path().join("config.json"), text).unwrap();
         let err = load_error(tmp.path());
-        assert!(
-            err.contains("config.json") && err.contains(needle),
-            "{needle}: {err}"
-        );
+        assert!(err.contains("config.json") && err.contains(needle), "{needle}: {err}");
     }
 }
 
@@ -179,17 +142,9 @@ fn cli_reports_a_broken_model_in_one_line_without_panicking() {
     let bytes = std::fs::read(&path).unwrap();
     std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
     let model = tmp.path().to_str().unwrap();
-    let (code, _, stderr) = roadseg(&[
-        "bench", "--model", model, "--device", "cpu", "--frames", "1", "--size", "64x64",
-    ]);
+    let (code, _, stderr) = roadseg(&["bench", "--model", model, "--device", "cpu", "--frames", "1", "--size", "64x64"]);
     assert_ne!(code, 0);
     assert!(!stderr.contains("panicked"), "{stderr}");
-    let line = stderr
-        .lines()
-        .find(|l| l.starts_with("roadseg: error:"))
-        .expect("an error line");
-    assert!(
-        line.contains("model.safetensors") && line.contains("truncated"),
-        "{line}"
-    );
+    let line = stderr.lines().find(|l| l.starts_with("roadseg: error:")).expect("an error line");
+    assert!(line.contains("model.safetensors") && line.contains("truncated"), "{line}");
 }

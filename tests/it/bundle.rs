@@ -5,6 +5,7 @@
 //! (checked with the dynamic loader's own log, `LD_DEBUG=libs`).
 #![cfg(feature = "video")]
 
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,11 +17,7 @@ const SCANNER: &str = "/usr/lib/x86_64-linux-gnu/gstreamer1.0/gstreamer-1.0/gst-
 const FRAMES: u64 = 20;
 
 fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {tool}"))
-        .output()
-        .is_ok_and(|o| o.status.success())
+    Command::new("sh").arg("-c").arg(format!("command -v {tool}")).output().is_ok_and(|o| o.status.success())
 }
 
 fn frames_in(path: &Path) -> u64 {
@@ -31,15 +28,8 @@ fn frames_in(path: &Path) -> u64 {
         .output()
         .expect("ffprobe runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stderr.is_empty(),
-        "ffprobe on {}: {stderr}",
-        path.display()
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("ffprobe frame count of {}", path.display()))
+    assert!(out.status.success() && stderr.is_empty(), "ffprobe on {}: {stderr}", path.display());
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or_else(|_| panic!("ffprobe frame count of {}", path.display()))
 }
 
 /// `BUNDLE/roadseg ARGS` with nothing inherited but PATH and HOME, and the
@@ -67,11 +57,8 @@ fn gstreamer_processes(ld_dir: &Path) -> BTreeMap<PathBuf, Vec<String>> {
     for entry in std::fs::read_dir(ld_dir).unwrap() {
         let path = entry.unwrap().path();
         let text = std::fs::read_to_string(&path).unwrap();
-        let inits: Vec<String> = text
-            .lines()
-            .filter_map(|l| l.split_once("calling init: "))
-            .map(|(_, p)| p.trim().to_string())
-            .collect();
+        let inits: Vec<String> =
+            text.lines().filter_map(|l| l.split_once("calling init: ")).map(|(_, p)| p.trim().to_string()).collect();
         if inits.iter().any(|p| p.contains("libgstreamer-1.0.so")) {
             found.insert(path, inits);
         }
@@ -81,49 +68,23 @@ fn gstreamer_processes(ld_dir: &Path) -> BTreeMap<PathBuf, Vec<String>> {
 
 fn is_glibc_core(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
-    [
-        "libc.so",
-        "libm.so",
-        "libpthread.so",
-        "libdl.so",
-        "librt.so",
-        "libresolv.so",
-        "ld-linux",
-    ]
-    .iter()
-    .any(|core| name.starts_with(core))
+    ["libc.so", "libm.so", "libpthread.so", "libdl.so", "librt.so", "libresolv.so", "ld-linux"]
+        .iter()
+        .any(|core| name.starts_with(core))
 }
 
 /// Every library a GStreamer process initialised came from the bundle, except
 /// the glibc core; returns the bundled paths seen.
 fn assert_only_bundled(ld_dir: &Path, bundle: &Path, what: &str) -> Vec<String> {
     let procs = gstreamer_processes(ld_dir);
-    assert!(
-        !procs.is_empty(),
-        "{what}: no process loaded libgstreamer (LD_DEBUG logs in {})",
-        ld_dir.display()
-    );
+    assert!(!procs.is_empty(), "{what}: no process loaded libgstreamer (LD_DEBUG logs in {})", ld_dir.display());
     let prefix = format!("{}/", bundle.display());
     let mut bundled = Vec::new();
     for (log, inits) in &procs {
-        let gst: Vec<&String> = inits
-            .iter()
-            .filter(|p| p.contains("libgstreamer-1.0.so"))
-            .collect();
-        assert!(
-            gst.iter().all(|p| p.starts_with(&prefix)),
-            "{what}: libgstreamer loaded from {gst:?}, not {prefix} ({})",
-            log.display()
-        );
-        let foreign: Vec<&String> = inits
-            .iter()
-            .filter(|p| !p.starts_with(&prefix) && !is_glibc_core(p))
-            .collect();
-        assert!(
-            foreign.is_empty(),
-            "{what}: libraries from outside the bundle: {foreign:?} ({})",
-            log.display()
-        );
+        let gst: Vec<&String> = inits.iter().filter(|p| p.contains("libgstreamer-1.0.so")).collect();
+        assert!(gst.iter().all(|p| p.starts_with(&prefix)), "{what}: libgstreamer loaded from {gst:?}, not {prefix} ({})", log.display());
+        let foreign: Vec<&String> = inits.iter().filter(|p| !p.starts_with(&prefix) && !is_glibc_core(p)).collect();
+        assert!(foreign.is_empty(), "{what}: libraries from outside the bundle: {foreign:?} ({})", log.display());
         bundled.extend(inits.iter().cloned());
     }
     bundled
@@ -149,122 +110,50 @@ fn the_bundle_segments_a_clip_in_a_clean_environment_with_its_own_gstreamer() {
     std::fs::create_dir_all(&home).unwrap();
 
     let mut build = Command::new("bash");
-    build
-        .arg(repo().join("tools/device-bundle.sh"))
-        .arg(&bundle)
-        .env("ROADSEG_BIN", env!("CARGO_BIN_EXE_roadseg"))
-        .current_dir(repo());
+    build.arg(repo().join("tools/device-bundle.sh")).arg(&bundle).env("ROADSEG_BIN", env!("CARGO_BIN_EXE_roadseg")).current_dir(repo());
     let (ok, stdout, stderr) = run_with_timeout(&mut build, Duration::from_secs(300));
     assert!(ok, "tools/device-bundle.sh failed:\n{stdout}\n{stderr}");
     assert!(stdout.contains("bundle: "), "{stdout}");
-    for part in [
-        "roadseg",
-        "bin/roadseg",
-        "libexec/gst-plugin-scanner",
-        "lib/libgstreamer-1.0.so.0",
-        "lib/gstreamer-1.0/libgstopenh264.so",
-    ] {
+    for part in ["roadseg", "bin/roadseg", "libexec/gst-plugin-scanner", "lib/libgstreamer-1.0.so.0", "lib/gstreamer-1.0/libgstopenh264.so"] {
         assert!(bundle.join(part).exists(), "{part} missing from the bundle");
     }
-    let size: u64 = walk(&bundle)
-        .iter()
-        .map(|p| p.symlink_metadata().unwrap().len())
-        .sum();
+    let size: u64 = walk(&bundle).iter().map(|p| p.symlink_metadata().unwrap().len()).sum();
     // A device call carries the checkout's working tree beside the bundle.
-    let tree = Command::new("bash")
-        .arg(repo().join("tools/carry-size.sh"))
-        .arg("--tree")
-        .current_dir(repo())
-        .output()
-        .expect("tools/carry-size.sh runs");
-    let tree: u64 = String::from_utf8_lossy(&tree.stdout)
-        .trim()
-        .parse()
-        .expect("carry-size --tree prints bytes");
-    assert!(
-        size + tree <= 60 * 1024 * 1024,
-        "bundle {size} + working tree {tree} bytes: over the 60 MiB a device call may carry"
-    );
+    let tree = Command::new("bash").arg(repo().join("tools/carry-size.sh")).arg("--tree").current_dir(repo()).output().expect("tools/carry-size.sh runs");
+    let tree: u64 = String::from_utf8_lossy(&tree.stdout).trim().parse().expect("carry-size --tree prints bytes");
+    assert!(size + tree <= 60 * 1024 * 1024, "bundle {size} + working tree {tree} bytes: over the 60 MiB a device call may carry");
 
     let clip = tmp.join("clip.mp4");
     let out = tmp.join("out.mp4");
     let frames = FRAMES.to_string();
-    run_clean(
-        &bundle,
-        &home,
-        &tmp.join("ld-synth"),
-        &[
-            "synth",
-            "-o",
-            clip.to_str().unwrap(),
-            "--frames",
-            &frames,
-            "--size",
-            "320x192",
-        ],
-    );
+    run_clean(&bundle, &home, &tmp.join("ld-synth"), &["synth", "-o", clip.to_str().unwrap(), "--frames", &frames, "--size", "320x192"]);
     assert_eq!(frames_in(&clip), FRAMES, "synth clip");
     let summary = run_clean(
         &bundle,
         &home,
         &tmp.join("ld-process"),
-        &[
-            "process",
-            clip.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-            "--model",
-            "models/roadseg-camvid",
-            "--device",
-            "cpu",
-            "--size",
-            "128x64",
-        ],
+        &["process", clip.to_str().unwrap(), "-o", out.to_str().unwrap(), "--model", "models/roadseg-camvid", "--device", "cpu", "--size", "128x64"],
     );
     assert!(summary.contains(&format!("{FRAMES} frames")), "{summary}");
     assert!(out.is_file(), "{} not written", out.display());
-    assert_eq!(
-        frames_in(&out),
-        FRAMES,
-        "annotated output holds every input frame"
-    );
+    assert_eq!(frames_in(&out), FRAMES, "annotated output holds every input frame");
 
     let synth_libs = assert_only_bundled(&tmp.join("ld-synth"), &bundle, "synth");
     let process_libs = assert_only_bundled(&tmp.join("ld-process"), &bundle, "process");
     let plugin = |name: &str| format!("{}/lib/gstreamer-1.0/libgst{name}.so", bundle.display());
-    for (libs, what, plugins) in [
-        (&synth_libs, "synth", ["x264", "isomp4"]),
-        (&process_libs, "process", ["openh264", "isomp4"]),
-    ] {
+    for (libs, what, plugins) in [(&synth_libs, "synth", ["x264", "isomp4"]), (&process_libs, "process", ["openh264", "isomp4"])] {
         for p in plugins {
-            assert!(
-                libs.contains(&plugin(p)),
-                "{what}: {} not loaded; loaded: {libs:#?}",
-                plugin(p)
-            );
+            assert!(libs.contains(&plugin(p)), "{what}: {} not loaded; loaded: {libs:#?}", plugin(p));
         }
     }
 
     // The launcher's private registry, under HOME since nothing else is set.
-    let registries: Vec<PathBuf> = std::fs::read_dir(home.join(".cache/roadseg"))
-        .map(|d| d.map(|e| e.unwrap().path()).collect())
-        .unwrap_or_default();
-    assert_eq!(
-        registries.len(),
-        1,
-        "one registry file in {}/.cache/roadseg: {registries:?}",
-        home.display()
-    );
+    let registries: Vec<PathBuf> = std::fs::read_dir(home.join(".cache/roadseg")).map(|d| d.map(|e| e.unwrap().path()).collect()).unwrap_or_default();
+    assert_eq!(registries.len(), 1, "one registry file in {}/.cache/roadseg: {registries:?}", home.display());
     let registry = std::fs::read(&registries[0]).unwrap();
     let registry = String::from_utf8_lossy(&registry);
-    assert!(
-        registry.contains(&plugin("openh264")),
-        "registry lists the bundled openh264 plugin"
-    );
-    assert!(
-        !registry.contains("/usr/lib/x86_64-linux-gnu/gstreamer-1.0/"),
-        "registry lists system plugins"
-    );
+    assert!(registry.contains(&plugin("openh264")), "registry lists the bundled openh264 plugin");
+    assert!(!registry.contains("/usr/lib/x86_64-linux-gnu/gstreamer-1.0/"), "registry lists system plugins");
 }
 
 fn walk(dir: &Path) -> Vec<PathBuf> {

@@ -6,6 +6,7 @@
 //! figures and its road IoU on hand-labelled unseen frames stay where the
 //! model card puts them.
 
+
 use std::path::Path;
 
 use crate::common::*;
@@ -29,17 +30,7 @@ const CAMVID_TOLERANCE: f64 = 0.01;
 fn synth(dir: &Path, frames: u32, size: &str, seed: u32, truth: Option<&Path>) -> String {
     let clip = dir.join(format!("drive-{frames}-{size}-{seed}.mp4"));
     let (frames, seed) = (frames.to_string(), seed.to_string());
-    let mut args = vec![
-        "synth",
-        "-o",
-        clip.to_str().unwrap(),
-        "--frames",
-        &frames,
-        "--size",
-        size,
-        "--seed",
-        &seed,
-    ];
+    let mut args = vec!["synth", "-o", clip.to_str().unwrap(), "--frames", &frames, "--size", size, "--seed", &seed];
     if let Some(t) = truth {
         args.extend(["--masks-out", t.to_str().unwrap()]);
     }
@@ -51,16 +42,7 @@ fn synth(dir: &Path, frames: u32, size: &str, seed: u32, truth: Option<&Path>) -
 /// `roadseg process` on the CPU; returns its summary line.
 fn process(clip: &str, out_dir: &Path, extra: &[&str]) -> String {
     let out = out_dir.join("out.mp4");
-    let mut args = vec![
-        "process",
-        clip,
-        "-o",
-        out.to_str().unwrap(),
-        "--device",
-        "cpu",
-        "--threshold",
-        "0",
-    ];
+    let mut args = vec!["process", clip, "-o", out.to_str().unwrap(), "--device", "cpu", "--threshold", "0"];
     args.extend_from_slice(extra);
     let (code, stdout, stderr) = roadseg(&args);
     assert_eq!(code, 0, "{stderr}");
@@ -70,9 +52,7 @@ fn process(clip: &str, out_dir: &Path, extra: &[&str]) -> String {
 fn load_masks(dir: &Path, frames: u32) -> Vec<u8> {
     let mut all = Vec::new();
     for i in 0..frames {
-        let m = image::open(dir.join(format!("{i:05}.png")))
-            .unwrap()
-            .to_luma8();
+        let m = image::open(dir.join(format!("{i:05}.png"))).unwrap().to_luma8();
         all.extend_from_slice(m.as_raw());
     }
     all
@@ -80,10 +60,7 @@ fn load_masks(dir: &Path, frames: u32) -> Vec<u8> {
 
 /// "road flicker 1.234%" of the process summary, as a share.
 fn flicker(summary: &str) -> f64 {
-    let after = summary
-        .split("road flicker ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no flicker in: {summary}"));
+    let after = summary.split("road flicker ").nth(1).unwrap_or_else(|| panic!("no flicker in: {summary}"));
     after.split('%').next().unwrap().parse::<f64>().unwrap() / 100.0
 }
 
@@ -96,32 +73,13 @@ fn synthetic_drive_road_iou_stays_high_with_and_without_smoothing() {
     let mut ious = Vec::new();
     for smooth in ["off", "on"] {
         let predicted = tmp.path().join(format!("pred-{smooth}"));
-        process(
-            &clip,
-            tmp.path(),
-            &[
-                "--smooth",
-                smooth,
-                "--masks-out",
-                predicted.to_str().unwrap(),
-            ],
-        );
-        let iou = roadseg::synth::road_iou(&load_masks(&predicted, 12), &truth)
-            .expect("the drive has road");
+        process(&clip, tmp.path(), &["--smooth", smooth, "--masks-out", predicted.to_str().unwrap()]);
+        let iou = roadseg::synth::road_iou(&load_masks(&predicted, 12), &truth).expect("the drive has road");
         eprintln!("synthetic road IoU of the bundled model, smoothing {smooth}: {iou:.4}");
         ious.push(iou);
     }
-    assert!(
-        ious[0] >= ROAD_IOU_FLOOR,
-        "road IoU {:.4} < {ROAD_IOU_FLOOR}",
-        ious[0]
-    );
-    assert!(
-        ious[1] >= ious[0],
-        "smoothing lowered road IoU: {:.4} < {:.4}",
-        ious[1],
-        ious[0]
-    );
+    assert!(ious[0] >= ROAD_IOU_FLOOR, "road IoU {:.4} < {ROAD_IOU_FLOOR}", ious[0]);
+    assert!(ious[1] >= ious[0], "smoothing lowered road IoU: {:.4} < {:.4}", ious[1], ious[0]);
 }
 
 #[test]
@@ -134,102 +92,50 @@ fn hood_estimate_matches_the_synthetic_bonnet() {
     let summary = process(
         &clip,
         tmp.path(),
-        &[
-            "--size",
-            "320x192",
-            "--hood-out",
-            hood_png.to_str().unwrap(),
-            "--stats-out",
-            stats.to_str().unwrap(),
-        ],
+        &["--size", "320x192", "--hood-out", hood_png.to_str().unwrap(), "--stats-out", stats.to_str().unwrap()],
     );
     let estimate = image::open(&hood_png).unwrap().to_luma8();
     let truth = roadseg::synth::hood_mask(640, 360);
     let iou = roadseg::synth::road_iou(estimate.as_raw(), &truth).unwrap();
     eprintln!("hood IoU through H.264 and the pipeline: {iou:.4} ({summary})");
-    assert!(
-        iou >= HOOD_IOU_FLOOR,
-        "hood IoU {iou:.4} < {HOOD_IOU_FLOOR}"
-    );
+    assert!(iou >= HOOD_IOU_FLOOR, "hood IoU {iou:.4} < {HOOD_IOU_FLOOR}");
 
-    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&stats)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines: Vec<serde_json::Value> =
+        std::fs::read_to_string(&stats).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), 40);
     let truth_pct = truth.iter().filter(|&&m| m != 0).count() as f64 / truth.len() as f64 * 100.0;
-    let last = lines.last().unwrap()["hood_pct"]
-        .as_f64()
-        .expect("hood_pct in every line");
-    assert!(
-        (last - truth_pct).abs() < 1.5,
-        "hood_pct {last} vs drawn {truth_pct:.2}"
-    );
-    assert_eq!(
-        lines[0]["hood_pct"].as_f64(),
-        Some(0.0),
-        "no hood claimed before any motion was seen"
-    );
+    let last = lines.last().unwrap()["hood_pct"].as_f64().expect("hood_pct in every line");
+    assert!((last - truth_pct).abs() < 1.5, "hood_pct {last} vs drawn {truth_pct:.2}");
+    assert_eq!(lines[0]["hood_pct"].as_f64(), Some(0.0), "no hood claimed before any motion was seen");
 }
 
 #[test]
 fn no_hood_is_claimed_without_one() {
     let tmp = tempfile::tempdir().unwrap();
     let clip = tmp.path().join("nohood.mp4");
-    let (code, _, stderr) = roadseg(&[
-        "synth",
-        "-o",
-        clip.to_str().unwrap(),
-        "--frames",
-        "30",
-        "--size",
-        "480x270",
-        "--seed",
-        "4",
-        "--no-hood",
-    ]);
+    let (code, _, stderr) =
+        roadseg(&["synth", "-o", clip.to_str().unwrap(), "--frames", "30", "--size", "480x270", "--seed", "4", "--no-hood"]);
     assert_eq!(code, 0, "{stderr}");
     let summary = process(clip.to_str().unwrap(), tmp.path(), &["--size", "320x192"]);
-    assert!(
-        !summary.contains("of the frame"),
-        "a hood was claimed: {summary}"
-    );
+    assert!(!summary.contains("of the frame"), "a hood was claimed: {summary}");
 }
 
 #[test]
 fn smoothing_halves_flicker_on_real_dashcam_footage() {
-    let Some(clip) = shared("data/dashcam/solidWhiteRight.mp4") else {
-        return;
-    };
+    let Some(clip) = shared("data/dashcam/solidWhiteRight.mp4") else { return };
     let tmp = tempfile::tempdir().unwrap();
     let clip = clip.to_str().unwrap();
-    let (plain, smoothed) = (
-        process(clip, tmp.path(), &["--smooth", "off"]),
-        process(clip, tmp.path(), &["--smooth", "on"]),
-    );
-    assert!(
-        !plain.contains("of the frame"),
-        "the clip has no bonnet, yet: {plain}"
-    );
+    let (plain, smoothed) = (process(clip, tmp.path(), &["--smooth", "off"]), process(clip, tmp.path(), &["--smooth", "on"]));
+    assert!(!plain.contains("of the frame"), "the clip has no bonnet, yet: {plain}");
     let (plain, smoothed) = (flicker(&plain), flicker(&smoothed));
-    eprintln!(
-        "road flicker on {clip}: {:.3}% plain, {:.3}% smoothed",
-        plain * 100.0,
-        smoothed * 100.0
-    );
-    assert!(
-        smoothed <= 0.5 * plain,
-        "smoothing cut flicker only from {plain:.5} to {smoothed:.5}"
-    );
+    eprintln!("road flicker on {clip}: {:.3}% plain, {:.3}% smoothed", plain * 100.0, smoothed * 100.0);
+    assert!(smoothed <= 0.5 * plain, "smoothing cut flicker only from {plain:.5} to {smoothed:.5}");
 }
 
 #[test]
 fn hood_estimate_on_real_footage_with_a_real_bonnet() {
-    let (Some(clip), Some(bonnet)) = (
-        shared("data/dashcam/solidWhiteRight.mp4"),
-        shared("data/dashcam/bdd/cc97fab0-f9a08d07.jpg"),
-    ) else {
+    let (Some(clip), Some(bonnet)) = (shared("data/dashcam/solidWhiteRight.mp4"), shared("data/dashcam/bdd/cc97fab0-f9a08d07.jpg"))
+    else {
         return;
     };
     // The real clip has no bonnet of its own: give it the bottom 64 rows of a
@@ -237,35 +143,20 @@ fn hood_estimate_on_real_footage_with_a_real_bonnet() {
     let tmp = tempfile::tempdir().unwrap();
     let composite = tmp.path().join("with-bonnet.mp4");
     let mut ffmpeg = std::process::Command::new("ffmpeg");
-    ffmpeg
-        .args(["-loglevel", "error", "-y", "-i"])
-        .arg(&clip)
-        .arg("-i")
-        .arg(&bonnet)
-        .args([
-            "-filter_complex",
-            "[1:v]scale=960:540,crop=960:64:0:476[strip];[0:v][strip]overlay=0:476",
-            "-c:v",
-            "libx264",
-            "-preset",
-            "veryfast",
-            "-pix_fmt",
-            "yuv420p",
-        ]);
-    let (ok, _, err) =
-        run_with_timeout(ffmpeg.arg(&composite), std::time::Duration::from_secs(120));
+    ffmpeg.args(["-loglevel", "error", "-y", "-i"]).arg(&clip).arg("-i").arg(&bonnet).args([
+        "-filter_complex",
+        "[1:v]scale=960:540,crop=960:64:0:476[strip];[0:v][strip]overlay=0:476",
+        "-c:v",
+        "libx264",
+        "-preset",
+        "veryfast",
+        "-pix_fmt",
+        "yuv420p",
+    ]);
+    let (ok, _, err) = run_with_timeout(ffmpeg.arg(&composite), std::time::Duration::from_secs(120));
     assert!(ok, "ffmpeg: {err}");
     let hood_png = tmp.path().join("hood.png");
-    let summary = process(
-        composite.to_str().unwrap(),
-        tmp.path(),
-        &[
-            "--size",
-            "320x192",
-            "--hood-out",
-            hood_png.to_str().unwrap(),
-        ],
-    );
+    let summary = process(composite.to_str().unwrap(), tmp.path(), &["--size", "320x192", "--hood-out", hood_png.to_str().unwrap()]);
     let estimate = image::open(&hood_png).unwrap().to_luma8();
     let truth: Vec<u8> = (0..960 * 540).map(|i| u8::from(i / 960 >= 476)).collect();
     let iou = roadseg::synth::road_iou(estimate.as_raw(), &truth).unwrap();
@@ -283,11 +174,7 @@ fn rgb_frame(clip: &Path, n: u32, png: &Path) -> image::RgbImage {
         .arg(png)
         .status()
         .expect("ffmpeg runs");
-    assert!(
-        status.success(),
-        "ffmpeg could not take frame {n} of {}",
-        clip.display()
-    );
+    assert!(status.success(), "ffmpeg could not take frame {n} of {}", clip.display());
     image::open(png).unwrap().to_rgb8()
 }
 
@@ -296,124 +183,61 @@ fn the_recording_shows_the_road_tinted_and_the_rest_as_it_was() {
     // Rule: through NV12 decode, annotation and encode, road pixels of the recording move towards the road tint (magenta: red and blue up, green down) and other pixels keep their colour (within H.264's error).
     let tmp = tempfile::tempdir().unwrap();
     let clip = tmp.path().join("synth.mp4");
-    let (code, _, stderr) = roadseg(&[
-        "synth",
-        "-o",
-        clip.to_str().unwrap(),
-        "--frames",
-        "12",
-        "--size",
-        "320x180",
-        "--no-hood",
-    ]);
+    let (code, _, stderr) = roadseg(&["synth", "-o", clip.to_str().unwrap(), "--frames", "12", "--size", "320x180", "--no-hood"]);
     assert_eq!(code, 0, "{stderr}");
     let masks = tmp.path().join("masks");
-    process(
-        clip.to_str().unwrap(),
-        tmp.path(),
-        &["--masks-out", masks.to_str().unwrap()],
-    );
+    process(clip.to_str().unwrap(), tmp.path(), &["--masks-out", masks.to_str().unwrap()]);
     let out = tmp.path().join("out.mp4");
     let mask = image::open(masks.join("00011.png")).unwrap().to_luma8();
-    let (before, after) = (
-        rgb_frame(&clip, 11, &tmp.path().join("in.png")),
-        rgb_frame(&out, 11, &tmp.path().join("out.png")),
-    );
+    let (before, after) = (rgb_frame(&clip, 11, &tmp.path().join("in.png")), rgb_frame(&out, 11, &tmp.path().join("out.png")));
     let (mut road, mut rest) = ([0f64; 3], [0f64; 3]);
     let (mut n_road, mut n_rest) = (0f64, 0f64);
     // Below the status line and clear of the edges, where chroma blocks straddle the mask's border.
-    for (x, y, m) in mask
-        .enumerate_pixels()
-        .filter(|(x, y, _)| *y >= 40 && *x >= 4 && *x < 316 && *y < 176)
-    {
+    for (x, y, m) in mask.enumerate_pixels().filter(|(x, y, _)| *y >= 40 && *x >= 4 && *x < 316 && *y < 176) {
         let (a, b) = (before.get_pixel(x, y).0, after.get_pixel(x, y).0);
-        let (sum, n) = if m.0[0] == 255 {
-            (&mut road, &mut n_road)
-        } else {
-            (&mut rest, &mut n_rest)
-        };
+        let (sum, n) = if m.0[0] == 255 { (&mut road, &mut n_road) } else { (&mut rest, &mut n_rest) };
         for c in 0..3 {
             sum[c] += f64::from(b[c]) - f64::from(a[c]);
         }
         *n += 1.0;
     }
-    assert!(
-        n_road > 1000.0 && n_rest > 1000.0,
-        "road {n_road} px, rest {n_rest} px"
-    );
+    assert!(n_road > 1000.0 && n_rest > 1000.0, "road {n_road} px, rest {n_rest} px");
     let [r, g, b] = road.map(|v| v / n_road);
-    eprintln!(
-        "road ({n_road} px) moved by RGB ({r:.1}, {g:.1}, {b:.1}); the rest ({n_rest} px) by {:?}",
-        rest.map(|v| (v / n_rest * 10.0).round() / 10.0)
-    );
-    assert!(
-        r > 8.0 && b > 8.0 && g < -8.0,
-        "road moved by RGB ({r:.1}, {g:.1}, {b:.1}), not towards magenta"
-    );
+    eprintln!("road ({n_road} px) moved by RGB ({r:.1}, {g:.1}, {b:.1}); the rest ({n_rest} px) by {:?}", rest.map(|v| (v / n_rest * 10.0).round() / 10.0));
+    assert!(r > 8.0 && b > 8.0 && g < -8.0, "road moved by RGB ({r:.1}, {g:.1}, {b:.1}), not towards magenta");
     let rest = rest.map(|v| v / n_rest);
-    assert!(
-        rest.iter().all(|d| d.abs() < 6.0),
-        "untinted pixels moved by {rest:?}"
-    );
+    assert!(rest.iter().all(|d| d.abs() < 6.0), "untinted pixels moved by {rest:?}");
 }
 
 #[test]
 fn the_bundled_model_keeps_its_camvid_val_figures() {
     // Rule: `roadseg eval` of the bundled model on every 4th CamVid val frame stays within 0.01 of the road IoU and mIoU in the model card (a retrained or converted model must not quietly lose them).
-    let (Some(images), Some(labels)) = (shared("data/camvid/val"), shared("data/camvid/valannot"))
-    else {
-        return;
-    };
+    let (Some(images), Some(labels)) = (shared("data/camvid/val"), shared("data/camvid/valannot")) else { return };
     let tmp = tempfile::tempdir().unwrap();
     let (img_dir, lab_dir) = (tmp.path().join("img"), tmp.path().join("lab"));
     std::fs::create_dir_all(&img_dir).unwrap();
     std::fs::create_dir_all(&lab_dir).unwrap();
-    let mut frames: Vec<_> = std::fs::read_dir(&images)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let mut frames: Vec<_> = std::fs::read_dir(&images).unwrap().map(|e| e.unwrap().path()).collect();
     frames.sort();
     for frame in frames.iter().step_by(4) {
         let stem = frame.file_stem().unwrap().to_str().unwrap();
         std::os::unix::fs::symlink(frame, img_dir.join(frame.file_name().unwrap())).unwrap();
-        std::os::unix::fs::symlink(
-            labels.join(format!("{stem}.png")),
-            lab_dir.join(format!("{stem}.png")),
-        )
-        .unwrap();
+        std::os::unix::fs::symlink(labels.join(format!("{stem}.png")), lab_dir.join(format!("{stem}.png"))).unwrap();
     }
     let (code, stdout, stderr) = roadseg(&[
-        "eval",
-        "--model",
-        "models/roadseg-camvid",
-        "--images",
-        img_dir.to_str().unwrap(),
-        "--labels",
-        lab_dir.to_str().unwrap(),
-        "--ignore-index",
-        "11",
-        "--device",
-        "cpu",
+        "eval", "--model", "models/roadseg-camvid", "--images", img_dir.to_str().unwrap(), "--labels", lab_dir.to_str().unwrap(),
+        "--ignore-index", "11", "--device", "cpu",
     ]);
     assert_eq!(code, 0, "{stderr}");
     let figure = |name: &str| -> f64 {
-        let line = stdout
-            .lines()
-            .find(|l| l.split_whitespace().next() == Some(name))
-            .unwrap_or_else(|| panic!("no {name} line in {stdout}"));
+        let line = stdout.lines().find(|l| l.split_whitespace().next() == Some(name)).unwrap_or_else(|| panic!("no {name} line in {stdout}"));
         line.split_whitespace().last().unwrap().parse().unwrap()
     };
     assert!(stdout.contains("on 26 images at 1024x768"), "{stdout}");
     let (road, miou) = (figure("road"), figure("mIoU"));
     eprintln!("CamVid val subset: road IoU {road:.4}, mIoU {miou:.4}");
-    assert!(
-        (road - CAMVID_SUBSET_ROAD).abs() <= CAMVID_TOLERANCE,
-        "road IoU {road:.4}, model card {CAMVID_SUBSET_ROAD}"
-    );
-    assert!(
-        (miou - CAMVID_SUBSET_MIOU).abs() <= CAMVID_TOLERANCE,
-        "mIoU {miou:.4}, model card {CAMVID_SUBSET_MIOU}"
-    );
+    assert!((road - CAMVID_SUBSET_ROAD).abs() <= CAMVID_TOLERANCE, "road IoU {road:.4}, model card {CAMVID_SUBSET_ROAD}");
+    assert!((miou - CAMVID_SUBSET_MIOU).abs() <= CAMVID_TOLERANCE, "mIoU {miou:.4}, model card {CAMVID_SUBSET_MIOU}");
 }
 
 /// `roadseg eval --road-polygons tools/eval/unseen-road.json` of the bundled

@@ -1,6 +1,7 @@
 //! Rule: the engine-only subcommands (infer, eval, bench) do what their help
 //! says, with outputs at the input's own resolution and errors that name the problem.
 
+
 use crate::common::*;
 use image::{Rgb, RgbImage};
 
@@ -9,13 +10,7 @@ const MODEL: &str = "tests/data/odd-bf16-203x141";
 fn write_test_images(dir: &std::path::Path) {
     std::fs::create_dir_all(dir).unwrap();
     for (name, w, h) in [("a.png", 160u32, 90u32), ("b.png", 120, 100)] {
-        let img = RgbImage::from_fn(w, h, |x, y| {
-            Rgb([
-                (x * 255 / w) as u8,
-                (y * 255 / h) as u8,
-                ((x + y) % 200) as u8,
-            ])
-        });
+        let img = RgbImage::from_fn(w, h, |x, y| Rgb([(x * 255 / w) as u8, (y * 255 / h) as u8, ((x + y) % 200) as u8]));
         img.save(dir.join(name)).unwrap();
     }
 }
@@ -28,36 +23,16 @@ fn infer_folder_writes_class_maps_and_overlays_at_image_size() {
     let classes = tmp.path().join("classes");
     let overlays = tmp.path().join("overlays");
     let (code, stdout, stderr) = roadseg(&[
-        "infer",
-        "--model",
-        MODEL,
-        "--device",
-        "cpu",
-        "--image",
-        images.to_str().unwrap(),
-        "--size",
-        "203x141",
-        "--classes-out",
-        classes.to_str().unwrap(),
-        "--overlay-out",
-        overlays.to_str().unwrap(),
+        "infer", "--model", MODEL, "--device", "cpu", "--image", images.to_str().unwrap(), "--size", "203x141",
+        "--classes-out", classes.to_str().unwrap(), "--overlay-out", overlays.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(stdout.lines().count(), 2, "one line per image: {stdout}");
     for (name, w, h) in [("a.png", 160, 90), ("b.png", 120, 100)] {
         let c = image::open(classes.join(name)).unwrap().to_luma8();
         assert_eq!(c.dimensions(), (w, h));
-        assert!(
-            c.pixels().all(|p| p.0[0] < 7 || p.0[0] == 255),
-            "class indices or unknown"
-        );
-        assert_eq!(
-            image::open(overlays.join(name))
-                .unwrap()
-                .to_rgb8()
-                .dimensions(),
-            (w, h)
-        );
+        assert!(c.pixels().all(|p| p.0[0] < 7 || p.0[0] == 255), "class indices or unknown");
+        assert_eq!(image::open(overlays.join(name)).unwrap().to_rgb8().dimensions(), (w, h));
     }
 }
 
@@ -66,17 +41,8 @@ fn infer_pixel_values_writes_reference_logits() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("logits.npy");
     let pv = format!("{MODEL}/pixel_values.npy");
-    let (code, _, stderr) = roadseg(&[
-        "infer",
-        "--model",
-        MODEL,
-        "--device",
-        "cpu",
-        "--pixel-values",
-        &pv,
-        "--logits-out",
-        out.to_str().unwrap(),
-    ]);
+    let (code, _, stderr) =
+        roadseg(&["infer", "--model", MODEL, "--device", "cpu", "--pixel-values", &pv, "--logits-out", out.to_str().unwrap()]);
     assert_eq!(code, 0, "{stderr}");
     let ours = roadseg::npy::read_f32(&out).unwrap();
     let reference = roadseg::npy::read_f32(repo().join(MODEL).join("logits.npy")).unwrap();
@@ -91,34 +57,13 @@ fn eval_scores_a_model_against_its_own_predictions_as_perfect() {
     write_test_images(&images);
     let labels = tmp.path().join("labels");
     let (code, _, stderr) = roadseg(&[
-        "infer",
-        "--model",
-        MODEL,
-        "--device",
-        "cpu",
-        "--image",
-        images.to_str().unwrap(),
-        "--size",
-        "203x141",
-        "--threshold",
-        "0",
-        "--classes-out",
-        labels.to_str().unwrap(),
+        "infer", "--model", MODEL, "--device", "cpu", "--image", images.to_str().unwrap(), "--size", "203x141",
+        "--threshold", "0", "--classes-out", labels.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{stderr}");
     let (code, stdout, stderr) = roadseg(&[
-        "eval",
-        "--model",
-        MODEL,
-        "--device",
-        "cpu",
-        "--images",
-        images.to_str().unwrap(),
-        "--labels",
-        labels.to_str().unwrap(),
-        "--size",
-        "203x141",
-        "--json",
+        "eval", "--model", MODEL, "--device", "cpu", "--images", images.to_str().unwrap(), "--labels",
+        labels.to_str().unwrap(), "--size", "203x141", "--json",
     ]);
     assert_eq!(code, 0, "{stderr}");
     let json: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
@@ -134,55 +79,20 @@ fn eval_names_a_missing_label_map() {
     let labels = tmp.path().join("labels");
     std::fs::create_dir_all(&labels).unwrap();
     let (code, _, stderr) = roadseg(&[
-        "eval",
-        "--model",
-        MODEL,
-        "--device",
-        "cpu",
-        "--images",
-        images.to_str().unwrap(),
-        "--labels",
-        labels.to_str().unwrap(),
+        "eval", "--model", MODEL, "--device", "cpu", "--images", images.to_str().unwrap(), "--labels", labels.to_str().unwrap(),
     ]);
     assert_ne!(code, 0);
-    assert!(
-        stderr.contains("no label map") && stderr.contains("a.png"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("no label map") && stderr.contains("a.png"), "{stderr}");
 }
 
 #[test]
 fn bench_prints_one_json_line_with_timings_and_memory() {
-    let (code, stdout, stderr) = roadseg(&[
-        "bench",
-        "--model",
-        MODEL,
-        "--device",
-        "cpu",
-        "--size",
-        "203x141",
-        "--frames",
-        "12",
-        "--precision",
-        "fp16",
-    ]);
+    let (code, stdout, stderr) =
+        roadseg(&["bench", "--model", MODEL, "--device", "cpu", "--size", "203x141", "--frames", "12", "--precision", "fp16"]);
     assert_eq!(code, 0, "{stderr}");
-    assert!(
-        stderr.contains("fp16 is not available on the CPU"),
-        "fp16 on CPU warns: {stderr}"
-    );
+    assert!(stderr.contains("fp16 is not available on the CPU"), "fp16 on CPU warns: {stderr}");
     let json: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
-    for key in [
-        "device",
-        "precision",
-        "size",
-        "frames",
-        "median_ms",
-        "p90_ms",
-        "fps",
-        "rss_mib_frame10",
-        "rss_mib_end",
-    ] {
+    for key in ["device", "precision", "size", "frames", "median_ms", "p90_ms", "fps", "rss_mib_frame10", "rss_mib_end"] {
         assert!(!json[key].is_null(), "{key} missing in {stdout}");
     }
     assert_eq!(json["device"], "cpu");
@@ -194,24 +104,16 @@ fn bench_prints_one_json_line_with_timings_and_memory() {
 #[test]
 fn bench_batch_prints_one_json_line_counting_every_frame() {
     // Rule: bench --batch N runs N copies of the frame per batched forward, rounds --frames up to whole batches and reports fps over every frame in its one JSON line; a batch outside 1..=16 is refused with a message naming --batch.
-    let args = [
-        "bench", "--model", MODEL, "--device", "cpu", "--size", "203x141", "--frames", "7",
-        "--warmup", "1", "--batch", "3",
-    ];
+    let args = ["bench", "--model", MODEL, "--device", "cpu", "--size", "203x141", "--frames", "7", "--warmup", "1", "--batch", "3"];
     let (code, stdout, stderr) = roadseg(&args);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(stdout.lines().count(), 1, "one JSON line: {stdout}");
     let json: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(json["batch"], 3);
     assert_eq!(json["frames"], 9, "7 frames round up to 3 batches of 3");
-    assert!(
-        json["fps"].as_f64().unwrap() > 0.0 && json["median_ms"].as_f64().unwrap() > 0.0,
-        "{stdout}"
-    );
+    assert!(json["fps"].as_f64().unwrap() > 0.0 && json["median_ms"].as_f64().unwrap() > 0.0, "{stdout}");
     for bad in ["0", "17"] {
-        let (code, stdout, stderr) = roadseg(&[
-            "bench", "--model", MODEL, "--device", "cpu", "--size", "203x141", "--batch", bad,
-        ]);
+        let (code, stdout, stderr) = roadseg(&["bench", "--model", MODEL, "--device", "cpu", "--size", "203x141", "--batch", bad]);
         assert_ne!(code, 0, "--batch {bad} accepted: {stdout}");
         assert!(stderr.contains("--batch"), "{stderr}");
     }
@@ -219,15 +121,7 @@ fn bench_batch_prints_one_json_line_counting_every_frame() {
 
 #[test]
 fn bad_arguments_are_explained() {
-    let (code, _, stderr) = roadseg(&[
-        "infer",
-        "--model",
-        MODEL,
-        "--image",
-        "/nonexistent.png",
-        "--device",
-        "cpu",
-    ]);
+    let (code, _, stderr) = roadseg(&["infer", "--model", MODEL, "--image", "/nonexistent.png", "--device", "cpu"]);
     assert_ne!(code, 0);
     assert!(stderr.contains("/nonexistent.png"), "{stderr}");
     let (code, _, stderr) = roadseg(&["bench", "--model", MODEL, "--size", "100by50"]);
@@ -239,50 +133,17 @@ fn bad_arguments_are_explained() {
 #[test]
 fn device_cuda_without_a_driver_fails_with_a_clear_message() {
     if let Ok(info) = roadseg::backend::cuda::probe::probe() {
-        eprintln!(
-            "SKIP: this machine has CUDA ({} GPU(s)); the no-driver error cannot be seen here",
-            info.devices.len()
-        );
+        eprintln!("SKIP: this machine has CUDA ({} GPU(s)); the no-driver error cannot be seen here", info.devices.len());
         return;
     }
-    let (code, _, err) = roadseg(&[
-        "bench",
-        "--model",
-        "models/roadseg-camvid",
-        "--device",
-        "cuda",
-        "--frames",
-        "1",
-    ]);
+    let (code, _, err) = roadseg(&["bench", "--model", "models/roadseg-camvid", "--device", "cuda", "--frames", "1"]);
     assert_ne!(code, 0);
-    assert!(
-        err.contains("--device cuda")
-            && err.contains("CUDA is not usable here")
-            && err.contains("--device cpu"),
-        "{err}"
-    );
+    assert!(err.contains("--device cuda") && err.contains("CUDA is not usable here") && err.contains("--device cpu"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
     // auto falls back to the CPU and says why.
-    let (code, out, err) = roadseg(&[
-        "bench",
-        "--model",
-        "models/roadseg-camvid",
-        "--device",
-        "auto",
-        "--frames",
-        "1",
-        "--warmup",
-        "0",
-        "--size",
-        "256x160",
-        "--frame",
-        "320x200",
-    ]);
+    let (code, out, err) = roadseg(&["bench", "--model", "models/roadseg-camvid", "--device", "auto", "--frames", "1", "--warmup", "0", "--size", "256x160", "--frame", "320x200"]);
     assert_eq!(code, 0, "{err}");
-    assert!(
-        err.contains("running on the CPU"),
-        "the fallback is announced: {err}"
-    );
+    assert!(err.contains("running on the CPU"), "the fallback is announced: {err}");
     assert!(out.contains("cpu"), "{out}");
 }
 
@@ -294,19 +155,8 @@ fn json_logs_and_the_model_found_from_any_directory() {
     let image = tmp.path().join("a.png");
     let run = |envs: &[(&str, &str)], args: &[&str]| {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_roadseg"));
-        cmd.current_dir(tmp.path())
-            .env_remove("ROADSEG_LOG")
-            .env_remove("RUST_LOG")
-            .env_remove("ROADSEG_LOG_FORMAT");
-        cmd.args(args).args([
-            "infer",
-            "--device",
-            "cpu",
-            "--image",
-            image.to_str().unwrap(),
-            "--size",
-            "203x141",
-        ]);
+        cmd.current_dir(tmp.path()).env_remove("ROADSEG_LOG").env_remove("RUST_LOG").env_remove("ROADSEG_LOG_FORMAT");
+        cmd.args(args).args(["infer", "--device", "cpu", "--image", image.to_str().unwrap(), "--size", "203x141"]);
         for (k, v) in envs {
             cmd.env(k, v);
         }
@@ -314,36 +164,23 @@ fn json_logs_and_the_model_found_from_any_directory() {
     };
     let model = repo().join(MODEL);
     let model = model.to_str().unwrap();
-    for (envs, args) in [
-        (vec![("ROADSEG_MODEL", model)], vec!["--log-format", "json"]),
-        (
-            vec![("ROADSEG_MODEL", model), ("ROADSEG_LOG_FORMAT", "json")],
-            vec![],
-        ),
-    ] {
+    for (envs, args) in [(vec![("ROADSEG_MODEL", model)], vec!["--log-format", "json"]), (vec![("ROADSEG_MODEL", model), ("ROADSEG_LOG_FORMAT", "json")], vec![])] {
         let out = run(&envs, &args);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{stderr}");
         assert!(stderr.lines().count() >= 1, "some log lines: {stderr}");
         for line in stderr.lines() {
-            let v: serde_json::Value =
-                serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+            let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
             assert!(v["level"].is_string() && v["message"].is_string(), "{line}");
         }
         assert!(stderr.contains("\"message\":\"model loaded\""), "{stderr}");
     }
     let quiet = run(&[("ROADSEG_MODEL", model), ("RUST_LOG", "error")], &[]);
     assert!(quiet.status.success());
-    assert!(
-        !String::from_utf8_lossy(&quiet.stderr).contains("model loaded"),
-        "RUST_LOG=error honoured"
-    );
+    assert!(!String::from_utf8_lossy(&quiet.stderr).contains("model loaded"), "RUST_LOG=error honoured");
     let missing = run(&[("ROADSEG_MODEL", "/nonexistent/model")], &[]);
     assert!(!missing.status.success());
-    assert!(
-        String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/model"),
-        "the error names $ROADSEG_MODEL's folder"
-    );
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/model"), "the error names $ROADSEG_MODEL's folder");
 }
 
 #[test]
@@ -353,39 +190,18 @@ fn a_source_build_finds_its_checkouts_model_from_any_directory() {
     write_test_images(tmp.path());
     let run = |args: &[&str]| {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_roadseg"));
-        cmd.current_dir(tmp.path())
-            .env_remove("ROADSEG_MODEL")
-            .env("ROADSEG_LOG", "warn")
-            .args(args);
+        cmd.current_dir(tmp.path()).env_remove("ROADSEG_MODEL").env("ROADSEG_LOG", "warn").args(args);
         run_with_timeout(&mut cmd, std::time::Duration::from_secs(60))
     };
-    let (ok, _, stderr) = run(&[
-        "infer",
-        "--device",
-        "cpu",
-        "--image",
-        "a.png",
-        "--size",
-        "256x160",
-        "--classes-out",
-        "a-classes.png",
-    ]);
+    let (ok, _, stderr) = run(&["infer", "--device", "cpu", "--image", "a.png", "--size", "256x160", "--classes-out", "a-classes.png"]);
     assert!(ok, "{stderr}");
     assert!(tmp.path().join("a-classes.png").is_file());
     let config = tmp.path().join("roadseg.toml");
-    std::fs::write(
-        &config,
-        "[[streams]]\nname = \"cam\"\nuri = \"test://\"\n[streams.output]\nstats = \"cam.jsonl\"\n",
-    )
-    .unwrap();
+    std::fs::write(&config, "[[streams]]\nname = \"cam\"\nuri = \"test://\"\n[streams.output]\nstats = \"cam.jsonl\"\n").unwrap();
     let (ok, stdout, stderr) = run(&["check-config", config.to_str().unwrap()]);
     assert!(ok, "{stderr}");
-    let checkout_model =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/roadseg-camvid");
-    assert!(
-        stdout.contains(&format!("model: {} (", checkout_model.display())),
-        "{stdout}"
-    );
+    let checkout_model = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/roadseg-camvid");
+    assert!(stdout.contains(&format!("model: {} (", checkout_model.display())), "{stdout}");
 }
 
 #[test]

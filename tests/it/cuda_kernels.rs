@@ -67,13 +67,9 @@ fn every_kernel_file_compiles_for_sm80_and_sm90() {
     }
     for arch in ["sm_80", "sm_90"] {
         for (name, body) in SOURCES {
-            let ptx = compile(&translation_unit(&[(name, body)]), arch)
-                .unwrap_or_else(|e| panic!("{name} for {arch}: {e}"));
+            let ptx = compile(&translation_unit(&[(name, body)]), arch).unwrap_or_else(|e| panic!("{name} for {arch}: {e}"));
             let text = ptx.to_src();
-            assert!(
-                text.contains(".entry"),
-                "{name} for {arch}: no kernels in the PTX"
-            );
+            assert!(text.contains(".entry"), "{name} for {arch}: no kernels in the PTX");
             eprintln!("{name} {arch}: {} bytes of PTX", text.len());
         }
     }
@@ -84,32 +80,18 @@ fn the_module_exports_what_the_backend_launches() {
     if !nvrtc_or_skip() {
         return;
     }
-    let ptx = compile(&translation_unit(SOURCES), "sm_90")
-        .expect("all kernels compile as one module")
-        .to_src();
+    let ptx = compile(&translation_unit(SOURCES), "sm_90").expect("all kernels compile as one module").to_src();
     for suffix in ["f32", "f16", "bf16"] {
-        let flash = if suffix == "f32" {
-            &[][..]
-        } else {
-            FLASH_ENTRIES
-        };
+        let flash = if suffix == "f32" { &[][..] } else { FLASH_ENTRIES };
         for (entry, params) in ENTRIES.iter().chain(flash) {
             let name = format!("{entry}_{suffix}");
-            let found = entry_params(&ptx, &name)
-                .unwrap_or_else(|| panic!("kernel {name} is not in the module"));
-            assert_eq!(
-                found, *params,
-                "kernel {name}: {found} parameters, the launch passes {params}"
-            );
+            let found = entry_params(&ptx, &name).unwrap_or_else(|| panic!("kernel {name} is not in the module"));
+            assert_eq!(found, *params, "kernel {name}: {found} parameters, the launch passes {params}");
         }
     }
     for (name, params) in UNTYPED_ENTRIES {
-        let found = entry_params(&ptx, name)
-            .unwrap_or_else(|| panic!("kernel {name} is not in the module"));
-        assert_eq!(
-            found, *params,
-            "kernel {name}: {found} parameters, the launch passes {params}"
-        );
+        let found = entry_params(&ptx, name).unwrap_or_else(|| panic!("kernel {name} is not in the module"));
+        assert_eq!(found, *params, "kernel {name}: {found} parameters, the launch passes {params}");
     }
 }
 
@@ -119,27 +101,14 @@ fn the_overlay_kernel_rounds_each_operation_as_the_cpu() {
     if !nvrtc_or_skip() {
         return;
     }
-    let overlay = SOURCES
-        .iter()
-        .find(|(name, _)| *name == "overlay.cu")
-        .expect("overlay.cu is a kernel source");
+    let overlay = SOURCES.iter().find(|(name, _)| *name == "overlay.cu").expect("overlay.cu is a kernel source");
     for arch in ["sm_80", "sm_90"] {
-        let ptx = compile(&translation_unit(&[*overlay]), arch)
-            .expect("overlay.cu compiles")
-            .to_src();
-        let start = ptx
-            .find(".entry annotate_frame(")
-            .expect("annotate_frame is in the PTX");
+        let ptx = compile(&translation_unit(&[*overlay]), arch).expect("overlay.cu compiles").to_src();
+        let start = ptx.find(".entry annotate_frame(").expect("annotate_frame is in the PTX");
         let body = &ptx[start + 1..];
         let body = &body[..body.find(".entry").unwrap_or(body.len())];
-        assert!(
-            body.contains("mul.rn") && body.contains("add.rn"),
-            "{arch}: no rounded f32 arithmetic in annotate_frame"
-        );
-        assert!(
-            !body.contains("fma."),
-            "{arch}: annotate_frame contracts into FMAs, which the CPU never does"
-        );
+        assert!(body.contains("mul.rn") && body.contains("add.rn"), "{arch}: no rounded f32 arithmetic in annotate_frame");
+        assert!(!body.contains("fma."), "{arch}: annotate_frame contracts into FMAs, which the CPU never does");
     }
 }
 
@@ -148,33 +117,19 @@ fn a_syntax_error_is_reported_with_file_and_line() {
     if !nvrtc_or_skip() {
         return;
     }
-    let err = compile(
-        &translation_unit(&[(
-            "broken.cu",
-            "extern \"C\" __global__ void k() { this is not C; }",
-        )]),
-        "sm_80",
-    )
-    .err()
-    .expect("must not compile");
+    let err = compile(&translation_unit(&[("broken.cu", "extern \"C\" __global__ void k() { this is not C; }")]), "sm_80")
+        .err()
+        .expect("must not compile");
     assert!(err.to_string().contains("broken.cu"), "{err}");
 }
 
 /// A python that has numpy: $ROADSEG_EMULATION_PYTHON, else the virtualenv
 /// tools/install-nvrtc.sh makes, else python3.
 fn python_with_numpy() -> Option<std::path::PathBuf> {
-    let venv = std::env::var_os("HOME")
-        .map(|h| std::path::Path::new(&h).join(".cache/roadseg/nvrtc-venv/bin/python"));
-    let candidates = std::env::var_os("ROADSEG_EMULATION_PYTHON")
-        .map(Into::into)
-        .into_iter()
-        .chain(venv)
-        .chain(Some("python3".into()));
+    let venv = std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache/roadseg/nvrtc-venv/bin/python"));
+    let candidates = std::env::var_os("ROADSEG_EMULATION_PYTHON").map(Into::into).into_iter().chain(venv).chain(Some("python3".into()));
     candidates.into_iter().find(|py: &std::path::PathBuf| {
-        std::process::Command::new(py)
-            .args(["-c", "import numpy"])
-            .output()
-            .is_ok_and(|o| o.status.success())
+        std::process::Command::new(py).args(["-c", "import numpy"]).output().is_ok_and(|o| o.status.success())
     })
 }
 
@@ -186,36 +141,15 @@ fn every_kernel_emulation_matches_its_reference() {
         return;
     };
     let tools = crate::common::repo().join("tools");
-    let mut scripts: Vec<_> = std::fs::read_dir(&tools)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("emulate_") && n.ends_with(".py"))
-        })
-        .collect();
+    let mut scripts: Vec<_> = std::fs::read_dir(&tools).unwrap().flatten().map(|e| e.path()).filter(|p| {
+        p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("emulate_") && n.ends_with(".py"))
+    }).collect();
     scripts.sort();
     assert!(scripts.len() >= 4, "emulations found: {scripts:?}");
     for script in scripts {
-        let out = std::process::Command::new(&python)
-            .arg(&script)
-            .output()
-            .expect("python runs");
-        let tail: String = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .rev()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" | ");
+        let out = std::process::Command::new(&python).arg(&script).output().expect("python runs");
+        let tail: String = String::from_utf8_lossy(&out.stdout).lines().rev().take(3).collect::<Vec<_>>().join(" | ");
         eprintln!("{}: {tail}", script.display());
-        assert!(
-            out.status.success(),
-            "{} failed:\n{}\n{}",
-            script.display(),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "{} failed:\n{}\n{}", script.display(), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     }
 }

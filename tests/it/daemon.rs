@@ -7,8 +7,8 @@
 
 use crate::common;
 
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -40,33 +40,13 @@ fn live_stream_is_inferred_served_recorded_and_stops_cleanly() {
         metric(mport, "roadseg_frames_inferred_total", "cam") > first
     });
     // A test pattern has no bonnet: the hood gauge is exported and stays 0.
-    assert_eq!(
-        metric(mport, "roadseg_hood_coverage_ratio", "cam"),
-        0.0,
-        "hood gauge\n{}",
-        scrape(mport)
-    );
+    assert_eq!(metric(mport, "roadseg_hood_coverage_ratio", "cam"), 0.0, "hood gauge\n{}", scrape(mport));
     assert!((0.0..=1.0).contains(&metric(mport, "roadseg_road_coverage_ratio", "cam")));
     // Where the latency goes: every stage, the recording's encoder included.
-    for stage in [
-        "decode_to_ring",
-        "ring_wait",
-        "inference",
-        "annotate",
-        "reorder",
-        "encode",
-    ] {
+    for stage in ["decode_to_ring", "ring_wait", "inference", "annotate", "reorder", "encode"] {
         let stage_label = format!("stage=\"{stage}\"");
-        let count = labelled_metric(
-            mport,
-            "roadseg_stage_seconds_count",
-            &["stream=\"cam\"", &stage_label],
-        );
-        assert!(
-            count.is_some_and(|n| n > 0.0),
-            "stage {stage} not timed: {count:?}\n{}",
-            scrape(mport)
-        );
+        let count = labelled_metric(mport, "roadseg_stage_seconds_count", &["stream=\"cam\"", &stage_label]);
+        assert!(count.is_some_and(|n| n > 0.0), "stage {stage} not timed: {count:?}\n{}", scrape(mport));
     }
     let url = format!("rtsp://127.0.0.1:{rport}/cam");
     let (frames, err) = probe_frames(&url, &["-rtsp_transport", "tcp", "-read_intervals", "%+3"]);
@@ -76,9 +56,7 @@ fn live_stream_is_inferred_served_recorded_and_stops_cleanly() {
         d.log()
     );
     // At least one segment boundary passed.
-    d.wait_for("a second segment", Duration::from_secs(15), || {
-        mp4s(&rec).len() >= 2
-    });
+    d.wait_for("a second segment", Duration::from_secs(15), || mp4s(&rec).len() >= 2);
 
     d.signal("-TERM");
     let status = d
@@ -90,20 +68,13 @@ fn live_stream_is_inferred_served_recorded_and_stops_cleanly() {
     assert_playable(&files);
     let stats = std::fs::read_to_string(rec.join("cam.jsonl")).unwrap();
     assert!(stats.lines().count() > 5, "{stats}");
-    assert_eq!(
-        stats.lines().next(),
-        Some("{\"previous_run\":true}"),
-        "appended, not truncated"
-    );
+    assert_eq!(stats.lines().next(), Some("{\"previous_run\":true}"), "appended, not truncated");
     for line in stats.lines().skip(1) {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
         assert!(v["hood_pct"].is_number(), "hood_pct in every line: {line}");
         assert_eq!(v["stream"], "cam", "{line}");
         let time = v["time"].as_str().unwrap_or_default();
-        assert!(
-            time.len() == 24 && time.starts_with("20") && time.ends_with('Z'),
-            "wall-clock time: {line}"
-        );
+        assert!(time.len() == 24 && time.starts_with("20") && time.ends_with('Z'), "wall-clock time: {line}");
     }
 }
 
@@ -113,10 +84,7 @@ fn kill_9_leaves_every_completed_segment_playable() {
     let dir = tempfile::tempdir().unwrap();
     let (mport, rport) = (free_port(), free_port());
     let rec = dir.path().join("rec");
-    let output = format!(
-        "file = \"{}/{{stream}}.mp4\"\nsegment_seconds = 1",
-        rec.display()
-    );
+    let output = format!("file = \"{}/{{stream}}.mp4\"\nsegment_seconds = 1", rec.display());
     let config = dir.path().join("roadseg.toml");
     std::fs::write(&config, header(mport, rport) + &test_stream("cam", &output)).unwrap();
     let mut d = Daemon::start(&config, &dir.path().join("log"));
@@ -145,10 +113,7 @@ fn a_lost_camera_is_reconnected_while_other_streams_keep_running() {
          reconnect_initial_ms = 200\nreconnect_max_ms = 1000\n\n[streams.output]\nstats = \"{}/remote.jsonl\"\n",
         dir.path().display()
     );
-    let local = test_stream(
-        "local",
-        &format!("stats = \"{}/local.jsonl\"", dir.path().display()),
-    );
+    let local = test_stream("local", &format!("stats = \"{}/local.jsonl\"", dir.path().display()));
     let config = dir.path().join("roadseg.toml");
     std::fs::write(&config, header(mport, free_port()) + &remote + &local).unwrap();
     let mut d = Daemon::start(&config, &dir.path().join("log"));
@@ -163,11 +128,9 @@ fn a_lost_camera_is_reconnected_while_other_streams_keep_running() {
         metric(mport, "roadseg_reconnects_total", "remote") >= 2.0
     });
     let local_before = inferred("local");
-    d.wait_for(
-        "local stream still inferring",
-        Duration::from_secs(10),
-        || inferred("local") > local_before + 5.0,
-    );
+    d.wait_for("local stream still inferring", Duration::from_secs(10), || {
+        inferred("local") > local_before + 5.0
+    });
     assert!(d.log().contains("reconnecting"), "{}", d.log());
 
     let before = inferred("remote");
@@ -196,9 +159,7 @@ fn a_stalled_camera_is_detected_by_silence_and_reconnected() {
     std::fs::write(&config, header(mport, free_port()) + &remote).unwrap();
     let mut d = Daemon::start(&config, &dir.path().join("log"));
     let inferred = || metric(mport, "roadseg_frames_inferred_total", "remote");
-    d.wait_for("remote frames inferred", Duration::from_secs(40), || {
-        inferred() > 5.0
-    });
+    d.wait_for("remote frames inferred", Duration::from_secs(40), || inferred() > 5.0);
 
     camera.signal("-STOP");
     let log = d.log.clone();
@@ -210,11 +171,9 @@ fn a_stalled_camera_is_detected_by_silence_and_reconnected() {
     assert_eq!(metric(mport, "roadseg_stream_up", "remote"), 0.0);
     camera.signal("-CONT");
     let before = inferred();
-    d.wait_for(
-        "frames again after the camera resumed",
-        Duration::from_secs(30),
-        || inferred() > before + 5.0,
-    );
+    d.wait_for("frames again after the camera resumed", Duration::from_secs(30), || {
+        inferred() > before + 5.0
+    });
     assert!(metric(mport, "roadseg_reconnects_total", "remote") >= 1.0);
     camera.signal("-TERM");
     d.stop_cleanly();
@@ -227,14 +186,9 @@ fn systemd_is_told_ready_watchdog_reloading_and_stopping() {
     let dir = tempfile::tempdir().unwrap();
     let socket_path = dir.path().join("notify.sock");
     let socket = UnixDatagram::bind(&socket_path).unwrap();
-    socket
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
+    socket.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
     let config = dir.path().join("roadseg.toml");
-    let stream = test_stream(
-        "cam",
-        &format!("stats = \"{}/cam.jsonl\"", dir.path().display()),
-    );
+    let stream = test_stream("cam", &format!("stats = \"{}/cam.jsonl\"", dir.path().display()));
     std::fs::write(&config, header(0, free_port()) + &stream).unwrap();
     let mut d = Daemon::start_notified(&config, &socket_path, &dir.path().join("log"), &[]);
     // Appends datagrams to `seen` until one holds `what`.
@@ -249,11 +203,7 @@ fn systemd_is_told_ready_watchdog_reloading_and_stopping() {
                 seen.push('\n');
                 continue;
             }
-            assert!(
-                exited.is_none(),
-                "daemon exited; got {seen:?}; log:\n{}",
-                d.log()
-            );
+            assert!(exited.is_none(), "daemon exited; got {seen:?}; log:\n{}", d.log());
             assert!(
                 Instant::now() < deadline,
                 "no {what} from the daemon; got {seen:?}; log:\n{}",
@@ -281,37 +231,17 @@ struct Broker(Child, Child);
 
 impl Broker {
     fn start(port: u16, out: &Path) -> Option<Broker> {
-        let (Ok(mosquitto), Ok(sub)) = (
-            which_any(&["mosquitto", "/usr/sbin/mosquitto"]),
-            which("mosquitto_sub"),
-        ) else {
+        let (Ok(mosquitto), Ok(sub)) = (which_any(&["mosquitto", "/usr/sbin/mosquitto"]), which("mosquitto_sub")) else {
             return None;
         };
-        let broker = Command::new(mosquitto)
-            .args(["-p", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok()?;
+        let broker = Command::new(mosquitto).args(["-p", &port.to_string()]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().ok()?;
         let deadline = Instant::now() + Duration::from_secs(10);
         while TcpStream::connect(("127.0.0.1", port)).is_err() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
         }
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(out)
-            .unwrap();
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(out).unwrap();
         let subscriber = Command::new(sub)
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-                "-t",
-                "roadseg/#",
-                "-v",
-            ])
+            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-t", "roadseg/#", "-v"])
             .stdout(log)
             .stderr(Stdio::null())
             .spawn()
@@ -330,16 +260,7 @@ impl Drop for Broker {
 }
 
 fn which_any(names: &[&str]) -> Result<PathBuf, ()> {
-    names
-        .iter()
-        .find_map(|n| {
-            if n.starts_with('/') {
-                Path::new(n).is_file().then(|| PathBuf::from(n))
-            } else {
-                which(n).ok()
-            }
-        })
-        .ok_or(())
+    names.iter().find_map(|n| if n.starts_with('/') { Path::new(n).is_file().then(|| PathBuf::from(n)) } else { which(n).ok() }).ok_or(())
 }
 
 #[test]
@@ -349,75 +270,43 @@ fn mqtt_status_stats_and_events_survive_the_broker_going_away() {
     let (mport, bport) = (free_port(), free_port());
     let seen = dir.path().join("mqtt.txt");
     let Some(broker) = Broker::start(bport, &seen) else {
-        eprintln!(
-            "SKIP: mosquitto / mosquitto_sub are not installed (Debian packages mosquitto, mosquitto-clients)"
-        );
+        eprintln!("SKIP: mosquitto / mosquitto_sub are not installed (Debian packages mosquitto, mosquitto-clients)");
         return;
     };
-    let mqtt = format!(
-        "\n[mqtt]\nurl = \"mqtt://127.0.0.1:{bport}\"\nstats_interval_s = 1\ncoverage_threshold = 0.0\n"
-    );
+    let mqtt = format!("\n[mqtt]\nurl = \"mqtt://127.0.0.1:{bport}\"\nstats_interval_s = 1\ncoverage_threshold = 0.0\n");
     let config = dir.path().join("roadseg.toml");
     let output = format!("stats = \"{}/cam.jsonl\"", dir.path().display());
-    std::fs::write(
-        &config,
-        header(mport, free_port()) + &mqtt + &test_stream("cam", &output),
-    )
-    .unwrap();
+    std::fs::write(&config, header(mport, free_port()) + &mqtt + &test_stream("cam", &output)).unwrap();
     let mut d = Daemon::start(&config, &dir.path().join("log"));
     let text = || std::fs::read_to_string(&seen).unwrap_or_default();
     let stats = || -> Vec<serde_json::Value> {
-        text()
-            .lines()
-            .filter_map(|l| l.strip_prefix("roadseg/streams/cam/stats "))
-            .filter_map(|j| serde_json::from_str(j).ok())
-            .collect()
+        text().lines().filter_map(|l| l.strip_prefix("roadseg/streams/cam/stats ")).filter_map(|j| serde_json::from_str(j).ok()).collect()
     };
-    d.wait_for(
-        "online statuses and stats of inferred frames over MQTT",
-        Duration::from_secs(40),
-        || {
-            let t = text();
-            t.contains("roadseg/status online")
-                && t.contains("roadseg/streams/cam/status online")
-                && stats()
-                    .iter()
-                    .any(|s| s["mean_confidence"].is_number() && s["road_coverage"].is_number())
-        },
-    );
+    d.wait_for("online statuses and stats of inferred frames over MQTT", Duration::from_secs(40), || {
+        let t = text();
+        t.contains("roadseg/status online")
+            && t.contains("roadseg/streams/cam/status online")
+            && stats().iter().any(|s| s["mean_confidence"].is_number() && s["road_coverage"].is_number())
+    });
     let last = stats().pop().unwrap();
     assert_eq!(last["stream"], "cam");
-    assert!(
-        last["frames_inferred"].as_u64().is_some_and(|n| n > 0) && last["time"].is_string(),
-        "{last}"
-    );
+    assert!(last["frames_inferred"].as_u64().is_some_and(|n| n > 0) && last["time"].is_string(), "{last}");
 
     drop(broker);
     std::thread::sleep(Duration::from_secs(3));
     let before = metric(mport, "roadseg_frames_inferred_total", "cam");
-    d.wait_for(
-        "inference goes on without the broker",
-        Duration::from_secs(20),
-        || metric(mport, "roadseg_frames_inferred_total", "cam") > before,
-    );
+    d.wait_for("inference goes on without the broker", Duration::from_secs(20), || {
+        metric(mport, "roadseg_frames_inferred_total", "cam") > before
+    });
     std::fs::write(&seen, "").unwrap();
     let _broker = Broker::start(bport, &seen).expect("the broker restarts");
-    d.wait_for(
-        "statuses and stats again after the broker returns",
-        Duration::from_secs(40),
-        || {
-            let t = text();
-            t.contains("roadseg/streams/cam/status online")
-                && t.contains("roadseg/streams/cam/stats {")
-        },
-    );
+    d.wait_for("statuses and stats again after the broker returns", Duration::from_secs(40), || {
+        let t = text();
+        t.contains("roadseg/streams/cam/status online") && t.contains("roadseg/streams/cam/stats {")
+    });
     d.stop_cleanly();
     std::thread::sleep(Duration::from_millis(300));
-    assert!(
-        text().contains("roadseg/status offline"),
-        "offline said on the way out: {}",
-        text()
-    );
+    assert!(text().contains("roadseg/status offline"), "offline said on the way out: {}", text());
 }
 
 #[test]
@@ -426,57 +315,26 @@ fn a_deleted_recording_folder_pauses_recording_and_it_resumes() {
     let dir = tempfile::tempdir().unwrap();
     let (mport, rport) = (free_port(), free_port());
     let rec = dir.path().join("rec");
-    let output = format!(
-        "file = \"{}/{{stream}}.mp4\"\nsegment_seconds = 1\nstats = \"{}/cam.jsonl\"",
-        rec.display(),
-        dir.path().display()
-    );
+    let output = format!("file = \"{}/{{stream}}.mp4\"\nsegment_seconds = 1\nstats = \"{}/cam.jsonl\"", rec.display(), dir.path().display());
     let other = format!("stats = \"{}/other.jsonl\"", dir.path().display());
     let config = dir.path().join("roadseg.toml");
-    std::fs::write(
-        &config,
-        header(mport, rport) + &test_stream("cam", &output) + &test_stream("other", &other),
-    )
-    .unwrap();
+    std::fs::write(&config, header(mport, rport) + &test_stream("cam", &output) + &test_stream("other", &other)).unwrap();
     let mut d = Daemon::start(&config, &dir.path().join("log"));
-    d.wait_for("two segments", Duration::from_secs(40), || {
-        mp4s(&rec).len() >= 2
-    });
+    d.wait_for("two segments", Duration::from_secs(40), || mp4s(&rec).len() >= 2);
     std::fs::remove_dir_all(&rec).unwrap();
-    let errors = || {
-        labelled_metric(
-            mport,
-            "roadseg_sink_errors_total",
-            &["stream=\"cam\"", "sink=\"file\""],
-        )
-    };
-    d.wait_for("file errors counted", Duration::from_secs(20), || {
-        errors().is_some_and(|n| n > 0.0)
-    });
-    let lines = |name: &str| {
-        std::fs::read_to_string(dir.path().join(name)).map_or(0, |t| t.lines().count())
-    };
+    let errors = || labelled_metric(mport, "roadseg_sink_errors_total", &["stream=\"cam\"", "sink=\"file\""]);
+    d.wait_for("file errors counted", Duration::from_secs(20), || errors().is_some_and(|n| n > 0.0));
+    let lines = |name: &str| std::fs::read_to_string(dir.path().join(name)).map_or(0, |t| t.lines().count());
     let (cam, other) = (lines("cam.jsonl"), lines("other.jsonl"));
-    d.wait_for(
-        "the stats output and the other stream go on",
-        Duration::from_secs(20),
-        || lines("cam.jsonl") > cam + 5 && lines("other.jsonl") > other + 5,
-    );
+    d.wait_for("the stats output and the other stream go on", Duration::from_secs(20), || lines("cam.jsonl") > cam + 5 && lines("other.jsonl") > other + 5);
     assert!(d.log().contains("recording paused"), "{}", d.log());
     std::fs::create_dir_all(&rec).unwrap();
-    d.wait_for(
-        "recording resumed with new segments",
-        Duration::from_secs(30),
-        || mp4s(&rec).len() >= 2,
-    );
+    d.wait_for("recording resumed with new segments", Duration::from_secs(30), || mp4s(&rec).len() >= 2);
     d.signal("-TERM");
     assert!(d.wait(Duration::from_secs(15)).is_some(), "{}", d.log());
     assert!(d.log().contains("recording resumed"), "{}", d.log());
     let files = mp4s(&rec);
-    assert!(
-        !files.contains(&rec.join("cam-00000.mp4")),
-        "numbering went on instead of starting over: {files:?}"
-    );
+    assert!(!files.contains(&rec.join("cam-00000.mp4")), "numbering went on instead of starting over: {files:?}");
     assert_playable(&files);
 }
 
@@ -486,53 +344,27 @@ fn segments_are_named_for_their_utc_start_time() {
     let dir = tempfile::tempdir().unwrap();
     let (mport, rport) = (free_port(), free_port());
     let rec = dir.path().join("rec");
-    let output = format!(
-        "file = \"{}/{{stream}}/%Y-%m-%d/%H-%M-%S.mp4\"\nsegment_seconds = 1",
-        rec.display()
-    );
+    let output = format!("file = \"{}/{{stream}}/%Y-%m-%d/%H-%M-%S.mp4\"\nsegment_seconds = 1", rec.display());
     let config = dir.path().join("roadseg.toml");
     std::fs::write(&config, header(mport, rport) + &test_stream("cam", &output)).unwrap();
     let mut d = Daemon::start(&config, &dir.path().join("log"));
-    let day_dirs = || {
-        std::fs::read_dir(rec.join("cam"))
-            .map(|r| {
-                r.filter_map(Result::ok)
-                    .map(|e| e.path())
-                    .collect::<Vec<_>>()
-            })
-            .unwrap_or_default()
-    };
-    d.wait_for("three segments", Duration::from_secs(40), || {
-        day_dirs().iter().map(|d| mp4s(d).len()).sum::<usize>() >= 3
-    });
+    let day_dirs = || std::fs::read_dir(rec.join("cam")).map(|r| r.filter_map(Result::ok).map(|e| e.path()).collect::<Vec<_>>()).unwrap_or_default();
+    d.wait_for("three segments", Duration::from_secs(40), || day_dirs().iter().map(|d| mp4s(d).len()).sum::<usize>() >= 3);
     d.signal("-TERM");
-    assert!(
-        d.wait(Duration::from_secs(15)).is_some_and(|s| s.success()),
-        "{}",
-        d.log()
-    );
+    assert!(d.wait(Duration::from_secs(15)).is_some_and(|s| s.success()), "{}", d.log());
     let today = roadseg::clock::strftime("%Y-%m-%d", std::time::SystemTime::now());
     let files: Vec<PathBuf> = day_dirs().iter().flat_map(|d| mp4s(d)).collect();
-    assert!(
-        day_dirs().iter().any(|d| d.ends_with(&today)),
-        "a folder for today ({today}): {:?}",
-        day_dirs()
-    );
+    assert!(day_dirs().iter().any(|d| d.ends_with(&today)), "a folder for today ({today}): {:?}", day_dirs());
     for f in &files {
         let name = f.file_name().unwrap().to_str().unwrap();
         // Two cuts within one wall-clock second (1 s segments on a loaded
         // machine) give the second one a `-1` suffix rather than overwrite.
         let stem = name.strip_suffix(".mp4").unwrap_or(name);
         let unsuffixed = match stem.rsplit_once('-') {
-            Some((base, n)) if stem.len() > 8 && n.chars().all(|c| c.is_ascii_digit()) => {
-                format!("{base}.mp4")
-            }
+            Some((base, n)) if stem.len() > 8 && n.chars().all(|c| c.is_ascii_digit()) => format!("{base}.mp4"),
             _ => name.to_string(),
         };
-        assert!(
-            roadseg::clock::matches("%H-%M-%S.mp4", &unsuffixed),
-            "{name}"
-        );
+        assert!(roadseg::clock::matches("%H-%M-%S.mp4", &unsuffixed), "{name}");
     }
     assert_playable(&files);
 }
@@ -547,49 +379,19 @@ fn old_recording_segments_are_deleted_and_the_newest_kept() {
     let bystander = rec.join("cam-notes.mp4");
     std::fs::write(&bystander, b"not a segment").unwrap();
     // 0.0006 h = 2.16 s; segments of 1 s.
-    let output = format!(
-        "file = \"{}/{{stream}}.mp4\"\nsegment_seconds = 1\nretain_hours = 0.0006",
-        rec.display()
-    );
+    let output = format!("file = \"{}/{{stream}}.mp4\"\nsegment_seconds = 1\nretain_hours = 0.0006", rec.display());
     let config = dir.path().join("roadseg.toml");
     std::fs::write(&config, header(mport, rport) + &test_stream("cam", &output)).unwrap();
     let mut d = Daemon::start(&config, &dir.path().join("log"));
-    let deleted = || {
-        labelled_metric(
-            mport,
-            "roadseg_segments_deleted_total",
-            &["stream=\"cam\"", "reason=\"age\""],
-        )
-    };
-    d.wait_for("segments deleted for age", Duration::from_secs(40), || {
-        deleted().is_some_and(|n| n >= 2.0)
-    });
-    let first_left = mp4s(&rec)
-        .into_iter()
-        .filter(|p| p != &bystander)
-        .min()
-        .expect("the newest segment stays");
-    assert!(
-        !rec.join("cam-00000.mp4").exists(),
-        "the first segment is long past 2 s: {:?}",
-        mp4s(&rec)
-    );
+    let deleted = || labelled_metric(mport, "roadseg_segments_deleted_total", &["stream=\"cam\"", "reason=\"age\""]);
+    d.wait_for("segments deleted for age", Duration::from_secs(40), || deleted().is_some_and(|n| n >= 2.0));
+    let first_left = mp4s(&rec).into_iter().filter(|p| p != &bystander).min().expect("the newest segment stays");
+    assert!(!rec.join("cam-00000.mp4").exists(), "the first segment is long past 2 s: {:?}", mp4s(&rec));
     assert!(first_left > rec.join("cam-00001.mp4"), "{:?}", mp4s(&rec));
-    assert!(
-        bystander.exists(),
-        "a file that is not a segment was deleted"
-    );
-    assert!(
-        metric(mport, "roadseg_storage_free_bytes", "cam") > 0.0,
-        "{}",
-        scrape(mport)
-    );
+    assert!(bystander.exists(), "a file that is not a segment was deleted");
+    assert!(metric(mport, "roadseg_storage_free_bytes", "cam") > 0.0, "{}", scrape(mport));
     d.signal("-TERM");
-    assert!(
-        d.wait(Duration::from_secs(15)).is_some_and(|s| s.success()),
-        "{}",
-        d.log()
-    );
+    assert!(d.wait(Duration::from_secs(15)).is_some_and(|s| s.success()), "{}", d.log());
 }
 
 #[test]
@@ -599,23 +401,11 @@ fn a_stalled_worker_fails_readiness_and_starves_the_watchdog() {
     let dir = tempfile::tempdir().unwrap();
     let socket_path = dir.path().join("notify.sock");
     let socket = UnixDatagram::bind(&socket_path).unwrap();
-    socket
-        .set_read_timeout(Some(Duration::from_millis(100)))
-        .unwrap();
+    socket.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
     let mport = free_port();
     let config = dir.path().join("roadseg.toml");
-    let head = header(mport, free_port()).replace(
-        "shutdown_timeout_s = 10",
-        "shutdown_timeout_s = 10\nstall_timeout_s = 2",
-    );
-    std::fs::write(
-        &config,
-        head + &test_stream(
-            "cam",
-            &format!("stats = \"{}/cam.jsonl\"", dir.path().display()),
-        ),
-    )
-    .unwrap();
+    let head = header(mport, free_port()).replace("shutdown_timeout_s = 10", "shutdown_timeout_s = 10\nstall_timeout_s = 2");
+    std::fs::write(&config, head + &test_stream("cam", &format!("stats = \"{}/cam.jsonl\"", dir.path().display()))).unwrap();
     let stall = [("ROADSEG_TEST_STALL_AFTER_FRAMES", "5")];
     let mut d = Daemon::start_notified(&config, &socket_path, &dir.path().join("log"), &stall);
     let mut buf = [0u8; 4096];
@@ -628,35 +418,17 @@ fn a_stalled_worker_fails_readiness_and_starves_the_watchdog() {
         }
         seen
     };
-    assert!(
-        datagrams(Duration::from_secs(10)).contains("WATCHDOG=1"),
-        "fed while healthy; log:\n{}",
-        d.log()
-    );
-    d.wait_for("5 frames inferred", Duration::from_secs(30), || {
-        metric(mport, "roadseg_frames_inferred_total", "cam") >= 5.0
+    assert!(datagrams(Duration::from_secs(10)).contains("WATCHDOG=1"), "fed while healthy; log:\n{}", d.log());
+    d.wait_for("5 frames inferred", Duration::from_secs(30), || metric(mport, "roadseg_frames_inferred_total", "cam") >= 5.0);
+    d.wait_for("/readyz 503 naming the stalled stream", Duration::from_secs(20), || {
+        let r = get(mport, "/readyz");
+        r.starts_with("HTTP/1.1 503") && r.contains("stalled: cam")
     });
-    d.wait_for(
-        "/readyz 503 naming the stalled stream",
-        Duration::from_secs(20),
-        || {
-            let r = get(mport, "/readyz");
-            r.starts_with("HTTP/1.1 503") && r.contains("stalled: cam")
-        },
-    );
     let last = metric(mport, "roadseg_last_inferred_timestamp_seconds", "cam");
     assert!(last > 1.7e9, "last-inferred gauge is Unix time: {last}");
     let after = datagrams(Duration::from_millis(1500));
-    assert!(
-        !after.contains("WATCHDOG=1"),
-        "watchdog still fed while stalled: {after:?}; log:\n{}",
-        d.log()
-    );
-    assert_eq!(
-        metric(mport, "roadseg_last_inferred_timestamp_seconds", "cam"),
-        last,
-        "nothing inferred"
-    );
+    assert!(!after.contains("WATCHDOG=1"), "watchdog still fed while stalled: {after:?}; log:\n{}", d.log());
+    assert_eq!(metric(mport, "roadseg_last_inferred_timestamp_seconds", "cam"), last, "nothing inferred");
     assert!(d.log().contains("inference stalled"), "{}", d.log());
     d.signal("-KILL");
 }
@@ -669,19 +441,10 @@ fn a_shutdown_past_its_deadline_is_logged_and_exits_non_zero() {
     std::fs::create_dir_all(&rec).unwrap();
     // The first segment is a FIFO nobody reads: the file sink blocks for ever.
     let fifo = rec.join("cam-00000.mp4");
-    assert!(
-        Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success()
-    );
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
     let config = dir.path().join("roadseg.toml");
     let text = header(0, free_port()).replace("shutdown_timeout_s = 10", "shutdown_timeout_s = 1")
-        + &test_stream(
-            "cam",
-            &format!("file = \"{}/{{stream}}.mp4\"", rec.display()),
-        );
+        + &test_stream("cam", &format!("file = \"{}/{{stream}}.mp4\"", rec.display()));
     std::fs::write(&config, text).unwrap();
     let mut d = Daemon::start(&config, &dir.path().join("log"));
     let log = d.log.clone();
@@ -696,16 +459,8 @@ fn a_shutdown_past_its_deadline_is_logged_and_exits_non_zero() {
         .wait(Duration::from_secs(10))
         .unwrap_or_else(|| panic!("no exit after SIGTERM; log:\n{}", d.log()));
     assert!(!status.success(), "exit {status}; log:\n{}", d.log());
-    assert!(
-        t.elapsed() < Duration::from_secs(5),
-        "took {:?}",
-        t.elapsed()
-    );
-    assert!(
-        d.log().contains("shutdown timed out after 1 s"),
-        "{}",
-        d.log()
-    );
+    assert!(t.elapsed() < Duration::from_secs(5), "took {:?}", t.elapsed());
+    assert!(d.log().contains("shutdown timed out after 1 s"), "{}", d.log());
 }
 
 #[test]
@@ -715,16 +470,8 @@ fn bad_configs_are_reported_clearly_without_panicking() {
     let good_stream = test_stream("cam", "stats = \"/tmp/x.jsonl\"");
     let head = header(0, free_port());
     let cases = [
-        (
-            "unknown key",
-            head.replace("width = 224", "widht = 224"),
-            "widht",
-        ),
-        (
-            "bad type",
-            head.replace("width = 224", "width = \"wide\""),
-            "width",
-        ),
+        ("unknown key", head.replace("width = 224", "widht = 224"), "widht"),
+        ("bad type", head.replace("width = 224", "width = \"wide\""), "width"),
         (
             "missing model",
             head.replace(
@@ -750,10 +497,7 @@ fn bad_configs_are_reported_clearly_without_panicking() {
                 err.contains(needle),
                 "{what}: {args:?}: message does not name {needle:?}: {err}"
             );
-            assert!(
-                !err.contains("panicked"),
-                "{what}: {args:?} panicked: {err}"
-            );
+            assert!(!err.contains("panicked"), "{what}: {args:?} panicked: {err}");
         }
     }
     // And a good one passes check-config with its summary.
@@ -776,15 +520,10 @@ fn metrics_pass_promtool() {
     let dir = tempfile::tempdir().unwrap();
     let (mport, rport) = (free_port(), free_port());
     let config = dir.path().join("roadseg.toml");
-    let output = format!(
-        "rtsp = \"{{stream}}\"\nstats = \"{}/cam.jsonl\"",
-        dir.path().display()
-    );
+    let output = format!("rtsp = \"{{stream}}\"\nstats = \"{}/cam.jsonl\"", dir.path().display());
     std::fs::write(&config, header(mport, rport) + &test_stream("cam", &output)).unwrap();
     let mut d = Daemon::start(&config, &dir.path().join("log"));
-    d.wait_for("frames inferred", Duration::from_secs(30), || {
-        metric(mport, "roadseg_frames_inferred_total", "cam") > 2.0
-    });
+    d.wait_for("frames inferred", Duration::from_secs(30), || metric(mport, "roadseg_frames_inferred_total", "cam") > 2.0);
     let text = scrape(mport);
     let body = text.split("\r\n\r\n").nth(1).unwrap_or(&text).to_string();
     let mut child = Command::new(promtool)
@@ -796,12 +535,8 @@ fn metrics_pass_promtool() {
         .unwrap();
     std::io::Write::write_all(&mut child.stdin.take().unwrap(), body.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
-    let report =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && report.trim().is_empty(),
-        "promtool: {report}\n{body}"
-    );
+    let report = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && report.trim().is_empty(), "promtool: {report}\n{body}");
 }
 
 #[test]
@@ -809,12 +544,7 @@ fn a_bad_config_exits_78_so_systemd_does_not_restart_it() {
     // Rule: a bad config makes check-config and run exit 78 (EX_CONFIG, the unit's RestartPreventExitStatus); check-config takes the file positionally or as --config, like run.
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.toml");
-    std::fs::write(
-        &bad,
-        header(0, free_port()).replace("width = 224", "widht = 224")
-            + &test_stream("cam", "stats = \"/tmp/x.jsonl\""),
-    )
-    .unwrap();
+    std::fs::write(&bad, header(0, free_port()).replace("width = 224", "widht = 224") + &test_stream("cam", "stats = \"/tmp/x.jsonl\"")).unwrap();
     let no_streams = dir.path().join("empty.toml");
     std::fs::write(&no_streams, header(0, free_port())).unwrap();
     let cases: [&[&str]; 4] = [
@@ -824,33 +554,13 @@ fn a_bad_config_exits_78_so_systemd_does_not_restart_it() {
         &["run", "--config", no_streams.to_str().unwrap()],
     ];
     for args in cases {
-        let out = Command::new(BIN)
-            .args(args)
-            .env_remove("NOTIFY_SOCKET")
-            .output()
-            .unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(78),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = Command::new(BIN).args(args).env_remove("NOTIFY_SOCKET").output().unwrap();
+        assert_eq!(out.status.code(), Some(78), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
     let good = dir.path().join("good.toml");
-    std::fs::write(
-        &good,
-        header(0, free_port()) + &test_stream("cam", "stats = \"/tmp/x.jsonl\""),
-    )
-    .unwrap();
-    let out = Command::new(BIN)
-        .args(["check-config", "--config", good.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    std::fs::write(&good, header(0, free_port()) + &test_stream("cam", "stats = \"/tmp/x.jsonl\"")).unwrap();
+    let out = Command::new(BIN).args(["check-config", "--config", good.to_str().unwrap()]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]
@@ -898,8 +608,7 @@ fn a_file_stream_is_finalised_at_its_end_and_a_missing_one_stays_down() {
     let read = move || std::fs::read_to_string(&log).unwrap_or_default();
     d.wait_for("the clips finalised", Duration::from_secs(30), || {
         let log = read();
-        log.contains("outputs finalised stream=clip")
-            && log.contains("outputs finalised stream=tiny")
+        log.contains("outputs finalised stream=clip") && log.contains("outputs finalised stream=tiny")
     });
     let files = mp4s(&rec);
     assert_eq!(files.len(), 2, "{files:?}");
@@ -921,11 +630,9 @@ fn a_file_stream_is_finalised_at_its_end_and_a_missing_one_stays_down() {
         d.log()
     );
     let live = metric(mport, "roadseg_frames_inferred_total", "live");
-    d.wait_for(
-        "the live stream still inferring",
-        Duration::from_secs(10),
-        || metric(mport, "roadseg_frames_inferred_total", "live") > live + 3.0,
-    );
+    d.wait_for("the live stream still inferring", Duration::from_secs(10), || {
+        metric(mport, "roadseg_frames_inferred_total", "live") > live + 3.0
+    });
     assert_eq!(metric(mport, "roadseg_stream_up", "clip"), 0.0);
     assert_eq!(metric(mport, "roadseg_stream_up", "missing"), 0.0);
     d.stop_cleanly();
@@ -937,14 +644,8 @@ fn sighup_adds_a_stream_and_leaves_the_running_one_alone() {
     let dir = tempfile::tempdir().unwrap();
     let mport = free_port();
     let head = header(mport, free_port());
-    let one = test_stream(
-        "one",
-        &format!("stats = \"{}/one.jsonl\"", dir.path().display()),
-    );
-    let two = test_stream(
-        "two",
-        &format!("stats = \"{}/two.jsonl\"", dir.path().display()),
-    );
+    let one = test_stream("one", &format!("stats = \"{}/one.jsonl\"", dir.path().display()));
+    let two = test_stream("two", &format!("stats = \"{}/two.jsonl\"", dir.path().display()));
     let config = dir.path().join("roadseg.toml");
     std::fs::write(&config, head.clone() + &one).unwrap();
     let mut d = Daemon::start(&config, &dir.path().join("log"));
@@ -968,15 +669,10 @@ fn sighup_adds_a_stream_and_leaves_the_running_one_alone() {
     std::fs::write(&config, head.clone() + &one + &two).unwrap();
     let before = inferred("one");
     d.signal("-HUP");
-    d.wait_for(
-        "stream two inferring after SIGHUP",
-        Duration::from_secs(30),
-        || inferred("two") > 3.0,
-    );
-    assert!(
-        inferred("one") > before + 3.0,
-        "stream one stalled across the reload"
-    );
+    d.wait_for("stream two inferring after SIGHUP", Duration::from_secs(30), || {
+        inferred("two") > 3.0
+    });
+    assert!(inferred("one") > before + 3.0, "stream one stalled across the reload");
     let starts = d
         .log()
         .lines()
@@ -988,22 +684,14 @@ fn sighup_adds_a_stream_and_leaves_the_running_one_alone() {
     let changed_two = two.replace("live = true", "live = true\nring_capacity = 4");
     std::fs::write(&config, head + "\n[workers]\ncount = 2\n" + &changed_two).unwrap();
     d.signal("-HUP");
-    d.wait_for(
-        "stream one down after its removal",
-        Duration::from_secs(20),
-        || metric(mport, "roadseg_stream_up", "one") == 0.0,
-    );
+    d.wait_for("stream one down after its removal", Duration::from_secs(20), || {
+        metric(mport, "roadseg_stream_up", "one") == 0.0
+    });
     let (one_after, two_after) = (inferred("one"), inferred("two"));
-    d.wait_for(
-        "stream two still inferring",
-        Duration::from_secs(10),
-        || inferred("two") > two_after + 3.0,
-    );
-    assert_eq!(
-        inferred("one"),
-        one_after,
-        "removed stream one still counts"
-    );
+    d.wait_for("stream two still inferring", Duration::from_secs(10), || {
+        inferred("two") > two_after + 3.0
+    });
+    assert_eq!(inferred("one"), one_after, "removed stream one still counts");
     let log = d.log();
     assert!(log.contains("[workers] changed; restart required"), "{log}");
     let starts = log
@@ -1019,17 +707,7 @@ fn a_looped_file_plays_again_on_one_timeline_without_counting_a_loss() {
     // Rule: a file stream with loop = true starts again at its end, paced like a camera, on one rising timeline: no source loss or reconnect is counted, its outputs stay open, and the recording plays through the loops.
     let dir = tempfile::tempdir().unwrap();
     let clip = dir.path().join("clip.mp4");
-    let (code, _, err) = common::roadseg(&[
-        "synth",
-        "-o",
-        clip.to_str().unwrap(),
-        "--frames",
-        "20",
-        "--size",
-        "320x180",
-        "--fps",
-        "10",
-    ]);
+    let (code, _, err) = common::roadseg(&["synth", "-o", clip.to_str().unwrap(), "--frames", "20", "--size", "320x180", "--fps", "10"]);
     assert_eq!(code, 0, "{err}");
     let mport = free_port();
     let rec = dir.path().join("rec");
@@ -1043,29 +721,14 @@ fn a_looped_file_plays_again_on_one_timeline_without_counting_a_loss() {
     std::fs::write(&config, header(mport, free_port()) + &stream).unwrap();
     let mut d = Daemon::start(&config, &dir.path().join("log"));
     // 20 frames a pass at 10 fps: three passes in about 6 s.
-    d.wait_for("three passes", Duration::from_secs(40), || {
-        metric(mport, "roadseg_frames_decoded_total", "clip") >= 60.0
-    });
-    assert_eq!(
-        metric(mport, "roadseg_stream_interruptions_total", "clip"),
-        0.0,
-        "{}",
-        d.log()
-    );
-    assert_eq!(
-        metric(mport, "roadseg_reconnects_total", "clip"),
-        0.0,
-        "{}",
-        d.log()
-    );
+    d.wait_for("three passes", Duration::from_secs(40), || metric(mport, "roadseg_frames_decoded_total", "clip") >= 60.0);
+    assert_eq!(metric(mport, "roadseg_stream_interruptions_total", "clip"), 0.0, "{}", d.log());
+    assert_eq!(metric(mport, "roadseg_reconnects_total", "clip"), 0.0, "{}", d.log());
     d.stop_cleanly();
     let files = mp4s(&rec);
     assert_eq!(files.len(), 1, "one recording across the loops: {files:?}");
     let (frames, err) = probe_frames(files[0].to_str().unwrap(), &[]);
-    assert!(
-        frames >= 55 && err.is_empty(),
-        "{frames} frames recorded, errors {err:?}"
-    );
+    assert!(frames >= 55 && err.is_empty(), "{frames} frames recorded, errors {err:?}");
 }
 
 #[test]
@@ -1076,26 +739,12 @@ fn two_streams_in_batches_of_four_keep_every_frame_in_order_with_its_timestamps(
         let clip = dir.path().join(name);
         let mut gst = Command::new("gst-launch-1.0");
         gst.args(["-q", "videotestsrc", &format!("num-buffers={frames}"), "!"])
-            .args([
-                &format!("video/x-raw,width=320,height=180,framerate={fps}/1"),
-                "!",
-                "x264enc",
-                "!",
-                "mp4mux",
-                "!",
-                "filesink",
-            ])
+            .args([&format!("video/x-raw,width=320,height=180,framerate={fps}/1"), "!", "x264enc", "!", "mp4mux", "!", "filesink"])
             .arg(format!("location={}", clip.display()));
-        assert!(
-            common::run_with_timeout(&mut gst, Duration::from_secs(30)).0,
-            "making the test clip {name}"
-        );
+        assert!(common::run_with_timeout(&mut gst, Duration::from_secs(30)).0, "making the test clip {name}");
         clip
     };
-    let clips = [
-        ("a", make_clip("a.mp4", 40, 20), 40u64, 20.0f64),
-        ("b", make_clip("b.mp4", 30, 25), 30, 25.0),
-    ];
+    let clips = [("a", make_clip("a.mp4", 40, 20), 40u64, 20.0f64), ("b", make_clip("b.mp4", 30, 25), 30, 25.0)];
     let rec = dir.path().join("rec");
     let mut config = header(free_port(), free_port()) + "\n[workers]\ncount = 1\nbatch = 4\n";
     for (name, clip, _, _) in &clips {
@@ -1116,40 +765,21 @@ fn two_streams_in_batches_of_four_keep_every_frame_in_order_with_its_timestamps(
     });
     for (name, _, frames, fps) in &clips {
         let stats = std::fs::read_to_string(rec.join(format!("{name}.jsonl"))).unwrap();
-        let lines: Vec<serde_json::Value> = stats
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
+        let lines: Vec<serde_json::Value> = stats.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         assert_eq!(lines.len() as u64, *frames, "{name}: one line per frame");
         // The decoder's timeline starts where the clip's first frame does
         // (x264's reordering delay shifts it); from there, one frame period each.
         let first = lines[0]["pts"].as_f64().unwrap();
         for (i, line) in lines.iter().enumerate() {
-            assert_eq!(
-                line["frame"].as_u64(),
-                Some(i as u64),
-                "{name}: frames in order"
-            );
+            assert_eq!(line["frame"].as_u64(), Some(i as u64), "{name}: frames in order");
             let pts = line["pts"].as_f64().unwrap();
-            assert!(
-                (pts - first - i as f64 / fps).abs() < 1e-3,
-                "{name} frame {i}: pts {pts} (first {first})"
-            );
+            assert!((pts - first - i as f64 / fps).abs() < 1e-3, "{name} frame {i}: pts {pts} (first {first})");
         }
         // Segment files are named after the template, the stream first.
-        let files: Vec<_> = mp4s(&rec)
-            .into_iter()
-            .filter(|f| {
-                f.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with(name))
-            })
-            .collect();
+        let files: Vec<_> = mp4s(&rec).into_iter().filter(|f| f.file_name().is_some_and(|n| n.to_string_lossy().starts_with(name))).collect();
         assert_eq!(files.len(), 1, "{name}: one recording in {:?}", mp4s(&rec));
         let (count, err) = probe_frames(files[0].to_str().unwrap(), &[]);
-        assert!(
-            count == *frames && err.is_empty(),
-            "{name}: {count} frames, errors {err:?}"
-        );
+        assert!(count == *frames && err.is_empty(), "{name}: {count} frames, errors {err:?}");
     }
     d.stop_cleanly();
 }

@@ -14,20 +14,12 @@ use roadseg::engine::{Engine, FrameRef, PixelFormat, UNKNOWN};
 /// A 150x94 RGB frame with structure at every scale.
 fn frame_pixels() -> (Vec<u8>, usize, usize) {
     let (w, h) = (150, 94);
-    let rgb = (0..w * h * 3)
-        .map(|i| ((i * 37 + (i / (w * 3)) * 11) % 256) as u8)
-        .collect();
+    let rgb = (0..w * h * 3).map(|i| ((i * 37 + (i / (w * 3)) * 11) % 256) as u8).collect();
     (rgb, w, h)
 }
 
 fn new_engine<B: Backend>(b: &Arc<B>, scales: Vec<f32>) -> Engine<B> {
-    engine(
-        b.clone(),
-        &repo().join("tests/data/odd-bf16-203x141"),
-        96,
-        64,
-        scales,
-    )
+    engine(b.clone(), &repo().join("tests/data/odd-bf16-203x141"), 96, 64, scales)
 }
 
 /// `confidence_tolerance`: 0 where the backend keeps f32 logits (the CPU).
@@ -40,25 +32,13 @@ fn keeping_or_filtering_logits_changes_nothing<B: Backend>(b: Arc<B>, confidence
         e.set_keep_logits(true);
         let kept = e.run_frame(&frame).unwrap().clone();
         let mut calls = 0;
-        let filtered = e
-            .run_frame_filtered(&frame, Some(&mut |_: &mut [f32]| calls += 1))
-            .unwrap()
-            .clone();
+        let filtered = e.run_frame_filtered(&frame, Some(&mut |_: &mut [f32]| calls += 1)).unwrap().clone();
         assert_eq!(calls, 1, "the filter ran once");
         for (name, other) in [("kept logits", &kept), ("identity filter", &filtered)] {
-            let agree = plain
-                .classes
-                .iter()
-                .zip(&other.classes)
-                .filter(|(a, b)| a == b)
-                .count() as f64
-                / plain.classes.len() as f64;
+            let agree = plain.classes.iter().zip(&other.classes).filter(|(a, b)| a == b).count() as f64 / plain.classes.len() as f64;
             let (max, _) = diff(&plain.confidence, &other.confidence);
             assert!(agree >= 0.999, "{scales:?} {name}: class agreement {agree}");
-            assert!(
-                max <= confidence_tolerance.max(1e-5),
-                "{scales:?} {name}: confidence differs by {max}"
-            );
+            assert!(max <= confidence_tolerance.max(1e-5), "{scales:?} {name}: confidence differs by {max}");
         }
         assert_eq!((plain.width, plain.height), (w, h));
     }
@@ -71,25 +51,13 @@ fn a_filter_rewrites_the_classes<B: Backend>(b: Arc<B>) {
         let mut e = new_engine(&b, scales.clone());
         let labels = e.num_labels();
         // Class 2 wins everywhere, by far.
-        let mut favour_two = |logits: &mut [f32]| {
-            logits.chunks_mut(labels).for_each(|px| {
-                px.iter_mut()
-                    .enumerate()
-                    .for_each(|(k, v)| *v = if k == 2 { 20.0 } else { 0.0 })
-            })
-        };
+        let mut favour_two = |logits: &mut [f32]| logits.chunks_mut(labels).for_each(|px| px.iter_mut().enumerate().for_each(|(k, v)| *v = if k == 2 { 20.0 } else { 0.0 }));
         let seg = e.run_frame_filtered(&frame, Some(&mut favour_two)).unwrap();
-        assert!(
-            seg.classes.iter().all(|&c| c == 2),
-            "{scales:?}: every pixel took the filter's class"
-        );
+        assert!(seg.classes.iter().all(|&c| c == 2), "{scales:?}: every pixel took the filter's class");
         assert!(seg.classes.iter().all(|&c| c != UNKNOWN));
         // The next unfiltered frame is the model's own again.
         let seg = e.run_frame(&frame).unwrap();
-        assert!(
-            seg.classes.iter().any(|&c| c != 2),
-            "{scales:?}: the rewrite did not stick"
-        );
+        assert!(seg.classes.iter().any(|&c| c != 2), "{scales:?}: the rewrite did not stick");
     }
 }
 
@@ -104,34 +72,21 @@ fn kept_logits_are_the_preprocessed_frames<B: Backend>(b: Arc<B>, tolerance: f32
     preprocess(&frame, 96, 64, &mut hwc).unwrap();
     let normalized = e.run_normalized(&hwc).unwrap();
     let (max, _) = diff(&from_frame, normalized);
-    assert!(
-        max <= tolerance,
-        "logits of the frame path and of its preprocessed input differ by {max}"
-    );
+    assert!(max <= tolerance, "logits of the frame path and of its preprocessed input differ by {max}");
 }
 
 fn many_geometries_each_get_a_slot<B: Backend>(b: Arc<B>) {
     let mut e = new_engine(&b, vec![1.0]);
     let (rgb, w, h) = frame_pixels();
-    let reference = e
-        .run_frame(&FrameRef::packed(&rgb, w, h, PixelFormat::Rgb))
-        .unwrap()
-        .clone();
+    let reference = e.run_frame(&FrameRef::packed(&rgb, w, h, PixelFormat::Rgb)).unwrap().clone();
     for i in 0..roadseg::model::MAX_BATCH + 10 {
         let (fw, fh) = (40 + 2 * i, 30 + 2 * i);
         let nv12 = vec![(i * 19) as u8; fw * fh * 3 / 2];
-        let seg = e
-            .run_frame(&FrameRef::packed(&nv12, fw, fh, PixelFormat::Nv12))
-            .unwrap();
-        assert_eq!(
-            (seg.width, seg.height, seg.classes.len()),
-            (fw, fh, fw * fh)
-        );
+        let seg = e.run_frame(&FrameRef::packed(&nv12, fw, fh, PixelFormat::Nv12)).unwrap();
+        assert_eq!((seg.width, seg.height, seg.classes.len()), (fw, fh, fw * fh));
     }
     // The first geometry's slot was evicted and is made again: same result.
-    let again = e
-        .run_frame(&FrameRef::packed(&rgb, w, h, PixelFormat::Rgb))
-        .unwrap();
+    let again = e.run_frame(&FrameRef::packed(&rgb, w, h, PixelFormat::Rgb)).unwrap();
     assert_eq!(again.classes, reference.classes);
 }
 
@@ -144,8 +99,7 @@ fn cpu_frame_path() {
     let (rgb, w, h) = frame_pixels();
     let style = roadseg::images::OverlayStyle::default();
     e.set_overlays(&[roadseg::images::frame_overlay(&style, None, w, h)]);
-    e.run_frame(&FrameRef::packed(&rgb, w, h, PixelFormat::Rgb))
-        .unwrap();
+    e.run_frame(&FrameRef::packed(&rgb, w, h, PixelFormat::Rgb)).unwrap();
     assert!(e.annotated(0).is_none());
     keeping_or_filtering_logits_changes_nothing(b.clone(), 0.0);
     a_filter_rewrites_the_classes(b.clone());
@@ -161,10 +115,8 @@ fn cuda_frame_path() {
         Ok(found) => found,
         Err(why) => return eprintln!("SKIP: no usable CUDA GPU here ({why})"),
     };
-    let d = CudaDevice::open(&gpu, &info)
-        .unwrap_or_else(|e| panic!("GPU {} is usable but did not open: {e}", gpu.name));
-    let b =
-        Arc::new(CudaBackend::<half::f16>::new(d, CudaOptions::default()).expect("CUDA backend"));
+    let d = CudaDevice::open(&gpu, &info).unwrap_or_else(|e| panic!("GPU {} is usable but did not open: {e}", gpu.name));
+    let b = Arc::new(CudaBackend::<half::f16>::new(d, CudaOptions::default()).expect("CUDA backend"));
     // The round trip stores the averaged logits back in fp16.
     keeping_or_filtering_logits_changes_nothing(b.clone(), 2e-3);
     a_filter_rewrites_the_classes(b.clone());

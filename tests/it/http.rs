@@ -5,8 +5,8 @@
 
 #![cfg(feature = "video")]
 
-use crate::common;
 use crate::common::daemon::free_port;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -49,11 +49,7 @@ impl Daemon {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let path = dir.path().join("roadseg.toml");
-        std::fs::write(
-            &path,
-            config(&format!("{listen_ip}:{port}"), metrics_extra, streams),
-        )
-        .unwrap();
+        std::fs::write(&path, config(&format!("{listen_ip}:{port}"), metrics_extra, streams)).unwrap();
         let log = std::fs::File::create(dir.path().join("log")).unwrap();
         let child = Command::new(BIN)
             .args(["run", "--config"])
@@ -67,9 +63,7 @@ impl Daemon {
             .spawn()
             .expect("spawning roadseg run");
         let mut d = Daemon { child, dir, port };
-        d.wait_for("/healthz", Duration::from_secs(30), |d| {
-            d.get("/healthz").0 == 200
-        });
+        d.wait_for("/healthz", Duration::from_secs(30), |d| d.get("/healthz").0 == 200);
         d
     }
 
@@ -82,16 +76,10 @@ impl Daemon {
         let deadline = Instant::now() + timeout;
         while !cond(self) {
             if let Some(s) = self.child.try_wait().unwrap() {
-                panic!(
-                    "daemon exited ({s}) while waiting for {what}; log:\n{}",
-                    self.log()
-                );
+                panic!("daemon exited ({s}) while waiting for {what}; log:\n{}", self.log());
             }
             if Instant::now() > deadline {
-                panic!(
-                    "timed out after {timeout:?} waiting for {what}; log:\n{}",
-                    self.log()
-                );
+                panic!("timed out after {timeout:?} waiting for {what}; log:\n{}", self.log());
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -102,10 +90,7 @@ impl Daemon {
     }
 
     fn get(&self, path: &str) -> Response {
-        self.send(
-            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-                .as_bytes(),
-        )
+        self.send(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes())
     }
 
     fn api(&self) -> Value {
@@ -129,88 +114,49 @@ type Response = (u16, String, Vec<u8>);
 
 /// Sends raw bytes, reads until the server closes (or 10 s pass).
 fn send(port: u16, request: &[u8]) -> Response {
-    let Ok(mut s) =
-        TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2))
-    else {
+    let Ok(mut s) = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2)) else {
         return (0, String::new(), Vec::new());
     };
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let _ = s.write_all(request);
     let mut raw = Vec::new();
     let _ = s.read_to_end(&mut raw);
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map_or(raw.len(), |i| i + 4);
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").map_or(raw.len(), |i| i + 4);
     let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
     (status, head, raw[split..].to_vec())
 }
 
 fn stream<'a>(api: &'a Value, name: &str) -> &'a Value {
-    api["streams"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == name)
-        .unwrap_or_else(|| panic!("no stream {name} in {api}"))
+    api["streams"].as_array().unwrap().iter().find(|s| s["name"] == name).unwrap_or_else(|| panic!("no stream {name} in {api}"))
 }
 
 #[test]
 fn healthz_answers_within_a_second_with_100_idle_connections_open() {
     // Rule: with 100 idle connections open to the metrics port (and one trickling a request), /healthz still answers within 1 s, and so do /metrics and /readyz.
     let mut d = Daemon::start("127.0.0.1", "", &["cam"]);
-    d.wait_for("ready", Duration::from_secs(30), |d| {
-        d.get("/readyz").0 == 200
-    });
-    let idle: Vec<TcpStream> = (0..100)
-        .map(|_| TcpStream::connect(("127.0.0.1", d.port)).unwrap())
-        .collect();
+    d.wait_for("ready", Duration::from_secs(30), |d| d.get("/readyz").0 == 200);
+    let idle: Vec<TcpStream> = (0..100).map(|_| TcpStream::connect(("127.0.0.1", d.port)).unwrap()).collect();
     let mut trickle = TcpStream::connect(("127.0.0.1", d.port)).unwrap();
     trickle.write_all(b"GET /metr").unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let t = Instant::now();
     let (status, _, body) = d.get("/healthz");
     let took = t.elapsed();
-    println!(
-        "/healthz with {} idle connections open: {:.1} ms",
-        idle.len(),
-        took.as_secs_f64() * 1000.0
-    );
+    println!("/healthz with {} idle connections open: {:.1} ms", idle.len(), took.as_secs_f64() * 1000.0);
     assert_eq!((status, body.as_slice()), (200, b"ok\n".as_slice()));
-    assert!(
-        took < Duration::from_secs(1),
-        "/healthz took {took:?} with 100 idle connections open"
-    );
+    assert!(took < Duration::from_secs(1), "/healthz took {took:?} with 100 idle connections open");
     let (status, head, body) = d.get("/metrics");
     assert_eq!(status, 200, "{head}");
-    assert!(
-        head.to_ascii_lowercase()
-            .contains("content-type: text/plain; version=0.0.4"),
-        "{head}"
-    );
-    assert!(
-        String::from_utf8_lossy(&body).contains("roadseg_frames_decoded_total{stream=\"cam\"}")
-    );
+    assert!(head.to_ascii_lowercase().contains("content-type: text/plain; version=0.0.4"), "{head}");
+    assert!(String::from_utf8_lossy(&body).contains("roadseg_frames_decoded_total{stream=\"cam\"}"));
     assert_eq!(d.get("/readyz").0, 200);
     // The trickling client is still served once it finishes its request.
-    trickle
-        .write_all(b"ics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .unwrap();
+    trickle.write_all(b"ics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
     let mut text = String::new();
-    trickle
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
+    trickle.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     trickle.read_to_string(&mut text).unwrap();
-    assert!(
-        text.starts_with("HTTP/1.1 200"),
-        "{}",
-        text.lines().next().unwrap_or("")
-    );
+    assert!(text.starts_with("HTTP/1.1 200"), "{}", text.lines().next().unwrap_or(""));
     drop(idle);
 }
 
@@ -219,19 +165,14 @@ fn bad_requests_get_a_4xx_not_a_hang() {
     // Rule: garbage is 400, an oversized head 431, a wrong method 405, an unknown path 404 naming the routes; HEAD has no body.
     let d = Daemon::start("127.0.0.1", "", &["cam"]);
     assert_eq!(d.send(b"hello\r\n\r\n").0, 400);
-    let huge = format!(
-        "GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n",
-        "a".repeat(64 * 1024)
-    );
+    let huge = format!("GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(64 * 1024));
     assert_eq!(d.send(huge.as_bytes()).0, 431);
-    let (status, head, _) =
-        d.send(b"POST /metrics HTTP/1.1\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello");
+    let (status, head, _) = d.send(b"POST /metrics HTTP/1.1\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello");
     assert_eq!(status, 405, "{head}");
     let (status, _, body) = d.get("/nope");
     assert_eq!(status, 404);
     assert!(String::from_utf8_lossy(&body).contains("/api/v1/streams"));
-    let (status, _, body) =
-        d.send(b"HEAD /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let (status, _, body) = d.send(b"HEAD /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     assert_eq!((status, body.len()), (200, 0));
     let (status, _, body) = d.get("/api/v1/streams/nope/snapshot.jpg");
     assert_eq!(status, 404);
@@ -242,89 +183,48 @@ fn bad_requests_get_a_4xx_not_a_hang() {
 fn the_api_lists_each_stream_with_moving_numbers_and_serves_its_snapshot() {
     // Rule: /api/v1/streams has every stream with its state, redacted source and numbers that move; snapshot.jpg is the latest annotated frame, a JPEG of the stream's size, different as the stream moves.
     let mut d = Daemon::start("127.0.0.1", "", &["front", "rear"]);
-    d.wait_for(
-        "frames out and a frame rate",
-        Duration::from_secs(60),
-        |d| {
-            let api = d.api();
-            ["front", "rear"].iter().all(|n| {
-                stream(&api, n)["frames_out"].as_u64() > Some(3)
-                    && stream(&api, n)["fps_in"].as_f64() > Some(0.0)
-            })
-        },
-    );
+    d.wait_for("frames out and a frame rate", Duration::from_secs(60), |d| {
+        let api = d.api();
+        ["front", "rear"].iter().all(|n| stream(&api, n)["frames_out"].as_u64() > Some(3) && stream(&api, n)["fps_in"].as_f64() > Some(0.0))
+    });
     let first = d.api();
     let front = stream(&first, "front");
     assert_eq!(front["state"], "up", "{front}");
     assert_eq!(front["live"], true);
-    assert!(
-        front["source"]
-            .as_str()
-            .unwrap()
-            .starts_with("test://smpte"),
-        "{front}"
-    );
+    assert!(front["source"].as_str().unwrap().starts_with("test://smpte"), "{front}");
     for key in ["ring_full", "inference_error", "decode_error"] {
         assert!(front["frames_dropped"][key].is_u64(), "{key}: {front}");
     }
     assert_eq!(front["reconnects"], 0);
-    assert!(
-        (0.0..=1.0).contains(&front["road_coverage"].as_f64().unwrap()),
-        "{front}"
-    );
+    assert!((0.0..=1.0).contains(&front["road_coverage"].as_f64().unwrap()), "{front}");
     assert!(front["latency_ms"].as_f64().unwrap() > 0.0, "{front}");
     assert!(front["last_frame_age_s"].as_f64().unwrap() < 5.0, "{front}");
-    assert!(
-        front["fps_in"].as_f64().unwrap() > 0.0 && front["fps_out"].as_f64().is_some(),
-        "{front}"
-    );
+    assert!(front["fps_in"].as_f64().unwrap() > 0.0 && front["fps_out"].as_f64().is_some(), "{front}");
     assert_eq!(first["ready"], true, "{first}");
     let out = |api: &Value| stream(api, "front")["frames_out"].as_u64().unwrap();
     let before = out(&first);
-    d.wait_for("frames_out rising", Duration::from_secs(20), |d| {
-        out(&d.api()) > before
-    });
+    d.wait_for("frames_out rising", Duration::from_secs(20), |d| out(&d.api()) > before);
 
     let snap = |d: &Daemon| {
         let (status, head, body) = d.get("/api/v1/streams/front/snapshot.jpg");
         assert_eq!(status, 200, "{head}");
-        assert!(
-            head.to_ascii_lowercase()
-                .contains("content-type: image/jpeg"),
-            "{head}"
-        );
-        image::load_from_memory_with_format(&body, image::ImageFormat::Jpeg)
-            .unwrap()
-            .to_rgb8()
+        assert!(head.to_ascii_lowercase().contains("content-type: image/jpeg"), "{head}");
+        image::load_from_memory_with_format(&body, image::ImageFormat::Jpeg).unwrap().to_rgb8()
     };
     let a = snap(&d);
     assert_eq!(a.dimensions(), (320, 240));
     // The overlay text (time, fps) changes from frame to frame.
-    d.wait_for("a different snapshot", Duration::from_secs(20), |d| {
-        snap(d).as_raw() != a.as_raw()
-    });
+    d.wait_for("a different snapshot", Duration::from_secs(20), |d| snap(d).as_raw() != a.as_raw());
 }
 
 #[test]
 fn basic_auth_guards_everything_but_the_probes_beyond_loopback() {
     // Rule: on a non-loopback listen address every route but /healthz and /readyz needs Basic auth (401 with WWW-Authenticate otherwise); the password never reaches the log.
-    let d = Daemon::start(
-        "0.0.0.0",
-        "username = \"ops\"\npassword = \"pa55-word\"",
-        &["cam"],
-    );
-    for path in [
-        "/",
-        "/metrics",
-        "/api/v1/streams",
-        "/api/v1/streams/cam/snapshot.jpg",
-    ] {
+    let d = Daemon::start("0.0.0.0", "username = \"ops\"\npassword = \"pa55-word\"", &["cam"]);
+    for path in ["/", "/metrics", "/api/v1/streams", "/api/v1/streams/cam/snapshot.jpg"] {
         let (status, head, _) = d.get(path);
         assert_eq!(status, 401, "{path}: {head}");
-        assert!(
-            head.contains("www-authenticate: Basic realm=\"roadseg\""),
-            "{path}: {head}"
-        );
+        assert!(head.contains("www-authenticate: Basic realm=\"roadseg\""), "{path}: {head}");
     }
     let with = |credentials: &str| {
         use base64::Engine;
@@ -341,20 +241,13 @@ fn basic_auth_guards_everything_but_the_probes_beyond_loopback() {
 #[test]
 fn the_status_page_renders_every_streams_snapshot_in_headless_chromium() {
     // Rule: a real browser loading / shows one card per stream whose snapshot image decoded (naturalWidth = the stream's width) and the page's screenshot is not blank.
-    let Some(chromium) = ["chromium", "chromium-browser"].into_iter().find(|c| {
-        Command::new(c)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    }) else {
+    let Some(chromium) = ["chromium", "chromium-browser"].into_iter().find(|c| Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success())) else {
         eprintln!("SKIP: no chromium on this machine (tools/install-deps.sh installs it)");
         return;
     };
     let mut d = Daemon::start("127.0.0.1", "", &["front", "rear"]);
     d.wait_for("snapshots", Duration::from_secs(60), |d| {
-        ["front", "rear"]
-            .iter()
-            .all(|n| d.get(&format!("/api/v1/streams/{n}/snapshot.jpg")).0 == 200)
+        ["front", "rear"].iter().all(|n| d.get(&format!("/api/v1/streams/{n}/snapshot.jpg")).0 == 200)
     });
     let url = format!("http://127.0.0.1:{}/", d.port);
     let profile = d.dir.path().join("chromium-profile");
@@ -384,34 +277,18 @@ fn the_status_page_renders_every_streams_snapshot_in_headless_chromium() {
         let img = dom
             .split("<img")
             .find(|tag| tag.contains(&format!("id=\"snapshot-{name}\"")))
-            .unwrap_or_else(|| {
-                panic!("no snapshot image for {name} in the page; DOM:\n{dom}\nstderr:\n{err}")
-            });
+            .unwrap_or_else(|| panic!("no snapshot image for {name} in the page; DOM:\n{dom}\nstderr:\n{err}"));
         let img = &img[..img.find('>').unwrap_or(img.len())];
-        assert!(
-            img.contains("data-loaded=\"1\""),
-            "{name}: image never loaded: {img}"
-        );
-        assert!(
-            img.contains("data-natural-width=\"320\"")
-                && img.contains("data-natural-height=\"240\""),
-            "{name}: {img}"
-        );
+        assert!(img.contains("data-loaded=\"1\""), "{name}: image never loaded: {img}");
+        assert!(img.contains("data-natural-width=\"320\"") && img.contains("data-natural-height=\"240\""), "{name}: {img}");
     }
     assert!(dom.contains("ready: model loaded"), "{dom}");
 
     let shot = d.dir.path().join("status-page.png");
     let (_, _, err) = browse(&[&format!("--screenshot={}", shot.display())]);
-    let png = image::open(&shot)
-        .unwrap_or_else(|e| panic!("no screenshot ({e}); stderr:\n{err}"))
-        .to_rgb8();
-    let distinct: std::collections::HashSet<[u8; 3]> =
-        png.pixels().step_by(7).map(|p| p.0).collect();
-    assert!(
-        distinct.len() > 200,
-        "the screenshot looks blank ({} colours)",
-        distinct.len()
-    );
+    let png = image::open(&shot).unwrap_or_else(|e| panic!("no screenshot ({e}); stderr:\n{err}")).to_rgb8();
+    let distinct: std::collections::HashSet<[u8; 3]> = png.pixels().step_by(7).map(|p| p.0).collect();
+    assert!(distinct.len() > 200, "the screenshot looks blank ({} colours)", distinct.len());
     if let Some(keep) = std::env::var_os("ROADSEG_KEEP_SCREENSHOT") {
         std::fs::copy(&shot, PathBuf::from(keep)).unwrap();
     }

@@ -3,8 +3,8 @@
 //! hanging the suite. Outputs are checked with ffprobe, an independent reader.
 #![cfg(feature = "video")]
 
-use crate::common;
 use crate::common::daemon::free_port;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -45,33 +45,21 @@ struct Collector {
 
 impl Collector {
     fn stopping_after(n: u64) -> Arc<Self> {
-        Arc::new(Collector {
-            stop_after: Some(n),
-            ..Default::default()
-        })
+        Arc::new(Collector { stop_after: Some(n), ..Default::default() })
     }
 
     /// Waits for the end of the stream; panics (failing the test) on timeout.
     fn wait_end(&self, timeout: Duration) -> End {
         let seen = self.seen.lock().unwrap();
-        let (seen, _) = self
-            .changed
-            .wait_timeout_while(seen, timeout, |s| s.end.is_none())
-            .unwrap();
-        seen.end.clone().unwrap_or_else(|| {
-            panic!(
-                "source did not end within {timeout:?} ({} frames so far)",
-                seen.frames
-            )
-        })
+        let (seen, _) = self.changed.wait_timeout_while(seen, timeout, |s| s.end.is_none()).unwrap();
+        seen.end
+            .clone()
+            .unwrap_or_else(|| panic!("source did not end within {timeout:?} ({} frames so far)", seen.frames))
     }
 
     fn wait_frames(&self, n: u64, timeout: Duration) -> u64 {
         let seen = self.seen.lock().unwrap();
-        let (seen, _) = self
-            .changed
-            .wait_timeout_while(seen, timeout, |s| s.frames < n && s.end.is_none())
-            .unwrap();
+        let (seen, _) = self.changed.wait_timeout_while(seen, timeout, |s| s.frames < n && s.end.is_none()).unwrap();
         seen.frames
     }
 }
@@ -136,11 +124,7 @@ fn ffprobe(target: &str, extra: &[&str]) -> Probe {
     let v: serde_json::Value =
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("ffprobe output {out:?}: {e}; {err}"));
     let s = &v["streams"][0];
-    let num = |k: &str| {
-        s[k].as_u64()
-            .or_else(|| s[k].as_str().and_then(|x| x.parse().ok()))
-            .unwrap_or(0)
-    };
+    let num = |k: &str| s[k].as_u64().or_else(|| s[k].as_str().and_then(|x| x.parse().ok())).unwrap_or(0);
     Probe {
         frames: num("nb_read_frames"),
         rate: s["r_frame_rate"].as_str().unwrap_or("").to_string(),
@@ -170,16 +154,12 @@ fn synth_frame(w: u32, h: u32, stride: usize, i: u64) -> Vec<u8> {
 const FRAME_NS: u64 = 40_000_000; // 25 fps
 
 fn timing(i: u64) -> FrameTiming {
-    FrameTiming {
-        pts: Some(i * FRAME_NS),
-        duration: Some(FRAME_NS),
-    }
+    FrameTiming { pts: Some(i * FRAME_NS), duration: Some(FRAME_NS) }
 }
 
 fn write_frames(sink: &FileSink, w: u32, h: u32, stride: usize, n: u64) {
     for i in 0..n {
-        sink.push(&synth_frame(w, h, stride, i), stride, timing(i))
-            .expect("push");
+        sink.push(&synth_frame(w, h, stride, i), stride, timing(i)).expect("push");
     }
 }
 
@@ -188,21 +168,13 @@ fn write_frames(sink: &FileSink, w: u32, h: u32, stride: usize, n: u64) {
 #[test]
 fn shared_clip_decodes_to_every_frame_in_order() {
     // Rule: a file source delivers every frame of the clip, at source size, with increasing PTS.
-    let Some(clip) = common::shared("data/dashcam/solidWhiteRight.mp4") else {
-        return;
-    };
+    let Some(clip) = common::shared("data/dashcam/solidWhiteRight.mp4") else { return };
     let handler = Arc::new(Collector::default());
     let t0 = Instant::now();
     let src = Source::start(SourceSettings::new(file_uri(&clip)), handler.clone()).expect("start");
     assert_eq!(
         src.wait_info(Duration::from_secs(10)),
-        Some(VideoInfo {
-            width: 960,
-            height: 540,
-            fps_num: 25,
-            fps_den: 1,
-            format: PixelFormat::Nv12
-        })
+        Some(VideoInfo { width: 960, height: 540, fps_num: 25, fps_den: 1, format: PixelFormat::Nv12 })
     );
     assert_eq!(handler.wait_end(Duration::from_secs(30)), End::Eos);
     src.stop();
@@ -210,15 +182,8 @@ fn shared_clip_decodes_to_every_frame_in_order() {
     eprintln!("decoded {} frames in {:?}", seen.frames, t0.elapsed());
     assert_eq!(seen.frames, 221);
     assert!(seen.sizes.iter().all(|s| *s == (960, 540)));
-    let pts: Vec<u64> = seen
-        .pts
-        .iter()
-        .map(|p| p.expect("every frame has a PTS"))
-        .collect();
-    assert!(
-        pts.windows(2).all(|w| w[1] > w[0]),
-        "PTS not increasing: {pts:?}"
-    );
+    let pts: Vec<u64> = seen.pts.iter().map(|p| p.expect("every frame has a PTS")).collect();
+    assert!(pts.windows(2).all(|w| w[1] > w[0]), "PTS not increasing: {pts:?}");
     assert!(seen.checksum > 0);
 }
 
@@ -226,11 +191,7 @@ fn shared_clip_decodes_to_every_frame_in_order() {
 fn stop_from_the_handler_ends_the_stream() {
     // Rule: FlowAction::Stop ends delivery; the source then reports EOS once.
     let handler = Collector::stopping_after(10);
-    let src = Source::start(
-        SourceSettings::new("test://ball?width=160&height=120&fps=25"),
-        handler.clone(),
-    )
-    .unwrap();
+    let src = Source::start(SourceSettings::new("test://ball?width=160&height=120&fps=25"), handler.clone()).unwrap();
     assert_eq!(handler.wait_end(Duration::from_secs(10)), End::Eos);
     src.stop();
     assert_eq!(handler.seen.lock().unwrap().frames, 10);
@@ -240,29 +201,19 @@ fn stop_from_the_handler_ends_the_stream() {
 fn test_source_is_live_and_sized() {
     // Rule: test:// URIs give frames of the requested size and rate, paced by the clock when live.
     let handler = Arc::new(Collector::default());
-    let mut settings =
-        SourceSettings::new("test://smpte?width=176&height=144&fps=50&num-buffers=25");
+    let mut settings = SourceSettings::new("test://smpte?width=176&height=144&fps=50&num-buffers=25");
     settings.live = true;
     let t0 = Instant::now();
     let src = Source::start(settings, handler.clone()).unwrap();
     assert_eq!(
         src.wait_info(Duration::from_secs(5)),
-        Some(VideoInfo {
-            width: 176,
-            height: 144,
-            fps_num: 50,
-            fps_den: 1,
-            format: PixelFormat::Nv12
-        })
+        Some(VideoInfo { width: 176, height: 144, fps_num: 50, fps_den: 1, format: PixelFormat::Nv12 })
     );
     assert_eq!(handler.wait_end(Duration::from_secs(10)), End::Eos);
     let took = t0.elapsed();
     src.stop();
     assert_eq!(handler.seen.lock().unwrap().frames, 25);
-    assert!(
-        took >= Duration::from_millis(400),
-        "25 frames at 50 fps live took only {took:?}"
-    );
+    assert!(took >= Duration::from_millis(400), "25 frames at 50 fps live took only {took:?}");
 }
 
 // ---------------------------------------------------------------- file sinks
@@ -280,11 +231,7 @@ fn file_sink_keeps_every_frame_and_the_rate() {
     assert_eq!(done.files, vec![path.clone()]);
     assert_eq!(done.frames, 50);
     let p = ffprobe(path.to_str().unwrap(), &[]);
-    assert_eq!(
-        (p.frames, p.rate.as_str(), p.width, p.height),
-        (50, "25/1", 320, 240),
-        "{p:?}"
-    );
+    assert_eq!((p.frames, p.rate.as_str(), p.width, p.height), (50, "25/1", 320, 240), "{p:?}");
     assert!(p.errors.is_empty(), "{}", p.errors);
 
     // Read back through our own source (software decoders only, which also runs
@@ -316,10 +263,7 @@ fn live_file_source_is_paced_at_its_frame_rate() {
     let took = t0.elapsed();
     assert_eq!(handler.wait_end(Duration::from_secs(5)), End::Eos);
     src.stop();
-    assert!(
-        took >= Duration::from_millis(850),
-        "25 frames at 25 fps arrived in {took:?}"
-    );
+    assert!(took >= Duration::from_millis(850), "25 frames at 25 fps arrived in {took:?}");
 }
 
 #[test]
@@ -349,31 +293,20 @@ fn http_source_decodes_a_served_file() {
                     "HTTP/1.1 200 OK\r\nContent-Type: video/mp4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
                     body.len()
                 );
-                let _ = conn
-                    .write_all(head.as_bytes())
-                    .and_then(|_| conn.write_all(&body));
+                let _ = conn.write_all(head.as_bytes()).and_then(|_| conn.write_all(&body));
             });
         }
     });
 
     let handler = Arc::new(Collector::default());
-    let src = Source::start(
-        SourceSettings::new(format!("http://127.0.0.1:{port}/served.mp4")),
-        handler.clone(),
-    )
-    .unwrap();
+    let src =
+        Source::start(SourceSettings::new(format!("http://127.0.0.1:{port}/served.mp4")), handler.clone()).unwrap();
     assert_eq!(handler.wait_end(Duration::from_secs(10)), End::Eos);
     src.stop();
     assert_eq!(handler.seen.lock().unwrap().frames, 30);
 
-    let (m, ..) = source_error(
-        &format!("http://127.0.0.1:{}/x.mp4", free_port()),
-        Duration::from_secs(10),
-    );
-    assert!(
-        m.contains("cannot connect") || m.contains("cannot open"),
-        "{m}"
-    );
+    let (m, ..) = source_error(&format!("http://127.0.0.1:{}/x.mp4", free_port()), Duration::from_secs(10));
+    assert!(m.contains("cannot connect") || m.contains("cannot open"), "{m}");
 }
 
 #[test]
@@ -389,11 +322,7 @@ fn segments_cut_every_second_and_each_plays() {
     let mut total = 0;
     for f in &done.files {
         let p = ffprobe(f.to_str().unwrap(), &[]);
-        assert!(
-            p.frames > 0 && p.errors.is_empty(),
-            "{}: {p:?}",
-            f.display()
-        );
+        assert!(p.frames > 0 && p.errors.is_empty(), "{}: {p:?}", f.display());
         assert_eq!(p.rate, "25/1");
         total += p.frames;
     }
@@ -404,36 +333,20 @@ fn segments_cut_every_second_and_each_plays() {
 fn file_sink_rejects_bad_input_without_panicking() {
     // Rule: bad settings and bad frames are errors that name the problem.
     let dir = tempfile::tempdir().unwrap();
-    let e = FileSink::start(FileSinkSettings::new(
-        dir.path().join("no/such/dir/x.mp4"),
-        64,
-        48,
-        (25, 1),
-    ))
-    .err()
-    .unwrap();
+    let e =
+        FileSink::start(FileSinkSettings::new(dir.path().join("no/such/dir/x.mp4"), 64, 48, (25, 1))).err().unwrap();
     assert!(e.to_string().contains("does not exist"), "{e}");
     let mut seg = FileSinkSettings::new(dir.path().join("seg.mp4"), 64, 48, (25, 1));
     seg.segment_seconds = Some(2);
     let e = FileSink::start(seg).err().unwrap();
     assert!(e.to_string().contains("%05d"), "{e}");
 
-    let sink = FileSink::start(FileSinkSettings::new(
-        dir.path().join("x.mp4"),
-        64,
-        48,
-        (25, 1),
-    ))
-    .unwrap();
+    let sink = FileSink::start(FileSinkSettings::new(dir.path().join("x.mp4"), 64, 48, (25, 1))).unwrap();
     let e = sink.push(&[0u8; 100], 256, timing(0)).unwrap_err();
     assert!(e.to_string().contains("need"), "{e}");
-    sink.push(&vec![0u8; 64 * 48 * 4], 300, timing(0))
-        .unwrap_err();
-    sink.push(&vec![0u8; 64 * 48 * 4], 64 * 4, timing(5))
-        .unwrap();
-    let e = sink
-        .push(&vec![0u8; 64 * 48 * 4], 64 * 4, timing(5))
-        .unwrap_err();
+    sink.push(&vec![0u8; 64 * 48 * 4], 300, timing(0)).unwrap_err();
+    sink.push(&vec![0u8; 64 * 48 * 4], 64 * 4, timing(5)).unwrap();
+    let e = sink.push(&vec![0u8; 64 * 48 * 4], 64 * 4, timing(5)).unwrap_err();
     assert!(e.to_string().contains("not after"), "{e}");
     sink.finish(Duration::from_secs(10)).unwrap();
 
@@ -442,9 +355,7 @@ fn file_sink_rejects_bad_input_without_panicking() {
         let sink = FileSink::start(FileSinkSettings::new("/dev/full", 64, 48, (25, 1))).unwrap();
         let frame = synth_frame(64, 48, 256, 0);
         let t0 = Instant::now();
-        let e = (0..500)
-            .find_map(|i| sink.push(&frame, 256, timing(i)).err())
-            .expect("writing to /dev/full failed");
+        let e = (0..500).find_map(|i| sink.push(&frame, 256, timing(i)).err()).expect("writing to /dev/full failed");
         eprintln!("/dev/full -> {e} after {:?}", t0.elapsed());
         assert!(e.to_string().contains("cannot write /dev/full"), "{e}");
         assert!(sink.finish(Duration::from_secs(5)).is_err());
@@ -470,16 +381,11 @@ mod rtsp_helpers {
             let stop = Arc::new(AtomicBool::new(false));
             let s = stop.clone();
             let thread = std::thread::spawn(move || {
-                let frames: Vec<Vec<u8>> = (0..25)
-                    .map(|i| synth_frame(w, h, w as usize * 4, i))
-                    .collect();
+                let frames: Vec<Vec<u8>> = (0..25).map(|i| synth_frame(w, h, w as usize * 4, i)).collect();
                 let (mut i, mut delivered) = (0u64, 0u64);
                 let t0 = Instant::now();
                 while !s.load(Ordering::Acquire) {
-                    if feed
-                        .push(&frames[(i % 25) as usize], w as usize * 4, timing(i))
-                        .expect("push")
-                    {
+                    if feed.push(&frames[(i % 25) as usize], w as usize * 4, timing(i)).expect("push") {
                         delivered += 1;
                     }
                     i += 1;
@@ -489,10 +395,7 @@ mod rtsp_helpers {
                 }
                 delivered
             });
-            Pump {
-                stop,
-                thread: Some(thread),
-            }
+            Pump { stop, thread: Some(thread) }
         }
 
         pub fn finish(mut self) -> u64 {
@@ -542,17 +445,8 @@ fn rtsp_clients_are_counted_per_mount() {
     use roadseg::video::rtsp::RtspServer;
     use rtsp_helpers::*;
     let server = RtspServer::start("127.0.0.1:0".parse().unwrap(), None).expect("server");
-    let info = VideoInfo {
-        width: 320,
-        height: 240,
-        fps_num: 25,
-        fps_den: 1,
-        format: PixelFormat::Rgba,
-    };
-    let (a, b) = (
-        server.add_stream("/a", info).expect("mount a"),
-        server.add_stream("/b", info).expect("mount b"),
-    );
+    let info = VideoInfo { width: 320, height: 240, fps_num: 25, fps_den: 1, format: PixelFormat::Rgba };
+    let (a, b) = (server.add_stream("/a", info).expect("mount a"), server.add_stream("/b", info).expect("mount b"));
     let (_pa, _pb) = (Pump::start(a, 320, 240), Pump::start(b, 320, 240));
     let url = server.url("/a");
     let (frames, most_a, most_b) = std::thread::scope(|s| {
@@ -577,13 +471,7 @@ fn rtsp_clients_come_and_go() {
     use roadseg::video::rtsp::RtspServer;
     use rtsp_helpers::*;
     let server = RtspServer::start("127.0.0.1:0".parse().unwrap(), None).expect("server");
-    let info = VideoInfo {
-        width: 320,
-        height: 240,
-        fps_num: 25,
-        fps_den: 1,
-        format: PixelFormat::Rgba,
-    };
+    let info = VideoInfo { width: 320, height: 240, fps_num: 25, fps_den: 1, format: PixelFormat::Rgba };
     let feed = server.add_stream("/test", info).expect("mount");
     let pump = Pump::start(feed.clone(), 320, 240);
     let url = server.url("/test");
@@ -591,10 +479,7 @@ fn rtsp_clients_come_and_go() {
 
     let t0 = Instant::now();
     // A live stream never ends: read 25 packets' worth.
-    let p = ffprobe(
-        &url,
-        &["-rtsp_transport", "tcp", "-read_intervals", "%+#25"],
-    );
+    let p = ffprobe(&url, &["-rtsp_transport", "tcp", "-read_intervals", "%+#25"]);
     eprintln!("ffprobe client: {p:?} in {:?}", t0.elapsed());
     assert_eq!((p.width, p.height), (320, 240), "{p:?}");
     assert!(p.frames > 0, "{p:?}");
@@ -602,10 +487,7 @@ fn rtsp_clients_come_and_go() {
     for transport in [RtspTransport::Tcp, RtspTransport::Tcp, RtspTransport::Udp] {
         let t0 = Instant::now();
         let (frames, end) = watch_over(&url, 10, transport);
-        eprintln!(
-            "{transport:?} client: {frames} frames, {end:?} in {:?}",
-            t0.elapsed()
-        );
+        eprintln!("{transport:?} client: {frames} frames, {end:?} in {:?}", t0.elapsed());
         assert_eq!((frames, end), (10, End::Eos));
     }
     // Two at once share the media; meanwhile the server counts them. (Earlier
@@ -624,11 +506,7 @@ fn rtsp_clients_come_and_go() {
     assert_eq!((frames_a, frames_b), (25, 25));
     assert_eq!(most, 2, "client_count never showed both clients");
 
-    assert_eq!(
-        wait_clients(&server, 0),
-        0,
-        "clients still counted after leaving"
-    );
+    assert_eq!(wait_clients(&server, 0), 0, "clients still counted after leaving");
 
     // Shutting down with a client watching disconnects it promptly.
     let watcher = std::thread::spawn({
@@ -640,10 +518,7 @@ fn rtsp_clients_come_and_go() {
     let t0 = Instant::now();
     server.shutdown();
     let (frames, end) = watcher.join().unwrap();
-    eprintln!(
-        "shutdown took {:?}; the watcher got {frames} frames, then {end:?}",
-        t0.elapsed()
-    );
+    eprintln!("shutdown took {:?}; the watcher got {frames} frames, then {end:?}", t0.elapsed());
     assert!(frames > 0 && frames < 10_000);
     assert!(t0.elapsed() < Duration::from_secs(10));
     assert!(pump.finish() > 0);
@@ -656,51 +531,24 @@ fn rtsp_auth_refuses_anonymous_and_admits_the_user() {
     use rtsp_helpers::*;
     let auth = Some(("viewer".to_string(), "s3cret".to_string()));
     let server = RtspServer::start("127.0.0.1:0".parse().unwrap(), auth).expect("server");
-    let info = VideoInfo {
-        width: 160,
-        height: 120,
-        fps_num: 25,
-        fps_den: 1,
-        format: PixelFormat::Rgba,
-    };
+    let info = VideoInfo { width: 160, height: 120, fps_num: 25, fps_den: 1, format: PixelFormat::Rgba };
     let pump = Pump::start(server.add_stream("/cam", info).unwrap(), 160, 120);
     let url = server.url("/cam");
 
     let (frames, end) = watch(&url, 5);
     assert_eq!(frames, 0);
-    let End::Error(msg) = end else {
-        panic!("anonymous client was served: {end:?}")
-    };
-    assert!(
-        msg.contains("credentials") && !msg.contains("s3cret"),
-        "{msg}"
-    );
+    let End::Error(msg) = end else { panic!("anonymous client was served: {end:?}") };
+    assert!(msg.contains("credentials") && !msg.contains("s3cret"), "{msg}");
 
     let mut anon = Command::new("ffprobe");
-    anon.args([
-        "-v",
-        "error",
-        "-rtsp_transport",
-        "tcp",
-        "-show_entries",
-        "stream=width",
-        "-of",
-        "json",
-        &url,
-    ]);
+    anon.args(["-v", "error", "-rtsp_transport", "tcp", "-show_entries", "stream=width", "-of", "json", &url]);
     let (ok, _, err) = common::run_with_timeout(&mut anon, Duration::from_secs(20));
-    assert!(
-        !ok && err.contains("401"),
-        "ffprobe without credentials: ok={ok} {err}"
-    );
+    assert!(!ok && err.contains("401"), "ffprobe without credentials: ok={ok} {err}");
 
     let port = server.local_addr().port();
     let with_user = format!("rtsp://viewer:s3cret@127.0.0.1:{port}/cam");
     assert_eq!(watch(&with_user, 5), (5, End::Eos));
-    let p = ffprobe(
-        &with_user,
-        &["-rtsp_transport", "tcp", "-read_intervals", "%+#5"],
-    );
+    let p = ffprobe(&with_user, &["-rtsp_transport", "tcp", "-read_intervals", "%+#5"]);
     assert_eq!((p.width, p.height), (160, 120), "{p:?}");
     let wrong = format!("rtsp://viewer:nope@127.0.0.1:{port}/cam");
     assert!(matches!(watch(&wrong, 5), (0, End::Error(_))));
@@ -716,47 +564,22 @@ fn rtsp_removed_stream_is_gone() {
     use roadseg::video::rtsp::{RtspError, RtspServer};
     use rtsp_helpers::*;
     let server = RtspServer::start("127.0.0.1:0".parse().unwrap(), None).unwrap();
-    let info = VideoInfo {
-        width: 160,
-        height: 120,
-        fps_num: 25,
-        fps_den: 1,
-        format: PixelFormat::Rgba,
-    };
+    let info = VideoInfo { width: 160, height: 120, fps_num: 25, fps_den: 1, format: PixelFormat::Rgba };
     let feed = server.add_stream("/a", info).unwrap();
-    assert!(matches!(
-        server.add_stream("/a", info),
-        Err(RtspError::PathInUse { .. })
-    ));
-    assert!(matches!(
-        server.add_stream("nope", info),
-        Err(RtspError::BadPath { .. })
-    ));
+    assert!(matches!(server.add_stream("/a", info), Err(RtspError::PathInUse { .. })));
+    assert!(matches!(server.add_stream("nope", info), Err(RtspError::BadPath { .. })));
     assert!(!feed.has_clients());
-    assert!(
-        !feed
-            .push(&synth_frame(160, 120, 640, 0), 640, timing(0))
-            .unwrap(),
-        "no client, frame dropped"
-    );
+    assert!(!feed.push(&synth_frame(160, 120, 640, 0), 640, timing(0)).unwrap(), "no client, frame dropped");
     assert!(feed.push(&[0u8; 10], 640, timing(1)).is_err());
     server.remove_stream("/a").unwrap();
-    assert!(matches!(
-        server.remove_stream("/a"),
-        Err(RtspError::NotMounted { .. })
-    ));
+    assert!(matches!(server.remove_stream("/a"), Err(RtspError::NotMounted { .. })));
     let (frames, end) = watch(&server.url("/a"), 5);
     assert_eq!(frames, 0);
-    assert!(
-        matches!(&end, End::Error(m) if m.contains("no such file or stream")),
-        "{end:?}"
-    );
+    assert!(matches!(&end, End::Error(m) if m.contains("no such file or stream")), "{end:?}");
     server.shutdown();
 
     let taken = RtspServer::start("127.0.0.1:0".parse().unwrap(), None).unwrap();
-    let e = RtspServer::start(taken.local_addr(), None)
-        .err()
-        .expect("second bind must fail");
+    let e = RtspServer::start(taken.local_addr(), None).err().expect("second bind must fail");
     assert!(e.to_string().contains("cannot listen"), "{e}");
 }
 
@@ -787,67 +610,31 @@ fn source_errors_are_clear() {
     // Rule: each way a source can fail ends in one clear error (or EOS for a damaged tail), never a panic or a hang.
     let dir = tempfile::tempdir().unwrap();
 
-    let (m, ..) = source_error(
-        &format!("file://{}/missing.mp4", dir.path().display()),
-        Duration::from_secs(5),
-    );
-    assert!(
-        m.contains("missing.mp4") && m.contains("no such file"),
-        "{m}"
-    );
+    let (m, ..) = source_error(&format!("file://{}/missing.mp4", dir.path().display()), Duration::from_secs(5));
+    assert!(m.contains("missing.mp4") && m.contains("no such file"), "{m}");
 
     let garbage = dir.path().join("garbage.mp4");
-    std::fs::write(
-        &garbage,
-        (0..20_000u32)
-            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
-            .collect::<Vec<_>>(),
-    )
-    .unwrap();
+    std::fs::write(&garbage, (0..20_000u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect::<Vec<_>>())
+        .unwrap();
     let (m, ..) = source_error(&file_uri(&garbage), Duration::from_secs(10));
-    assert!(
-        m.contains("garbage.mp4") && m.contains("not a media file"),
-        "{m}"
-    );
+    assert!(m.contains("garbage.mp4") && m.contains("not a media file"), "{m}");
 
     let ogg = dir.path().join("audio.ogg");
     let mut make = Command::new("gst-launch-1.0");
-    make.args([
-        "-q",
-        "audiotestsrc",
-        "num-buffers=50",
-        "!",
-        "vorbisenc",
-        "!",
-        "oggmux",
-        "!",
-        "filesink",
-    ])
-    .arg(format!("location={}", ogg.display()));
-    assert!(
-        common::run_with_timeout(&mut make, Duration::from_secs(20)).0,
-        "gst-launch could not make an audio-only file"
-    );
+    make.args(["-q", "audiotestsrc", "num-buffers=50", "!", "vorbisenc", "!", "oggmux", "!", "filesink"])
+        .arg(format!("location={}", ogg.display()));
+    assert!(common::run_with_timeout(&mut make, Duration::from_secs(20)).0, "gst-launch could not make an audio-only file");
     let (m, frames, _) = source_error(&file_uri(&ogg), Duration::from_secs(10));
     assert_eq!(frames, 0);
-    assert!(
-        m.contains("no video stream in") && m.contains("audio"),
-        "{m}"
-    );
+    assert!(m.contains("no video stream in") && m.contains("audio"), "{m}");
 
     let (m, _, took) = source_error("rtsp://127.0.0.1:1/x", Duration::from_secs(10));
     assert!(m.contains("cannot connect to rtsp://127.0.0.1:1/x"), "{m}");
-    assert!(
-        took < Duration::from_secs(6),
-        "unreachable RTSP took {took:?}"
-    );
+    assert!(took < Duration::from_secs(6), "unreachable RTSP took {took:?}");
 
     let (m, ..) = source_error("ftp://example.com/clip.mp4", Duration::from_secs(1));
     assert!(m.contains("unsupported source uri"), "{m}");
-    let (m, ..) = source_error(
-        "test://smpte ! filesink location=/tmp/x",
-        Duration::from_secs(1),
-    );
+    let (m, ..) = source_error("test://smpte ! filesink location=/tmp/x", Duration::from_secs(1));
     assert!(m.contains("bad source uri"), "{m}");
     let (m, ..) = source_error("v4l2:///dev/video-none", Duration::from_secs(5));
     assert!(m.contains("/dev/video-none"), "{m}");
@@ -856,9 +643,7 @@ fn source_errors_are_clear() {
 #[test]
 fn truncated_file_decodes_what_it_can_then_ends() {
     // Rule: a file cut short yields the frames it holds and then ends (EOS or a clear error), without hanging.
-    let Some(clip) = common::shared("data/dashcam/solidWhiteRight.mp4") else {
-        return;
-    };
+    let Some(clip) = common::shared("data/dashcam/solidWhiteRight.mp4") else { return };
     let dir = tempfile::tempdir().unwrap();
     let bytes = std::fs::read(&clip).unwrap();
     let cut = dir.path().join("cut.mp4");
@@ -882,15 +667,10 @@ const CHILD_ENV: &str = "ROADSEG_MEDIA_CRASH_CHILD";
 #[test]
 fn crash_child() {
     // Rule: none here; this is the writer process the kill -9 test starts (it does nothing without its env var).
-    let Ok(spec) = std::env::var(CHILD_ENV) else {
-        return;
-    };
+    let Ok(spec) = std::env::var(CHILD_ENV) else { return };
     let mut parts = spec.split('|');
-    let (mode, path, frames) = (
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-        parts.next().unwrap().parse::<u64>().unwrap(),
-    );
+    let (mode, path, frames) =
+        (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap().parse::<u64>().unwrap());
     let mut settings = FileSinkSettings::new(path, 320, 240, (25, 1));
     settings.fragment_ms = 500;
     if mode.starts_with("segments") {
@@ -899,8 +679,7 @@ fn crash_child() {
     let sink = FileSink::start(settings).expect("child sink");
     let pattern: Vec<Vec<u8>> = (0..25).map(|i| synth_frame(320, 240, 320 * 4, i)).collect();
     for i in 0.. {
-        sink.push(&pattern[(i % 25) as usize], 320 * 4, timing(i))
-            .expect("child push");
+        sink.push(&pattern[(i % 25) as usize], 320 * 4, timing(i)).expect("child push");
         println!("pushed {i}");
         if i + 1 == frames && mode.ends_with("idle") {
             // Let the pipeline write all it would write, then wait to be killed.
@@ -914,12 +693,7 @@ fn crash_child() {
 /// Starts the writer child and SIGKILLs it once it prints `until`.
 fn crash_writer(mode: &str, path: &Path, frames: u64, until: &str) {
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "media::crash_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(["--exact", "media::crash_child", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, format!("{mode}|{}|{frames}", path.display()))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -983,10 +757,7 @@ fn kill_9_keeps_what_was_written() {
     let p = ffprobe(single.to_str().unwrap(), &[]);
     eprintln!("killed single file: {p:?}");
     assert!(p.errors.is_empty(), "{}", p.errors);
-    assert!(
-        (130..=145).contains(&p.frames),
-        "lost more than a fragment (0.5 s): {p:?}"
-    );
+    assert!((130..=145).contains(&p.frames), "lost more than a fragment (0.5 s): {p:?}");
 
     let mut names: Vec<PathBuf> = std::fs::read_dir(dir.path())
         .unwrap()
@@ -1008,21 +779,12 @@ fn kill_9_keeps_what_was_written() {
         }
         total += p.frames;
     }
-    assert!(
-        (130..=145).contains(&total),
-        "lost more than a fragment (0.5 s): {total}"
-    );
+    assert!((130..=145).contains(&total), "lost more than a fragment (0.5 s): {total}");
 
     let raw = ffprobe(busy.to_str().unwrap(), &[]);
     let complete = complete_boxes(&busy);
     let p = ffprobe(complete.to_str().unwrap(), &[]);
-    eprintln!(
-        "killed busy file: raw {} frames, complete fragments {p:?}",
-        raw.frames
-    );
+    eprintln!("killed busy file: raw {} frames, complete fragments {p:?}", raw.frames);
     assert!(raw.frames > 0);
-    assert!(
-        p.errors.is_empty() && p.frames > 0 && p.frames <= raw.frames,
-        "{p:?}"
-    );
+    assert!(p.errors.is_empty() && p.frames > 0 && p.frames <= raw.frames, "{p:?}");
 }

@@ -1,6 +1,7 @@
 //! Rule: the engine reproduces HF transformers' SegFormer logits (float32
 //! reference) on every backend, for the shared fixtures and for odd shapes.
 
+
 use std::path::Path;
 use std::sync::Arc;
 
@@ -10,6 +11,7 @@ use roadseg::backend::cpu::preprocess;
 use roadseg::engine::{FrameRef, PixelFormat};
 use roadseg::npy;
 
+
 /// The bar: max |ours-ref| <= 1e-3 * max(1, max|ref|), mean <= 1e-4.
 fn check_against_reference<B: Backend>(b: Arc<B>, dir: &Path) {
     let reference = npy::read_f32(dir.join("logits.npy")).unwrap();
@@ -17,10 +19,7 @@ fn check_against_reference<B: Backend>(b: Arc<B>, dir: &Path) {
     assert_eq!(shape, reference.shape, "{}: logits shape", dir.display());
     let (max, mean) = diff(&ours, &reference.data);
     let bound = 1e-3 * abs_max(&reference.data).max(1.0);
-    eprintln!(
-        "{}: max diff {max:.3e} (bound {bound:.3e}), mean diff {mean:.3e}",
-        dir.display()
-    );
+    eprintln!("{}: max diff {max:.3e} (bound {bound:.3e}), mean diff {mean:.3e}", dir.display());
     assert!(max <= bound, "{}: max diff {max} > {bound}", dir.display());
     assert!(mean <= 1e-4, "{}: mean diff {mean} > 1e-4", dir.display());
 }
@@ -43,18 +42,11 @@ fn cpu_matches_hf_reference_on_all_fixtures() {
 
 #[test]
 fn image_preprocessing_matches_reference_pixel_values() {
-    let Some(dir) = shared("fixtures/segformer/b0-image-1024x576") else {
-        return;
-    };
+    let Some(dir) = shared("fixtures/segformer/b0-image-1024x576") else { return };
     let img = roadseg::images::load_rgb(&dir.join("input.png")).unwrap();
     let reference = npy::read_f32(dir.join("pixel_values.npy")).unwrap();
     let (h, w) = (reference.shape[2], reference.shape[3]);
-    let frame = FrameRef::packed(
-        img.as_raw(),
-        img.width() as usize,
-        img.height() as usize,
-        PixelFormat::Rgb,
-    );
+    let frame = FrameRef::packed(img.as_raw(), img.width() as usize, img.height() as usize, PixelFormat::Rgb);
     let mut hwc = vec![0.0; h * w * 3];
     preprocess(&frame, w, h, &mut hwc).unwrap();
     let ours = roadseg::engine::hwc_to_chw(&hwc, h, w, 3);
@@ -69,17 +61,10 @@ fn image_preprocessing_matches_reference_pixel_values() {
     for y in 0..ih {
         for x in 0..iw {
             let p = img.get_pixel(x as u32, y as u32).0;
-            rgba[y * stride + x * 4..y * stride + x * 4 + 4]
-                .copy_from_slice(&[p[0], p[1], p[2], 255]);
+            rgba[y * stride + x * 4..y * stride + x * 4 + 4].copy_from_slice(&[p[0], p[1], p[2], 255]);
         }
     }
-    let frame = FrameRef {
-        data: &rgba,
-        width: iw,
-        height: ih,
-        stride,
-        format: PixelFormat::Rgba,
-    };
+    let frame = FrameRef { data: &rgba, width: iw, height: ih, stride, format: PixelFormat::Rgba };
     let mut hwc2 = vec![0.0; h * w * 3];
     preprocess(&frame, w, h, &mut hwc2).unwrap();
     assert_eq!(hwc, hwc2);
@@ -87,37 +72,19 @@ fn image_preprocessing_matches_reference_pixel_values() {
 
 #[test]
 fn image_frame_path_matches_reference_logits() {
-    let Some(dir) = shared("fixtures/segformer/b0-image-1024x576") else {
-        return;
-    };
+    let Some(dir) = shared("fixtures/segformer/b0-image-1024x576") else { return };
     let img = roadseg::images::load_rgb(&dir.join("input.png")).unwrap();
     let reference = npy::read_f32(dir.join("logits.npy")).unwrap();
     let mut e = engine(cpu_backend(), &dir, 1024, 576, vec![1.0]);
     e.set_keep_logits(true);
-    let frame = FrameRef::packed(
-        img.as_raw(),
-        img.width() as usize,
-        img.height() as usize,
-        PixelFormat::Rgb,
-    );
+    let frame = FrameRef::packed(img.as_raw(), img.width() as usize, img.height() as usize, PixelFormat::Rgb);
     let seg = e.run_frame(&frame).unwrap().clone();
-    assert_eq!(
-        (seg.width, seg.height),
-        (1280, 720),
-        "classes at the frame's own resolution"
-    );
+    assert_eq!((seg.width, seg.height), (1280, 720), "classes at the frame's own resolution");
     let (lw, lh) = e.logits_size();
     let ours = roadseg::engine::hwc_to_chw(e.logits(), lh, lw, e.num_labels());
     let (max, _) = diff(&ours, &reference.data);
-    assert!(
-        max <= 1e-3 * abs_max(&reference.data).max(1.0),
-        "frame path max diff {max}"
-    );
-    assert!(
-        seg.confidence
-            .iter()
-            .all(|&p| (0.0..=1.0 + 1e-6).contains(&p))
-    );
+    assert!(max <= 1e-3 * abs_max(&reference.data).max(1.0), "frame path max diff {max}");
+    assert!(seg.confidence.iter().all(|&p| (0.0..=1.0 + 1e-6).contains(&p)));
     assert!(seg.mean_confidence > 0.0);
 }
 

@@ -2,6 +2,7 @@
 //! input frame, in order, with the input's timestamps, plus one sidecar line
 //! per frame; bad inputs fail with a clear message and no panic.
 
+
 use std::path::Path;
 
 use crate::common::*;
@@ -11,31 +12,14 @@ const MODEL: &str = "tests/data/odd-bf16-203x141";
 
 fn ffprobe_stream(path: &Path) -> serde_json::Value {
     let out = std::process::Command::new("ffprobe")
-        .args([
-            "-v",
-            "error",
-            "-count_frames",
-            "-select_streams",
-            "v:0",
-            "-show_entries",
-        ])
+        .args(["-v", "error", "-count_frames", "-select_streams", "v:0", "-show_entries"])
         .arg("stream=nb_read_frames,r_frame_rate,width,height,duration")
         .args(["-of", "json"])
         .arg(path)
         .output()
         .expect("ffprobe runs (apt install ffmpeg)");
-    assert!(
-        out.status.success(),
-        "ffprobe failed on {}: {}",
-        path.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.stderr.is_empty(),
-        "ffprobe complained about {}: {}",
-        path.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "ffprobe failed on {}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+    assert!(out.stderr.is_empty(), "ffprobe complained about {}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     json["streams"][0].clone()
 }
@@ -44,78 +28,42 @@ fn ffprobe_stream(path: &Path) -> serde_json::Value {
 fn synth_drive(dir: &Path, frames: u32) -> std::path::PathBuf {
     let clip = dir.join("drive.mp4");
     let frames = frames.to_string();
-    let (code, _, stderr) = roadseg(&[
-        "synth",
-        "-o",
-        clip.to_str().unwrap(),
-        "--frames",
-        &frames,
-        "--size",
-        "320x180",
-        "--fps",
-        "25",
-    ]);
+    let (code, _, stderr) = roadseg(&["synth", "-o", clip.to_str().unwrap(), "--frames", &frames, "--size", "320x180", "--fps", "25"]);
     assert_eq!(code, 0, "{stderr}");
     clip
 }
 
 fn process(args: &[&str]) -> (i32, String, String) {
-    let mut all = vec![
-        "process", "--model", MODEL, "--device", "cpu", "--size", "224x128",
-    ];
+    let mut all = vec!["process", "--model", MODEL, "--device", "cpu", "--size", "224x128"];
     all.extend_from_slice(args);
     roadseg(&all)
 }
 
 #[test]
 fn every_frame_of_the_dashcam_clip_comes_out_in_order_with_its_timestamps() {
-    let Some(clip) = shared("data/dashcam/solidWhiteRight.mp4") else {
-        return;
-    };
+    let Some(clip) = shared("data/dashcam/solidWhiteRight.mp4") else { return };
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out.mp4");
     let stats = tmp.path().join("stats.jsonl");
-    let (code, stdout, stderr) = process(&[
-        clip.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-        "--stats-out",
-        stats.to_str().unwrap(),
-    ]);
+    let (code, stdout, stderr) =
+        process(&[clip.to_str().unwrap(), "-o", out.to_str().unwrap(), "--stats-out", stats.to_str().unwrap()]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("221 frames"), "{stdout}");
     let input = ffprobe_stream(&clip);
     let output = ffprobe_stream(&out);
     assert_eq!(output["nb_read_frames"], "221");
     assert_eq!(output["r_frame_rate"], input["r_frame_rate"]);
-    assert_eq!(
-        (output["width"].as_u64(), output["height"].as_u64()),
-        (Some(960), Some(540))
-    );
-    let (din, dout): (f64, f64) = (
-        input["duration"].as_str().unwrap().parse().unwrap(),
-        output["duration"].as_str().unwrap().parse().unwrap(),
-    );
+    assert_eq!((output["width"].as_u64(), output["height"].as_u64()), (Some(960), Some(540)));
+    let (din, dout): (f64, f64) = (input["duration"].as_str().unwrap().parse().unwrap(), output["duration"].as_str().unwrap().parse().unwrap());
     assert!((din - dout).abs() < 0.05, "duration {dout} vs input {din}");
-    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&stats)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines: Vec<serde_json::Value> =
+        std::fs::read_to_string(&stats).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), 221);
     for (i, line) in lines.iter().enumerate() {
         assert_eq!(line["frame"].as_u64(), Some(i as u64), "frames in order");
         let pts = line["pts"].as_f64().unwrap();
-        assert!(
-            (pts - i as f64 * 0.04).abs() < 1e-3,
-            "frame {i} pts {pts}: input timestamps kept"
-        );
-        for key in [
-            "road_coverage",
-            "mean_confidence",
-            "inference_ms",
-            "dropped_before",
-        ] {
+        assert!((pts - i as f64 * 0.04).abs() < 1e-3, "frame {i} pts {pts}: input timestamps kept");
+        for key in ["road_coverage", "mean_confidence", "inference_ms", "dropped_before"] {
             assert!(!line[key].is_null(), "{key} in {line}");
         }
         assert_eq!(line["dropped_before"], 0, "a file never drops frames");
@@ -128,15 +76,8 @@ fn a_synthetic_clip_goes_through_and_masks_match_the_frames() {
     let clip = synth_drive(tmp.path(), 20);
     let out = tmp.path().join("out.mp4");
     let masks = tmp.path().join("masks");
-    let (code, _, stderr) = process(&[
-        clip.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-        "--masks-out",
-        masks.to_str().unwrap(),
-        "--road-class",
-        "label_0",
-    ]);
+    let (code, _, stderr) =
+        process(&[clip.to_str().unwrap(), "-o", out.to_str().unwrap(), "--masks-out", masks.to_str().unwrap(), "--road-class", "label_0"]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(ffprobe_stream(&out)["nb_read_frames"], "20");
     let mask = image::open(masks.join("00019.png")).unwrap().to_luma8();
@@ -148,14 +89,8 @@ fn assert_clean_failure(args: &[&str], needle: &str) {
     let (code, _, stderr) = process(args);
     assert_ne!(code, 0, "{args:?} should fail");
     assert!(!stderr.contains("panicked"), "{stderr}");
-    let line = stderr
-        .lines()
-        .find(|l| l.starts_with("roadseg: error:"))
-        .unwrap_or_else(|| panic!("no error line in {stderr}"));
-    assert!(
-        line.to_lowercase().contains(needle),
-        "{args:?}: expected '{needle}' in: {line}"
-    );
+    let line = stderr.lines().find(|l| l.starts_with("roadseg: error:")).unwrap_or_else(|| panic!("no error line in {stderr}"));
+    assert!(line.to_lowercase().contains(needle), "{args:?}: expected '{needle}' in: {line}");
 }
 
 #[test]
@@ -166,28 +101,12 @@ fn bad_inputs_fail_clearly() {
     assert_clean_failure(&["/nonexistent/clip.mp4", "-o", o], "does not exist");
 
     let garbage = tmp.path().join("garbage.mp4");
-    std::fs::write(
-        &garbage,
-        (0..200_000u32)
-            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
-            .collect::<Vec<_>>(),
-    )
-    .unwrap();
+    std::fs::write(&garbage, (0..200_000u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect::<Vec<_>>()).unwrap();
     assert_clean_failure(&[garbage.to_str().unwrap(), "-o", o], "not a media file");
 
     let audio = tmp.path().join("audio.ogg");
     let made = std::process::Command::new("gst-launch-1.0")
-        .args([
-            "-q",
-            "audiotestsrc",
-            "num-buffers=20",
-            "!",
-            "vorbisenc",
-            "!",
-            "oggmux",
-            "!",
-            "filesink",
-        ])
+        .args(["-q", "audiotestsrc", "num-buffers=20", "!", "vorbisenc", "!", "oggmux", "!", "filesink"])
         .arg(format!("location={}", audio.display()))
         .status()
         .expect("gst-launch-1.0 runs");
@@ -199,9 +118,7 @@ fn bad_inputs_fail_clearly() {
 
 #[test]
 fn a_truncated_clip_keeps_what_could_be_decoded() {
-    let Some(clip) = shared("data/dashcam/solidWhiteRight.mp4") else {
-        return;
-    };
+    let Some(clip) = shared("data/dashcam/solidWhiteRight.mp4") else { return };
     let tmp = tempfile::tempdir().unwrap();
     let bytes = std::fs::read(&clip).unwrap();
     let cut = tmp.path().join("cut.mp4");
@@ -216,15 +133,8 @@ fn a_truncated_clip_keeps_what_could_be_decoded() {
     } else {
         assert!(stdout.contains("frames"), "{stdout}");
     }
-    let frames: u64 = ffprobe_stream(&out)["nb_read_frames"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(
-        frames > 10 && frames < 221,
-        "{frames} frames from the first 30% of the clip"
-    );
+    let frames: u64 = ffprobe_stream(&out)["nb_read_frames"].as_str().unwrap().parse().unwrap();
+    assert!(frames > 10 && frames < 221, "{frames} frames from the first 30% of the clip");
 }
 
 #[test]
@@ -234,28 +144,14 @@ fn infer_fps_caps_inference_and_counts_the_rest_as_dropped() {
     let clip = synth_drive(tmp.path(), 50);
     let out = tmp.path().join("out.mp4");
     let stats = tmp.path().join("stats.jsonl");
-    let (code, stdout, stderr) = process(&[
-        clip.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-        "--stats-out",
-        stats.to_str().unwrap(),
-        "--infer-fps",
-        "5",
-    ]);
+    let (code, stdout, stderr) =
+        process(&[clip.to_str().unwrap(), "-o", out.to_str().unwrap(), "--stats-out", stats.to_str().unwrap(), "--infer-fps", "5"]);
     assert_eq!(code, 0, "{stderr}");
     // 2 s at 25 fps capped at 5 fps: frames at 0, 0.2, ... 1.8 s.
     assert!(stdout.contains(": 10 frames (40 dropped)"), "{stdout}");
-    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&stats)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&stats).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let pts: Vec<f64> = lines.iter().map(|l| l["pts"].as_f64().unwrap()).collect();
-    assert!(
-        pts.windows(2).all(|w| (w[1] - w[0] - 0.2).abs() < 1e-6),
-        "evenly spread: {pts:?}"
-    );
+    assert!(pts.windows(2).all(|w| (w[1] - w[0] - 0.2).abs() < 1e-6), "evenly spread: {pts:?}");
     assert_eq!(ffprobe_stream(&out)["nb_read_frames"].as_str(), Some("10"));
 }
 
@@ -266,45 +162,19 @@ fn batched_workers_keep_every_frame_in_order_with_its_timestamps() {
     let clip = synth_drive(tmp.path(), 30);
     let out = tmp.path().join("out.mp4");
     let stats = tmp.path().join("stats.jsonl");
-    let args = [
-        clip.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-        "--stats-out",
-        stats.to_str().unwrap(),
-        "--batch",
-        "4",
-        "--workers",
-        "2",
-    ];
+    let args = [clip.to_str().unwrap(), "-o", out.to_str().unwrap(), "--stats-out", stats.to_str().unwrap(), "--batch", "4", "--workers", "2"];
     let (code, stdout, stderr) = process(&args);
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("30 frames"), "{stdout}");
-    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&stats)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&stats).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), 30);
     for (i, line) in lines.iter().enumerate() {
         assert_eq!(line["frame"].as_u64(), Some(i as u64), "frames in order");
         let pts = line["pts"].as_f64().unwrap();
-        assert!(
-            (pts - i as f64 * 0.04).abs() < 1e-3,
-            "frame {i} pts {pts}: input timestamps kept"
-        );
+        assert!((pts - i as f64 * 0.04).abs() < 1e-3, "frame {i} pts {pts}: input timestamps kept");
     }
     assert_eq!(ffprobe_stream(&out)["nb_read_frames"].as_str(), Some("30"));
-    assert_clean_failure(
-        &[
-            clip.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-            "--batch",
-            "17",
-        ],
-        "--batch",
-    );
+    assert_clean_failure(&[clip.to_str().unwrap(), "-o", out.to_str().unwrap(), "--batch", "17"], "--batch");
 }
 
 /// `frame` of `clip` as packed RGB (ffmpeg), with its size.
@@ -312,91 +182,42 @@ fn decode_rgb(clip: &Path, frame: usize) -> Vec<u8> {
     let out = std::process::Command::new("ffmpeg")
         .args(["-v", "error", "-i"])
         .arg(clip)
-        .args([
-            "-vf",
-            &format!("select=eq(n\\,{frame})"),
-            "-frames:v",
-            "1",
-            "-f",
-            "rawvideo",
-            "-pix_fmt",
-            "rgb24",
-            "-",
-        ])
+        .args(["-vf", &format!("select=eq(n\\,{frame})"), "-frames:v", "1", "-f", "rawvideo", "-pix_fmt", "rgb24", "-"])
         .output()
         .expect("ffmpeg runs");
-    assert!(
-        out.status.success(),
-        "ffmpeg on {}: {}",
-        clip.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "ffmpeg on {}: {}", clip.display(), String::from_utf8_lossy(&out.stderr));
     out.stdout
 }
 
 #[test]
 fn pillarbox_bars_of_a_real_clip_are_found_left_out_and_left_untouched() {
     // Rule: constant black side bars (a real 960x540 dashcam clip pillarboxed to 1280x540) are found within the first frames; road masks are zero on them, nothing is drawn on them (every class counts as road here, so anything not left out would be tinted), and the summary names them.
-    let Some(src) = shared("data/dashcam/solidWhiteRight.mp4") else {
-        return;
-    };
+    let Some(src) = shared("data/dashcam/solidWhiteRight.mp4") else { return };
     let tmp = tempfile::tempdir().unwrap();
     let clip = tmp.path().join("pillarbox.mp4");
     let padded = std::process::Command::new("ffmpeg")
         .args(["-v", "error", "-i"])
         .arg(&src)
-        .args([
-            "-vf",
-            "pad=1280:540:160:0:black",
-            "-frames:v",
-            "40",
-            "-c:v",
-            "libx264",
-            "-pix_fmt",
-            "yuv420p",
-        ])
+        .args(["-vf", "pad=1280:540:160:0:black", "-frames:v", "40", "-c:v", "libx264", "-pix_fmt", "yuv420p"])
         .arg(&clip)
         .status()
         .expect("ffmpeg runs");
     assert!(padded.success());
     let (out, masks) = (tmp.path().join("out.mp4"), tmp.path().join("masks"));
-    let mut args = vec![
-        clip.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-        "--masks-out",
-        masks.to_str().unwrap(),
-        "--threshold",
-        "0",
-        "--hood",
-        "on",
-    ];
-    let labels = [
-        "label_0", "label_1", "label_2", "label_3", "label_4", "label_5", "label_6",
-    ];
+    let mut args = vec![clip.to_str().unwrap(), "-o", out.to_str().unwrap(), "--masks-out", masks.to_str().unwrap(), "--threshold", "0", "--hood", "on"];
+    let labels = ["label_0", "label_1", "label_2", "label_3", "label_4", "label_5", "label_6"];
     for l in &labels {
         args.extend(["--road-class", l]);
     }
     let (code, stdout, stderr) = process(&args);
     assert_eq!(code, 0, "{stderr}");
     let bars = |side: &str| -> u32 {
-        let at = stdout
-            .find(&format!("{side} "))
-            .unwrap_or_else(|| panic!("no bars in the summary: {stdout}"));
-        stdout[at + side.len() + 1..]
-            .split(|c: char| !c.is_ascii_digit())
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap()
+        let at = stdout.find(&format!("{side} ")).unwrap_or_else(|| panic!("no bars in the summary: {stdout}"));
+        stdout[at + side.len() + 1..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
     };
     assert!(stdout.contains("bars left"), "{stdout}");
     for side in ["left", "right"] {
-        assert!(
-            (156..=164).contains(&bars(side)),
-            "{side} bar {} px, 160 padded: {stdout}",
-            bars(side)
-        );
+        assert!((156..=164).contains(&bars(side)), "{side} bar {} px, 160 padded: {stdout}", bars(side));
     }
     let mask = image::open(masks.join("00039.png")).unwrap().to_luma8();
     let (w, h) = mask.dimensions();
@@ -405,14 +226,9 @@ fn pillarbox_bars_of_a_real_clip_are_found_left_out_and_left_untouched() {
     for x in [0, 80, 150, 1130, 1200, 1279] {
         assert_eq!(road_at(x), 0, "bar column {x} is in the road mask");
     }
-    assert!(
-        road_at(640) > 270,
-        "the picture is road (every class is road here)"
-    );
+    assert!(road_at(640) > 270, "the picture is road (every class is road here)");
     let (input, output) = (decode_rgb(&clip, 39), decode_rgb(&out, 39));
-    let px = |buf: &[u8], x: usize, y: usize| -> [i32; 3] {
-        std::array::from_fn(|c| buf[(y * 1280 + x) * 3 + c] as i32)
-    };
+    let px = |buf: &[u8], x: usize, y: usize| -> [i32; 3] { std::array::from_fn(|c| buf[(y * 1280 + x) * 3 + c] as i32) };
     let mut worst_bar = 0;
     for y in (0..540).step_by(7) {
         for x in (0..150).chain(1130..1280).step_by(3) {
@@ -420,19 +236,7 @@ fn pillarbox_bars_of_a_real_clip_are_found_left_out_and_left_untouched() {
             worst_bar = worst_bar.max((0..3).map(|c| (a[c] - b[c]).abs()).max().unwrap());
         }
     }
-    assert!(
-        worst_bar <= 16,
-        "a bar pixel changed by {worst_bar} (tinted?)"
-    );
-    let tinted = (0..540)
-        .step_by(7)
-        .filter(|&y| {
-            (px(&output, 640, y)[0] - px(&input, 640, y)[0]).abs() > 20
-                || (px(&output, 640, y)[1] - px(&input, 640, y)[1]).abs() > 20
-        })
-        .count();
-    assert!(
-        tinted > 40,
-        "the picture is tinted ({tinted} of 78 rows at x=640)"
-    );
+    assert!(worst_bar <= 16, "a bar pixel changed by {worst_bar} (tinted?)");
+    let tinted = (0..540).step_by(7).filter(|&y| (px(&output, 640, y)[0] - px(&input, 640, y)[0]).abs() > 20 || (px(&output, 640, y)[1] - px(&input, 640, y)[1]).abs() > 20).count();
+    assert!(tinted > 40, "the picture is tinted ({tinted} of 78 rows at x=640)");
 }

@@ -60,13 +60,7 @@ pub fn attention(q: &[f32], kv: &[f32], y: &mut [f32], workspace: &mut [f32], d:
                     matmul(q_head, k_t, scores, d.keys, false, false);
                     softmax_rows(scores, d.keys, scale);
                     // y[rows, head] = scores[rows, keys] . v[keys, head]
-                    let s = MatRef {
-                        data: scores,
-                        rows,
-                        cols: d.keys,
-                        row_stride: d.keys,
-                        col_stride: 1,
-                    };
+                    let s = MatRef { data: scores, rows, cols: d.keys, row_stride: d.keys, col_stride: 1 };
                     let v = MatRef {
                         data: &kv[channels + h_off..],
                         rows: d.keys,
@@ -74,14 +68,7 @@ pub fn attention(q: &[f32], kv: &[f32], y: &mut [f32], workspace: &mut [f32], d:
                         row_stride: 2 * channels,
                         col_stride: 1,
                     };
-                    matmul(
-                        s,
-                        v,
-                        &mut y_lane[block_start * channels + h_off..],
-                        channels,
-                        false,
-                        false,
-                    );
+                    matmul(s, v, &mut y_lane[block_start * channels + h_off..], channels, false, false);
                 }
             }
         });

@@ -36,28 +36,16 @@ impl CpuFrameSlot {
     pub(super) fn stage(&mut self, frame: &FrameRef<'_>) -> OpResult {
         frame.validate()?;
         if frame.geometry() != self.geometry {
-            return Err(FrameError(format!(
-                "frame {:?} staged into a slot for {:?}",
-                frame.geometry(),
-                self.geometry
-            ))
-            .into());
+            return Err(FrameError(format!("frame {:?} staged into a slot for {:?}", frame.geometry(), self.geometry)).into());
         }
         self.pixels.clear();
-        self.pixels
-            .extend_from_slice(&frame.data[..frame.data.len().min(self.geometry.bytes())]);
+        self.pixels.extend_from_slice(&frame.data[..frame.data.len().min(self.geometry.bytes())]);
         Ok(())
     }
 
     fn frame(&self) -> FrameRef<'_> {
         let g = self.geometry;
-        FrameRef {
-            data: &self.pixels,
-            width: g.width,
-            height: g.height,
-            stride: g.stride,
-            format: g.format,
-        }
+        FrameRef { data: &self.pixels, width: g.width, height: g.height, stride: g.stride, format: g.format }
     }
 
     pub(super) fn preprocess_into(&mut self, input: &mut [f32], w: usize, h: usize) -> OpResult {
@@ -80,16 +68,12 @@ impl CpuFrameSlot {
             logit_scale: d.logit_scale,
         };
         let (w, h) = (self.geometry.width, self.geometry.height);
-        self.postprocessor
-            .run(&logits[..needed], &spec, w, h, &mut self.segmentation);
+        self.postprocessor.run(&logits[..needed], &spec, w, h, &mut self.segmentation);
         self.phases.postprocess_ms += ms_since(t0);
         Ok(())
     }
 
-    pub(super) fn collect(
-        &mut self,
-        out: &mut Segmentation,
-    ) -> Result<Option<HostPhases>, BackendError> {
+    pub(super) fn collect(&mut self, out: &mut Segmentation) -> Result<Option<HostPhases>, BackendError> {
         std::mem::swap(out, &mut self.segmentation);
         Ok(Some(std::mem::take(&mut self.phases)))
     }

@@ -25,14 +25,7 @@ impl MatRef<'_> {
 
 /// `c[m, n] = a[m, k] . b[k, n]` (or `+=` when `accumulate`). `c` is row-major
 /// with `ldc` elements between rows.
-pub fn matmul(
-    a: MatRef<'_>,
-    b: MatRef<'_>,
-    c: &mut [f32],
-    ldc: usize,
-    accumulate: bool,
-    threaded: bool,
-) {
+pub fn matmul(a: MatRef<'_>, b: MatRef<'_>, c: &mut [f32], ldc: usize, accumulate: bool, threaded: bool) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     assert_eq!(b.rows, k, "inner dimensions differ");
     if m == 0 || n == 0 {
@@ -48,11 +41,7 @@ pub fn matmul(
         }
         return;
     }
-    let parallelism = if threaded {
-        Parallelism::Rayon(0)
-    } else {
-        Parallelism::None
-    };
+    let parallelism = if threaded { Parallelism::Rayon(0) } else { Parallelism::None };
     // SAFETY: the asserts above keep every index the strides reach inside the
     // three slices, and `c` is borrowed mutably so nothing else aliases it.
     unsafe {
@@ -92,27 +81,8 @@ mod tests {
         // b viewed transposed: bt[n, k]
         let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
         let mut c = vec![1.0f32; m * n];
-        let bview = MatRef {
-            data: &bt,
-            rows: k,
-            cols: n,
-            row_stride: 1,
-            col_stride: k,
-        };
-        matmul(
-            MatRef {
-                data: &a,
-                rows: m,
-                cols: k,
-                row_stride: k,
-                col_stride: 1,
-            },
-            bview,
-            &mut c,
-            n,
-            true,
-            false,
-        );
+        let bview = MatRef { data: &bt, rows: k, cols: n, row_stride: 1, col_stride: k };
+        matmul(MatRef { data: &a, rows: m, cols: k, row_stride: k, col_stride: 1 }, bview, &mut c, n, true, false);
         for i in 0..m {
             for j in 0..n {
                 let want: f32 = 1.0 + (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum::<f32>();

@@ -40,16 +40,11 @@ multiversion! {
 }
 
 pub fn add_assign(y: &mut [f32], x: &[f32], len: usize) {
-    y[..len]
-        .par_chunks_mut(1 << 16)
-        .zip(x[..len].par_chunks(1 << 16))
-        .for_each(|(a, b)| add_slices(a, b));
+    y[..len].par_chunks_mut(1 << 16).zip(x[..len].par_chunks(1 << 16)).for_each(|(a, b)| add_slices(a, b));
 }
 
 pub fn relu(y: &mut [f32], len: usize) {
-    y[..len]
-        .par_chunks_mut(1 << 16)
-        .for_each(|c| c.iter_mut().for_each(|v| *v = v.max(0.0)));
+    y[..len].par_chunks_mut(1 << 16).for_each(|c| c.iter_mut().for_each(|v| *v = v.max(0.0)));
 }
 
 multiversion! {
@@ -87,10 +82,7 @@ multiversion! {
 pub fn dwconv3x3_gelu(x: &[f32], w: &[f32], bias: &[f32], y: &mut [f32], d: DwConvDims) {
     let len = d.h * d.w * d.channels;
     let x = &x[..len];
-    y[..len]
-        .par_chunks_mut(d.w * d.channels)
-        .enumerate()
-        .for_each(|(row, out)| dwconv_row(x, w, bias, out, row, d));
+    y[..len].par_chunks_mut(d.w * d.channels).enumerate().for_each(|(row, out)| dwconv_row(x, w, bias, out, row, d));
 }
 
 /// Source index pair and weight of the far neighbour for one output
@@ -138,40 +130,35 @@ pub fn resize_bilinear(x: &[f32], y: &mut [f32], d: ResizeDims, accumulate: bool
 pub fn im2col(x: &[f32], cols: &mut [f32], d: ConvDims) {
     let (oh, ow) = (d.out_h(), d.out_w());
     let patch = d.kernel * d.kernel * d.c_in;
-    cols[..oh * ow * patch]
-        .par_chunks_mut(ow * patch)
-        .enumerate()
-        .for_each(|(oy, out_row)| {
-            for ox in 0..ow {
-                let dst = &mut out_row[ox * patch..(ox + 1) * patch];
-                for ky in 0..d.kernel {
-                    let iy = (oy * d.stride + ky) as isize - d.pad as isize;
-                    let seg = &mut dst[ky * d.kernel * d.c_in..(ky + 1) * d.kernel * d.c_in];
-                    if iy < 0 || iy >= d.h as isize {
-                        seg.fill(0.0);
-                        continue;
-                    }
-                    let src_row = &x[iy as usize * d.w * d.c_in..(iy as usize + 1) * d.w * d.c_in];
-                    let ix0 = (ox * d.stride) as isize - d.pad as isize;
-                    if ix0 >= 0 && ix0 as usize + d.kernel <= d.w {
-                        let s = ix0 as usize * d.c_in;
-                        seg.copy_from_slice(&src_row[s..s + d.kernel * d.c_in]);
-                        continue;
-                    }
-                    for kx in 0..d.kernel {
-                        let ix = ix0 + kx as isize;
-                        let cell = &mut seg[kx * d.c_in..(kx + 1) * d.c_in];
-                        if ix < 0 || ix >= d.w as isize {
-                            cell.fill(0.0);
-                        } else {
-                            cell.copy_from_slice(
-                                &src_row[ix as usize * d.c_in..(ix as usize + 1) * d.c_in],
-                            );
-                        }
+    cols[..oh * ow * patch].par_chunks_mut(ow * patch).enumerate().for_each(|(oy, out_row)| {
+        for ox in 0..ow {
+            let dst = &mut out_row[ox * patch..(ox + 1) * patch];
+            for ky in 0..d.kernel {
+                let iy = (oy * d.stride + ky) as isize - d.pad as isize;
+                let seg = &mut dst[ky * d.kernel * d.c_in..(ky + 1) * d.kernel * d.c_in];
+                if iy < 0 || iy >= d.h as isize {
+                    seg.fill(0.0);
+                    continue;
+                }
+                let src_row = &x[iy as usize * d.w * d.c_in..(iy as usize + 1) * d.w * d.c_in];
+                let ix0 = (ox * d.stride) as isize - d.pad as isize;
+                if ix0 >= 0 && ix0 as usize + d.kernel <= d.w {
+                    let s = ix0 as usize * d.c_in;
+                    seg.copy_from_slice(&src_row[s..s + d.kernel * d.c_in]);
+                    continue;
+                }
+                for kx in 0..d.kernel {
+                    let ix = ix0 + kx as isize;
+                    let cell = &mut seg[kx * d.c_in..(kx + 1) * d.c_in];
+                    if ix < 0 || ix >= d.w as isize {
+                        cell.fill(0.0);
+                    } else {
+                        cell.copy_from_slice(&src_row[ix as usize * d.c_in..(ix as usize + 1) * d.c_in]);
                     }
                 }
             }
-        });
+        }
+    });
 }
 
 multiversion! {

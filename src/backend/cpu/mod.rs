@@ -15,8 +15,7 @@ use std::sync::{Arc, Mutex};
 use self::gemm::{MatRef, matmul};
 use super::check_len as check;
 use super::{
-    Affine, AttnDims, Backend, BackendError, ConvDims, DwConvDims, FrameOutDims, GemmDims,
-    HostPhases, NormDims, OpResult, Precision, ResizeDims,
+    Affine, AttnDims, Backend, BackendError, ConvDims, DwConvDims, FrameOutDims, GemmDims, HostPhases, NormDims, OpResult, Precision, ResizeDims,
 };
 use crate::frame::{FrameGeometry, FrameRef, Segmentation};
 
@@ -27,10 +26,7 @@ pub use preprocess::{MEAN, STD, preprocess};
 
 /// Bilinear resize of host memory (multi-scale averaging, input rescaling).
 pub fn resize_host(x: &[f32], y: &mut [f32], dims: ResizeDims, accumulate: bool) {
-    let (src, dst) = (
-        dims.src_h * dims.src_w * dims.channels,
-        dims.dst_h * dims.dst_w * dims.channels,
-    );
+    let (src, dst) = (dims.src_h * dims.src_w * dims.channels, dims.dst_h * dims.dst_w * dims.channels);
     for i in 0..dims.batch {
         kernels::resize_bilinear(&x[i * src..], &mut y[i * dst..], dims, accumulate);
     }
@@ -48,15 +44,11 @@ impl CpuBackend {
     }
 
     pub fn with_profiling() -> Self {
-        CpuBackend {
-            profile: Some(Mutex::new(BTreeMap::new())),
-        }
+        CpuBackend { profile: Some(Mutex::new(BTreeMap::new())) }
     }
 
     fn timed<T>(&self, op: &'static str, f: impl FnOnce() -> T) -> T {
-        let Some(profile) = &self.profile else {
-            return f();
-        };
+        let Some(profile) = &self.profile else { return f() };
         let start = std::time::Instant::now();
         let out = f();
         let ms = start.elapsed().as_secs_f64() * 1e3;
@@ -69,14 +61,9 @@ impl CpuBackend {
 
     /// (op, total ms, calls) since the last call, most expensive first.
     pub fn take_profile(&self) -> Vec<(&'static str, f64, u64)> {
-        let Some(profile) = &self.profile else {
-            return Vec::new();
-        };
+        let Some(profile) = &self.profile else { return Vec::new() };
         let mut p = profile.lock().unwrap_or_else(|e| e.into_inner());
-        let mut rows: Vec<_> = std::mem::take(&mut *p)
-            .into_iter()
-            .map(|(k, (ms, n))| (k, ms, n))
-            .collect();
+        let mut rows: Vec<_> = std::mem::take(&mut *p).into_iter().map(|(k, (ms, n))| (k, ms, n)).collect();
         rows.sort_by(|a, b| b.1.total_cmp(&a.1));
         rows
     }
@@ -96,11 +83,7 @@ impl Backend for CpuBackend {
     type Recording = ();
 
     fn describe(&self) -> String {
-        let simd = if simd::has_avx2_fma() {
-            "avx2+fma"
-        } else {
-            "baseline"
-        };
+        let simd = if simd::has_avx2_fma() { "avx2+fma" } else { "baseline" };
         format!("cpu ({} threads, {simd})", rayon::current_num_threads())
     }
 
@@ -141,15 +124,7 @@ impl Backend for CpuBackend {
         attention::workspace_len(d)
     }
 
-    fn linear(
-        &self,
-        x: &Self::Tensor,
-        w: &Self::Param,
-        bias: Option<&Self::Param>,
-        y: &mut Self::Tensor,
-        d: GemmDims,
-        accumulate: bool,
-    ) -> OpResult {
+    fn linear(&self, x: &Self::Tensor, w: &Self::Param, bias: Option<&Self::Param>, y: &mut Self::Tensor, d: GemmDims, accumulate: bool) -> OpResult {
         check("linear x", d.rows * d.k, x.len())?;
         check("linear w", d.k * d.n, w.len())?;
         check("linear y", d.rows * d.n, y.len())?;
@@ -161,20 +136,8 @@ impl Backend for CpuBackend {
                 read_y = true;
             }
         }
-        let a = MatRef {
-            data: x,
-            rows: d.rows,
-            cols: d.k,
-            row_stride: d.k,
-            col_stride: 1,
-        };
-        let b = MatRef {
-            data: w,
-            rows: d.k,
-            cols: d.n,
-            row_stride: d.n,
-            col_stride: 1,
-        };
+        let a = MatRef { data: x, rows: d.rows, cols: d.k, row_stride: d.k, col_stride: 1 };
+        let b = MatRef { data: w, rows: d.k, cols: d.n, row_stride: d.n, col_stride: 1 };
         self.timed("linear", || matmul(a, b, y, d.n, read_y, true));
         if let (Some(b), true) = (bias, accumulate) {
             for row in y.chunks_exact_mut(d.n).take(d.rows) {
@@ -184,21 +147,10 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn conv2d(
-        &self,
-        x: &Self::Tensor,
-        p: &Affine<Self::Param>,
-        y: &mut Self::Tensor,
-        workspace: &mut Self::Tensor,
-        d: ConvDims,
-    ) -> OpResult {
+    fn conv2d(&self, x: &Self::Tensor, p: &Affine<Self::Param>, y: &mut Self::Tensor, workspace: &mut Self::Tensor, d: ConvDims) -> OpResult {
         let image_in = d.h * d.w * d.c_in;
         check("conv2d x", d.batch * image_in, x.len())?;
-        check(
-            "conv2d workspace",
-            self.conv2d_workspace(d),
-            workspace.len(),
-        )?;
+        check("conv2d workspace", self.conv2d_workspace(d), workspace.len())?;
         let patch = d.kernel * d.kernel * d.c_in;
         // [batch, out_h, out_w] output pixels become GEMM rows; images only
         // meet in the GEMM, which treats every row on its own.
@@ -217,36 +169,16 @@ impl Backend for CpuBackend {
         check("conv2d y", rows * d.c_out, y.len())?;
         check("conv2d w", patch * d.c_out, p.weight.len())?;
         fill_rows(y, &p.bias[..d.c_out], rows);
-        let a = MatRef {
-            data: unfolded,
-            rows,
-            cols: patch,
-            row_stride: patch,
-            col_stride: 1,
-        };
-        let b = MatRef {
-            data: &p.weight,
-            rows: patch,
-            cols: d.c_out,
-            row_stride: d.c_out,
-            col_stride: 1,
-        };
+        let a = MatRef { data: unfolded, rows, cols: patch, row_stride: patch, col_stride: 1 };
+        let b = MatRef { data: &p.weight, rows: patch, cols: d.c_out, row_stride: d.c_out, col_stride: 1 };
         self.timed("conv2d", || matmul(a, b, y, d.c_out, true, true));
         Ok(())
     }
 
-    fn layer_norm(
-        &self,
-        x: &Self::Tensor,
-        p: &Affine<Self::Param>,
-        y: &mut Self::Tensor,
-        d: NormDims,
-    ) -> OpResult {
+    fn layer_norm(&self, x: &Self::Tensor, p: &Affine<Self::Param>, y: &mut Self::Tensor, d: NormDims) -> OpResult {
         check("layer_norm x", d.rows * d.dim, x.len())?;
         check("layer_norm y", d.rows * d.dim, y.len())?;
-        self.timed("layer_norm", || {
-            kernels::layer_norm(x, &p.weight, &p.bias, y, d)
-        });
+        self.timed("layer_norm", || kernels::layer_norm(x, &p.weight, &p.bias, y, d));
         Ok(())
     }
 
@@ -256,70 +188,35 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn attention(
-        &self,
-        q: &Self::Tensor,
-        kv: &Self::Tensor,
-        y: &mut Self::Tensor,
-        workspace: &mut Self::Tensor,
-        d: AttnDims,
-    ) -> OpResult {
+    fn attention(&self, q: &Self::Tensor, kv: &Self::Tensor, y: &mut Self::Tensor, workspace: &mut Self::Tensor, d: AttnDims) -> OpResult {
         let (q_len, kv_len) = d.image_lens(q.len(), kv.len(), y.len())?;
-        check(
-            "attention workspace",
-            self.attention_workspace(d),
-            workspace.len(),
-        )?;
+        check("attention workspace", self.attention_workspace(d), workspace.len())?;
         // One image after another: each already fills every core, and the
         // score scratch is reused, so the workspace does not grow with batch.
         self.timed("attention", || {
             for i in 0..d.batch {
-                let (q, kv) = (
-                    &q[i * q_len..(i + 1) * q_len],
-                    &kv[i * kv_len..(i + 1) * kv_len],
-                );
+                let (q, kv) = (&q[i * q_len..(i + 1) * q_len], &kv[i * kv_len..(i + 1) * kv_len]);
                 attention::attention(q, kv, &mut y[i * q_len..(i + 1) * q_len], workspace, d);
             }
         });
         Ok(())
     }
 
-    fn dwconv3x3_gelu(
-        &self,
-        x: &Self::Tensor,
-        p: &Affine<Self::Param>,
-        y: &mut Self::Tensor,
-        d: DwConvDims,
-    ) -> OpResult {
+    fn dwconv3x3_gelu(&self, x: &Self::Tensor, p: &Affine<Self::Param>, y: &mut Self::Tensor, d: DwConvDims) -> OpResult {
         let image = d.h * d.w * d.channels;
         check("dwconv x", d.batch * image, x.len())?;
         check("dwconv y", d.batch * image, y.len())?;
         check("dwconv w", 9 * d.channels, p.weight.len())?;
         self.timed("dwconv_gelu", || {
             for i in 0..d.batch {
-                kernels::dwconv3x3_gelu(
-                    &x[i * image..],
-                    &p.weight,
-                    &p.bias,
-                    &mut y[i * image..],
-                    d,
-                );
+                kernels::dwconv3x3_gelu(&x[i * image..], &p.weight, &p.bias, &mut y[i * image..], d);
             }
         });
         Ok(())
     }
 
-    fn resize_bilinear(
-        &self,
-        x: &Self::Tensor,
-        y: &mut Self::Tensor,
-        d: ResizeDims,
-        accumulate: bool,
-    ) -> OpResult {
-        let (src, dst) = (
-            d.src_h * d.src_w * d.channels,
-            d.dst_h * d.dst_w * d.channels,
-        );
+    fn resize_bilinear(&self, x: &Self::Tensor, y: &mut Self::Tensor, d: ResizeDims, accumulate: bool) -> OpResult {
+        let (src, dst) = (d.src_h * d.src_w * d.channels, d.dst_h * d.dst_w * d.channels);
         check("resize x", d.batch * src, x.len())?;
         check("resize y", d.batch * dst, y.len())?;
         self.timed("resize", || {
@@ -338,19 +235,11 @@ impl Backend for CpuBackend {
 
     fn recording(&self) -> Self::Recording {}
 
-    fn run_recorded<E: From<BackendError>>(
-        &self,
-        _recording: &(),
-        forward: &mut dyn FnMut() -> Result<(), E>,
-    ) -> Result<(), E> {
+    fn run_recorded<E: From<BackendError>>(&self, _recording: &(), forward: &mut dyn FnMut() -> Result<(), E>) -> Result<(), E> {
         forward()
     }
 
-    fn frame_slot(
-        &self,
-        geometry: FrameGeometry,
-        road_classes: &[usize],
-    ) -> Result<CpuFrameSlot, BackendError> {
+    fn frame_slot(&self, geometry: FrameGeometry, road_classes: &[usize]) -> Result<CpuFrameSlot, BackendError> {
         Ok(CpuFrameSlot::new(geometry, road_classes))
     }
 
@@ -358,40 +247,19 @@ impl Backend for CpuBackend {
         slot.stage(frame)
     }
 
-    fn frame_to_input(
-        &self,
-        slot: &mut CpuFrameSlot,
-        input: &mut Self::Tensor,
-        image: usize,
-        w: usize,
-        h: usize,
-    ) -> OpResult {
+    fn frame_to_input(&self, slot: &mut CpuFrameSlot, input: &mut Self::Tensor, image: usize, w: usize, h: usize) -> OpResult {
         let len = w * h * 3;
         check("frame input", (image + 1) * len, input.len())?;
-        self.timed("preprocess", || {
-            slot.preprocess_into(&mut input[image * len..(image + 1) * len], w, h)
-        })
+        self.timed("preprocess", || slot.preprocess_into(&mut input[image * len..(image + 1) * len], w, h))
     }
 
-    fn frame_from_logits(
-        &self,
-        slot: &mut CpuFrameSlot,
-        logits: &Self::Tensor,
-        image: usize,
-        d: FrameOutDims,
-    ) -> OpResult {
+    fn frame_from_logits(&self, slot: &mut CpuFrameSlot, logits: &Self::Tensor, image: usize, d: FrameOutDims) -> OpResult {
         let len = d.logits_w * d.logits_h * d.labels;
         check("frame logits", (image + 1) * len, logits.len())?;
-        self.timed("postprocess", || {
-            slot.postprocess_logits(&logits[image * len..(image + 1) * len], d)
-        })
+        self.timed("postprocess", || slot.postprocess_logits(&logits[image * len..(image + 1) * len], d))
     }
 
-    fn collect_frame(
-        &self,
-        slot: &mut CpuFrameSlot,
-        out: &mut Segmentation,
-    ) -> Result<Option<HostPhases>, BackendError> {
+    fn collect_frame(&self, slot: &mut CpuFrameSlot, out: &mut Segmentation) -> Result<Option<HostPhases>, BackendError> {
         slot.collect(out)
     }
 }

@@ -111,33 +111,17 @@ multiversion! {
 
 impl Postprocessor {
     fn prepare(&mut self, spec: &PostprocessSpec<'_>, width: usize) {
-        let key = (
-            spec.logits_w,
-            spec.labels,
-            width,
-            rayon::current_num_threads(),
-        );
+        let key = (spec.logits_w, spec.labels, width, rayon::current_num_threads());
         if self.key == key && !self.lanes.is_empty() {
             return;
         }
         self.key = key;
-        self.columns = (0..width)
-            .map(|x| bilinear_source(x, spec.logits_w, width))
-            .collect();
+        self.columns = (0..width).map(|x| bilinear_source(x, spec.logits_w, width)).collect();
         let per_lane = spec.logits_w * spec.labels + spec.labels * width + 3 * width;
-        self.lanes = (0..rayon::current_num_threads() * 4)
-            .map(|_| vec![0.0; per_lane])
-            .collect();
+        self.lanes = (0..rayon::current_num_threads() * 4).map(|_| vec![0.0; per_lane]).collect();
     }
 
-    pub fn run(
-        &mut self,
-        logits: &[f32],
-        spec: &PostprocessSpec<'_>,
-        width: usize,
-        height: usize,
-        out: &mut Segmentation,
-    ) {
+    pub fn run(&mut self, logits: &[f32], spec: &PostprocessSpec<'_>, width: usize, height: usize, out: &mut Segmentation) {
         self.prepare(spec, width);
         out.width = width;
         out.height = height;
@@ -157,19 +141,10 @@ impl Postprocessor {
             .enumerate()
             .map(|(lane, ((classes, confidence), scratch))| {
                 let mut lane_totals = (0usize, 0.0f64);
-                for (i, (c_row, p_row)) in classes
-                    .chunks_mut(width)
-                    .zip(confidence.chunks_mut(width))
-                    .enumerate()
-                {
-                    let mut t = RowTotals {
-                        road: 0,
-                        confidence: 0.0,
-                    };
+                for (i, (c_row, p_row)) in classes.chunks_mut(width).zip(confidence.chunks_mut(width)).enumerate() {
+                    let mut t = RowTotals { road: 0, confidence: 0.0 };
                     let row = lane * rows_per_lane + i;
-                    postprocess_row(
-                        logits, spec, columns, &road_is, scratch, c_row, p_row, row, height, &mut t,
-                    );
+                    postprocess_row(logits, spec, columns, &road_is, scratch, c_row, p_row, row, height, &mut t);
                     lane_totals.0 += t.road;
                     lane_totals.1 += t.confidence;
                 }

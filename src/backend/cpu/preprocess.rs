@@ -53,22 +53,13 @@ multiversion! {
 }
 
 /// Writes the normalised `[dst_h, dst_w, 3]` model input for `frame`.
-pub fn preprocess(
-    frame: &FrameRef<'_>,
-    dst_w: usize,
-    dst_h: usize,
-    out: &mut [f32],
-) -> Result<(), FrameError> {
+pub fn preprocess(frame: &FrameRef<'_>, dst_w: usize, dst_h: usize, out: &mut [f32]) -> Result<(), FrameError> {
     frame.validate()?;
     if out.len() < dst_w * dst_h * 3 {
-        return Err(FrameError(format!(
-            "output buffer too small for {dst_w}x{dst_h}"
-        )));
+        return Err(FrameError(format!("output buffer too small for {dst_w}x{dst_h}")));
     }
     let frame = *frame;
-    let rows = out[..dst_w * dst_h * 3]
-        .par_chunks_mut(dst_w * 3)
-        .enumerate();
+    let rows = out[..dst_w * dst_h * 3].par_chunks_mut(dst_w * 3).enumerate();
     if frame.format != PixelFormat::Nv12 {
         rows.for_each(|(row, out_row)| preprocess_row(frame, out_row, row, dst_w, dst_h));
         return Ok(());
@@ -99,9 +90,7 @@ mod tests {
     fn nv12_rows_converted_once_give_the_per_tap_values_exactly() {
         // Rule: NV12 input converted once per source row equals converting at every bilinear tap, bit for bit, up- and downscaling.
         let (w, h) = (38, 22);
-        let nv12: Vec<u8> = (0..w * h * 3 / 2)
-            .map(|i| ((i * 37 + i / w * 11) % 256) as u8)
-            .collect();
+        let nv12: Vec<u8> = (0..w * h * 3 / 2).map(|i| ((i * 37 + i / w * 11) % 256) as u8).collect();
         let frame = FrameRef::packed(&nv12, w, h, PixelFormat::Nv12);
         for (dw, dh) in [(64, 40), (17, 9), (38, 22)] {
             let mut cached = vec![0.0; dw * dh * 3];

@@ -140,9 +140,7 @@ pub fn max_lanes(xs: &[f32]) -> f32 {
             acc[i] = if c[i] > acc[i] { c[i] } else { acc[i] };
         }
     }
-    let m = acc
-        .iter()
-        .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
+    let m = acc.iter().fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
     tail.iter().fold(m, |m, &v| if v > m { v } else { m })
 }
 
@@ -165,19 +163,9 @@ mod tests {
     #[test]
     fn gelu_matches_reference_values() {
         // torch.nn.functional.gelu on these inputs (approximate="none").
-        let cases = [
-            (-3.0f32, -0.004_049_7),
-            (-1.0, -0.158_655_25),
-            (0.0, 0.0),
-            (0.5, 0.345_731_3),
-            (2.0, 1.954_5),
-        ];
+        let cases = [(-3.0f32, -0.004_049_7), (-1.0, -0.158_655_25), (0.0, 0.0), (0.5, 0.345_731_3), (2.0, 1.954_5)];
         for (x, want) in cases {
-            assert!(
-                (gelu(x) - want).abs() < 2e-5,
-                "gelu({x}) = {} want {want}",
-                gelu(x)
-            );
+            assert!((gelu(x) - want).abs() < 2e-5, "gelu({x}) = {} want {want}", gelu(x));
         }
     }
 }

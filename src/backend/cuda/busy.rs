@@ -46,19 +46,12 @@ impl BusyClock {
         let ok = (|| -> Result<(), DriverError> {
             if start && st.used == st.pairs.len() {
                 let timed = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
-                let pair = (
-                    stream.context().new_event(timed)?,
-                    stream.context().new_event(timed)?,
-                );
+                let pair = (stream.context().new_event(timed)?, stream.context().new_event(timed)?);
                 st.pairs.push(pair);
             }
             let i = if start { st.used } else { st.used - 1 };
             let (begin, end) = &st.pairs[i];
-            if start {
-                begin.record(stream)
-            } else {
-                end.record(stream)
-            }
+            if start { begin.record(stream) } else { end.record(stream) }
         })();
         match ok {
             Ok(()) => {

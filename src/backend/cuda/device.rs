@@ -27,19 +27,9 @@ impl CudaDevice {
         // SAFETY: no slice exists on this context yet.
         unsafe { ctx.disable_event_tracking() };
         let (major, minor) = gpu.compute_capability;
-        let module =
-            KernelModule::load(&ctx, kernels::arch_name(major, minor), info.driver_version)?;
-        let sm_count = ctx
-            .attribute(
-                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-            )?
-            .max(1) as usize;
-        Ok(Arc::new(CudaDevice {
-            ctx,
-            module,
-            gpu: gpu.clone(),
-            sm_count,
-        }))
+        let module = KernelModule::load(&ctx, kernels::arch_name(major, minor), info.driver_version)?;
+        let sm_count = ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as usize;
+        Ok(Arc::new(CudaDevice { ctx, module, gpu: gpu.clone(), sm_count }))
     }
 
     /// (free, total) device memory in bytes.

@@ -8,9 +8,7 @@ use crate::backend::Precision;
 
 /// A storage type: every kernel exists once per type, named `<op>_<SUFFIX>`
 /// (see `kernels/common.cuh`), and cuBLASLt multiplies it with f32 accumulation.
-pub trait CudaElem:
-    DeviceRepr + ValidAsZeroBits + Copy + Default + Send + Sync + Unpin + 'static
-{
+pub trait CudaElem: DeviceRepr + ValidAsZeroBits + Copy + Default + Send + Sync + Unpin + 'static {
     const SUFFIX: &'static str;
     const PRECISION: Precision;
     /// Whether the tensor-core flash attention kernel exists for this type.

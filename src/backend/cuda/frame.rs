@@ -10,10 +10,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{
-    CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DeviceRepr, PinnedHostSlice,
-    PushKernelArg, ValidAsZeroBits, result,
-};
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DeviceRepr, PinnedHostSlice, PushKernelArg, ValidAsZeroBits, result};
 
 use super::error::CudaError;
 use super::launch::{Queue, grid_for, launch};
@@ -65,17 +62,8 @@ impl<T: DeviceRepr + ValidAsZeroBits> Pinned<T> {
         let ctx = stream.context();
         let len = len.max(1);
         // SAFETY: pinned allocations are written before they are read.
-        let mut slice = unsafe {
-            if write_combined {
-                ctx.alloc_pinned::<T>(len)?
-            } else {
-                ctx.alloc_pinned_with_flags::<T>(len, 0)?
-            }
-        };
-        Ok(Pinned {
-            ptr: slice.as_mut_ptr()?,
-            _slice: slice,
-        })
+        let mut slice = unsafe { if write_combined { ctx.alloc_pinned::<T>(len)? } else { ctx.alloc_pinned_with_flags::<T>(len, 0)? } };
+        Ok(Pinned { ptr: slice.as_mut_ptr()?, _slice: slice })
     }
 }
 
@@ -105,11 +93,7 @@ impl FrameArena {
     fn stage(&mut self, frame: &FrameRef<'_>) -> Result<*const u8, FrameError> {
         frame.validate()?;
         if frame.geometry() != self.geometry {
-            return Err(FrameError(format!(
-                "frame {:?} staged into a slot for {:?}",
-                frame.geometry(),
-                self.geometry
-            )));
+            return Err(FrameError(format!("frame {:?} staged into a slot for {:?}", frame.geometry(), self.geometry)));
         }
         let n = self.bytes.min(frame.data.len());
         if n == self.bytes && crate::host_memory::is_pinned(&frame.data[..n]) {
@@ -126,9 +110,7 @@ impl FrameArena {
         out.clear();
         if let Some(ov) = &self.overlay {
             // SAFETY: the out buffer holds `bytes` bytes written by the finished copy.
-            out.extend_from_slice(unsafe {
-                std::slice::from_raw_parts(ov.frame_out.ptr, self.bytes)
-            });
+            out.extend_from_slice(unsafe { std::slice::from_raw_parts(ov.frame_out.ptr, self.bytes) });
         }
     }
 
@@ -143,10 +125,8 @@ impl FrameArena {
         // SAFETY: the out buffers hold `pixels` elements, written by the
         // finished copies; nothing writes them concurrently.
         unsafe {
-            out.classes
-                .copy_from_slice(std::slice::from_raw_parts(self.classes_out.ptr, pixels));
-            out.confidence
-                .copy_from_slice(std::slice::from_raw_parts(self.confidence_out.ptr, pixels));
+            out.classes.copy_from_slice(std::slice::from_raw_parts(self.classes_out.ptr, pixels));
+            out.confidence.copy_from_slice(std::slice::from_raw_parts(self.confidence_out.ptr, pixels));
             let totals = std::slice::from_raw_parts(self.totals_out.ptr, 2);
             let p = pixels.max(1) as f64;
             out.road_coverage = (totals[0] as f64 / p) as f32;
@@ -158,18 +138,10 @@ impl FrameArena {
 impl FrameArena {
     /// Writes `overlay` into the arena's pinned staging (host work, before
     /// the replay), making the overlay buffers on first use.
-    pub(super) fn stage_overlay(
-        &mut self,
-        stream: &Arc<CudaStream>,
-        overlay: &FrameOverlay,
-    ) -> Result<(), BackendError> {
+    pub(super) fn stage_overlay(&mut self, stream: &Arc<CudaStream>, overlay: &FrameOverlay) -> Result<(), BackendError> {
         let arena = self;
         if overlay.class_tints.len() != 256 {
-            return Err(BackendError::Size {
-                op: "overlay class tints",
-                expected: 256,
-                actual: overlay.class_tints.len(),
-            });
+            return Err(BackendError::Size { op: "overlay class tints", expected: 256, actual: overlay.class_tints.len() });
         }
         let width = arena.geometry.width;
         if arena.overlay.is_none() {
@@ -179,10 +151,7 @@ impl FrameArena {
         // SAFETY: the staging buffers hold OVERLAY_FLOATS floats and `width`
         // u32s, and no copy from them is in flight (the last frame was synchronised).
         let (tints, tops) = unsafe {
-            (
-                std::slice::from_raw_parts_mut(buffers.tints_in.ptr, OVERLAY_FLOATS),
-                std::slice::from_raw_parts_mut(buffers.tops_in.ptr, width),
-            )
+            (std::slice::from_raw_parts_mut(buffers.tints_in.ptr, OVERLAY_FLOATS), std::slice::from_raw_parts_mut(buffers.tops_in.ptr, width))
         };
         let unknown = overlay.unknown.unwrap_or(([0; 3], 0.0));
         let entries = overlay.class_tints.iter().chain([&unknown, &overlay.hood]);
@@ -190,20 +159,11 @@ impl FrameArena {
             dst.copy_from_slice(&[colour[0] as f32, colour[1] as f32, colour[2] as f32, *alpha]);
         }
         if overlay.road.len() != 256 {
-            return Err(BackendError::Size {
-                op: "overlay road classes",
-                expected: 256,
-                actual: overlay.road.len(),
-            });
+            return Err(BackendError::Size { op: "overlay road classes", expected: 256, actual: overlay.road.len() });
         }
         tints[258 * 4..259 * 4].copy_from_slice(&overlay.picture.map(|v| v as f32));
         let (colour, alpha) = overlay.edge.unwrap_or(([0; 3], 0.0));
-        tints[259 * 4..260 * 4].copy_from_slice(&[
-            colour[0] as f32,
-            colour[1] as f32,
-            colour[2] as f32,
-            alpha,
-        ]);
+        tints[259 * 4..260 * 4].copy_from_slice(&[colour[0] as f32, colour[1] as f32, colour[2] as f32, alpha]);
         for (dst, &road) in tints[260 * 4..].iter_mut().zip(&overlay.road) {
             *dst = f32::from(u8::from(road));
         }
@@ -211,13 +171,7 @@ impl FrameArena {
         match overlay.hood_tops.len() {
             0 => tops.fill(u32::MAX),
             n if n == width => tops.copy_from_slice(&overlay.hood_tops),
-            n => {
-                return Err(BackendError::Size {
-                    op: "overlay hood tops",
-                    expected: width,
-                    actual: n,
-                });
-            }
+            n => return Err(BackendError::Size { op: "overlay hood tops", expected: width, actual: n }),
         }
         Ok(())
     }
@@ -228,9 +182,7 @@ impl FrameArena {
         let arena = self;
         let g = arena.geometry;
         let Some(ov) = arena.overlay.as_mut() else {
-            return Err(BackendError::Frame(FrameError(
-                "a frame was annotated without an overlay staged".into(),
-            )));
+            return Err(BackendError::Frame(FrameError("a frame was annotated without an overlay staged".into())));
         };
         let cu = q.stream.cu_stream();
         // SAFETY: the pinned staging and out buffers hold what the copies
@@ -238,56 +190,23 @@ impl FrameArena {
         // rewritten or read once the stream is synchronised.
         unsafe {
             let (tints, _) = ov.tints.device_ptr(q.stream);
-            result::memcpy_htod_async(
-                tints,
-                std::slice::from_raw_parts(ov.tints_in.ptr as *const f32, OVERLAY_FLOATS),
-                cu,
-            )?;
+            result::memcpy_htod_async(tints, std::slice::from_raw_parts(ov.tints_in.ptr as *const f32, OVERLAY_FLOATS), cu)?;
             let (tops, _) = ov.tops.device_ptr(q.stream);
-            result::memcpy_htod_async(
-                tops,
-                std::slice::from_raw_parts(ov.tops_in.ptr as *const u32, g.width),
-                cu,
-            )?;
+            result::memcpy_htod_async(tops, std::slice::from_raw_parts(ov.tops_in.ptr as *const u32, g.width), cu)?;
         }
-        let (fw, fh, stride, fmt) = (
-            g.width as i32,
-            g.height as i32,
-            g.stride as i32,
-            format_code(g.format),
-        );
+        let (fw, fh, stride, fmt) = (g.width as i32, g.height as i32, g.stride as i32, format_code(g.format));
         let ov = arena.overlay.as_ref().expect("checked above");
-        launch!(
-            q,
-            &q.ops.annotate_frame,
-            grid_for(g.width * g.height),
-            &mut arena.frame,
-            &fw,
-            &fh,
-            &stride,
-            &fmt,
-            &arena.classes,
-            &ov.tints,
-            &ov.tops
-        )?;
+        launch!(q, &q.ops.annotate_frame, grid_for(g.width * g.height), &mut arena.frame, &fw, &fh, &stride, &fmt, &arena.classes, &ov.tints, &ov.tops)?;
         // SAFETY: as above.
         unsafe {
             let (frame, _) = arena.frame.device_ptr(q.stream);
-            result::memcpy_dtoh_async(
-                std::slice::from_raw_parts_mut(ov.frame_out.ptr, arena.bytes),
-                frame,
-                cu,
-            )?;
+            result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(ov.frame_out.ptr, arena.bytes), frame, cu)?;
         }
         Ok(())
     }
 
     /// Allocates the buffers for frames of `geometry`.
-    pub(super) fn new(
-        stream: &Arc<CudaStream>,
-        geometry: FrameGeometry,
-        road_classes: &[usize],
-    ) -> Result<FrameArena, CudaError> {
+    pub(super) fn new(stream: &Arc<CudaStream>, geometry: FrameGeometry, road_classes: &[usize]) -> Result<FrameArena, CudaError> {
         let bytes = geometry.bytes();
         let pixels = geometry.width * geometry.height;
         let mut road = vec![0u8; 256];
@@ -315,111 +234,47 @@ impl FrameArena {
     /// the source address changes from frame to frame when it is the ring's
     /// pinned buffer). The caller's frame must stay untouched until the
     /// frame's work is synchronised, as the engine's does.
-    pub(super) fn upload(
-        &mut self,
-        stream: &Arc<CudaStream>,
-        frame: &FrameRef<'_>,
-    ) -> Result<(), BackendError> {
+    pub(super) fn upload(&mut self, stream: &Arc<CudaStream>, frame: &FrameRef<'_>) -> Result<(), BackendError> {
         let arena = self;
         let src = arena.stage(frame)?;
         let cu = stream.cu_stream();
         let (dst, _) = arena.frame.device_ptr(stream);
         // SAFETY: `src` is pinned and holds the frame's `bytes` (checked in
         // `stage`), as does the device buffer.
-        unsafe {
-            result::memcpy_htod_async(dst, std::slice::from_raw_parts(src, arena.bytes), cu)?
-        };
+        unsafe { result::memcpy_htod_async(dst, std::slice::from_raw_parts(src, arena.bytes), cu)? };
         Ok(())
     }
 
     /// Enqueues: uploaded frame -> model input `[h, w, 3]`.
-    pub(super) fn enqueue_in<T: DeviceRepr>(
-        &self,
-        q: &Queue<'_>,
-        input: &mut CudaViewMut<'_, T>,
-        w: usize,
-        h: usize,
-    ) -> Result<(), BackendError> {
+    pub(super) fn enqueue_in<T: DeviceRepr>(&self, q: &Queue<'_>, input: &mut CudaViewMut<'_, T>, w: usize, h: usize) -> Result<(), BackendError> {
         let arena = self;
         if input.len() < w * h * 3 {
-            return Err(BackendError::Size {
-                op: "frame input",
-                expected: w * h * 3,
-                actual: input.len(),
-            });
+            return Err(BackendError::Size { op: "frame input", expected: w * h * 3, actual: input.len() });
         }
         let g = arena.geometry;
-        let (fw, fh, stride, fmt, w_i, h_i) = (
-            g.width as i32,
-            g.height as i32,
-            g.stride as i32,
-            format_code(g.format),
-            w as i32,
-            h as i32,
-        );
-        launch!(
-            q,
-            &q.ops.preprocess,
-            grid_for(w * h),
-            &arena.frame,
-            &fw,
-            &fh,
-            &stride,
-            &fmt,
-            input,
-            &w_i,
-            &h_i
-        )
+        let (fw, fh, stride, fmt, w_i, h_i) = (g.width as i32, g.height as i32, g.stride as i32, format_code(g.format), w as i32, h as i32);
+        launch!(q, &q.ops.preprocess, grid_for(w * h), &arena.frame, &fw, &fh, &stride, &fmt, input, &w_i, &h_i)
     }
 
     /// Enqueues: logits `[lh, lw, labels]` -> classes/confidence at frame
     /// size and road/confidence totals -> pinned host buffers.
-    pub(super) fn enqueue_out<T: DeviceRepr>(
-        &mut self,
-        q: &Queue<'_>,
-        logits: &CudaView<'_, T>,
-        d: FrameOutDims,
-    ) -> Result<(), BackendError> {
+    pub(super) fn enqueue_out<T: DeviceRepr>(&mut self, q: &Queue<'_>, logits: &CudaView<'_, T>, d: FrameOutDims) -> Result<(), BackendError> {
         let arena = self;
         let (lw, lh, labels) = (d.logits_w, d.logits_h, d.labels);
         if logits.len() < lw * lh * labels {
-            return Err(BackendError::Size {
-                op: "frame logits",
-                expected: lw * lh * labels,
-                actual: logits.len(),
-            });
+            return Err(BackendError::Size { op: "frame logits", expected: lw * lh * labels, actual: logits.len() });
         }
         q.stream.memset_zeros(&mut arena.road_total)?;
         q.stream.memset_zeros(&mut arena.confidence_total)?;
         let (width, height) = (arena.geometry.width, arena.geometry.height);
         let pixels = width * height;
-        let (lw_i, lh_i, labels_i, fw, fh) = (
-            lw as i32,
-            lh as i32,
-            labels as i32,
-            width as i32,
-            height as i32,
-        );
+        let (lw_i, lh_i, labels_i, fw, fh) = (lw as i32, lh as i32, labels as i32, width as i32, height as i32);
         let cfg = grid_for(pixels);
         {
             let a = &mut *arena;
             launch!(
-                q,
-                &q.ops.postprocess,
-                cfg,
-                logits,
-                &lw_i,
-                &lh_i,
-                &labels_i,
-                &d.logit_scale,
-                &fw,
-                &fh,
-                &a.road_is,
-                &d.threshold,
-                &mut a.classes,
-                &mut a.confidence,
-                &mut a.road_total,
-                &mut a.confidence_total
+                q, &q.ops.postprocess, cfg, logits, &lw_i, &lh_i, &labels_i, &d.logit_scale, &fw, &fh, &a.road_is, &d.threshold,
+                &mut a.classes, &mut a.confidence, &mut a.road_total, &mut a.confidence_total
             )?;
         }
         let cu = q.stream.cu_stream();
@@ -427,39 +282,19 @@ impl FrameArena {
         // only read after the stream is synchronised.
         unsafe {
             let (classes, _) = arena.classes.device_ptr(q.stream);
-            result::memcpy_dtoh_async(
-                std::slice::from_raw_parts_mut(arena.classes_out.ptr, pixels),
-                classes,
-                cu,
-            )?;
+            result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(arena.classes_out.ptr, pixels), classes, cu)?;
             let (confidence, _) = arena.confidence.device_ptr(q.stream);
-            result::memcpy_dtoh_async(
-                std::slice::from_raw_parts_mut(arena.confidence_out.ptr, pixels),
-                confidence,
-                cu,
-            )?;
+            result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(arena.confidence_out.ptr, pixels), confidence, cu)?;
             let (road, _) = arena.road_total.device_ptr(q.stream);
-            result::memcpy_dtoh_async(
-                std::slice::from_raw_parts_mut(arena.totals_out.ptr, 1),
-                road,
-                cu,
-            )?;
+            result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(arena.totals_out.ptr, 1), road, cu)?;
             let (conf, _) = arena.confidence_total.device_ptr(q.stream);
-            result::memcpy_dtoh_async(
-                std::slice::from_raw_parts_mut(arena.totals_out.ptr.add(1) as *mut f32, 1),
-                conf,
-                cu,
-            )?;
+            result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(arena.totals_out.ptr.add(1) as *mut f32, 1), conf, cu)?;
         }
         Ok(())
     }
 }
 
-fn overlay_buffers(
-    stream: &Arc<CudaStream>,
-    width: usize,
-    bytes: usize,
-) -> Result<OverlayBuffers, CudaError> {
+fn overlay_buffers(stream: &Arc<CudaStream>, width: usize, bytes: usize) -> Result<OverlayBuffers, CudaError> {
     Ok(OverlayBuffers {
         tints_in: Pinned::new(stream, OVERLAY_FLOATS, true)?,
         tops_in: Pinned::new(stream, width, true)?,

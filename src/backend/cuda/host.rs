@@ -15,9 +15,7 @@ pub struct PinnedFrames {
 
 impl PinnedFrames {
     pub fn new(device: &CudaDevice) -> Self {
-        PinnedFrames {
-            ctx: device.ctx.clone(),
-        }
+        PinnedFrames { ctx: device.ctx.clone() }
     }
 }
 
@@ -29,9 +27,7 @@ impl HostAllocator for PinnedFrames {
         match unsafe { result::malloc_host(len, sys::CU_MEMHOSTALLOC_PORTABLE) } {
             Ok(ptr) => Some(ptr.cast()),
             Err(e) => {
-                tracing::warn!(
-                    "pinned frame buffer of {len} bytes refused ({e}); this one stays pageable"
-                );
+                tracing::warn!("pinned frame buffer of {len} bytes refused ({e}); this one stays pageable");
                 None
             }
         }

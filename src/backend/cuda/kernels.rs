@@ -15,24 +15,12 @@ const COMMON: &str = include_str!("../../../kernels/common.cuh");
 
 /// Every kernel file, by name; each is compiled with `common.cuh` in front.
 pub const SOURCES: &[(&str, &str)] = &[
-    (
-        "elementwise.cu",
-        include_str!("../../../kernels/elementwise.cu"),
-    ),
-    (
-        "layernorm.cu",
-        include_str!("../../../kernels/layernorm.cu"),
-    ),
+    ("elementwise.cu", include_str!("../../../kernels/elementwise.cu")),
+    ("layernorm.cu", include_str!("../../../kernels/layernorm.cu")),
     ("conv.cu", include_str!("../../../kernels/conv.cu")),
     ("resize.cu", include_str!("../../../kernels/resize.cu")),
-    (
-        "attention.cu",
-        include_str!("../../../kernels/attention.cu"),
-    ),
-    (
-        "attention_split.cu",
-        include_str!("../../../kernels/attention_split.cu"),
-    ),
+    ("attention.cu", include_str!("../../../kernels/attention.cu")),
+    ("attention_split.cu", include_str!("../../../kernels/attention_split.cu")),
     ("frame.cu", include_str!("../../../kernels/frame.cu")),
     ("decoder.cu", include_str!("../../../kernels/decoder.cu")),
     ("overlay.cu", include_str!("../../../kernels/overlay.cu")),
@@ -53,11 +41,7 @@ pub fn translation_unit(files: &[(&str, &str)]) -> String {
 /// fast math: the kernels' exp/erf feed fp16 outputs, where the approximate
 /// versions' error is far below the storage precision.
 pub fn compile_options(arch: &'static str) -> CompileOptions {
-    CompileOptions {
-        arch: Some(arch),
-        options: vec!["--use_fast_math".into(), "--std=c++17".into()],
-        ..Default::default()
-    }
+    CompileOptions { arch: Some(arch), options: vec!["--use_fast_math".into(), "--std=c++17".into()], ..Default::default() }
 }
 
 /// `sm_XY` for a compute capability, as a static string NVRTC options need.
@@ -78,10 +62,7 @@ pub fn arch_name(major: i32, minor: i32) -> &'static str {
 
 /// Compiles `src` for `arch`, with NVRTC's log in the error.
 pub fn compile(src: &str, arch: &'static str) -> Result<Ptx, CudaError> {
-    Ok(cudarc::nvrtc::compile_ptx_with_opts(
-        src,
-        compile_options(arch),
-    )?)
+    Ok(cudarc::nvrtc::compile_ptx_with_opts(src, compile_options(arch))?)
 }
 
 /// Where compiled PTX is kept: `$ROADSEG_KERNEL_CACHE`, else
@@ -120,22 +101,14 @@ fn ptx_for(arch: &'static str, driver: i32) -> Result<Ptx, CudaError> {
     }
     let start = std::time::Instant::now();
     let ptx = compile(&src, arch)?;
-    tracing::info!(
-        arch,
-        ms = start.elapsed().as_millis() as u64,
-        "CUDA kernels compiled with NVRTC"
-    );
+    tracing::info!(arch, ms = start.elapsed().as_millis() as u64, "CUDA kernels compiled with NVRTC");
     if let Some(path) = &cached {
         // A cache that cannot be written only costs the next start a compile.
-        let write = path
-            .parent()
-            .map(std::fs::create_dir_all)
-            .transpose()
-            .and_then(|_| {
-                let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-                std::fs::write(&tmp, ptx.to_src())?;
-                std::fs::rename(&tmp, path)
-            });
+        let write = path.parent().map(std::fs::create_dir_all).transpose().and_then(|_| {
+            let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+            std::fs::write(&tmp, ptx.to_src())?;
+            std::fs::rename(&tmp, path)
+        });
         if let Err(e) = write {
             tracing::warn!(path = %path.display(), "could not cache compiled CUDA kernels: {e}");
         }
@@ -149,22 +122,13 @@ pub struct KernelModule {
 }
 
 impl KernelModule {
-    pub fn load(
-        ctx: &Arc<CudaContext>,
-        arch: &'static str,
-        driver: i32,
-    ) -> Result<Self, CudaError> {
+    pub fn load(ctx: &Arc<CudaContext>, arch: &'static str, driver: i32) -> Result<Self, CudaError> {
         let module = ctx.load_module(ptx_for(arch, driver)?)?;
         Ok(KernelModule { module })
     }
 
     pub fn function(&self, name: &str) -> Result<CudaFunction, CudaError> {
-        self.module
-            .load_function(name)
-            .map_err(|source| CudaError::MissingKernel {
-                name: name.to_string(),
-                source,
-            })
+        self.module.load_function(name).map_err(|source| CudaError::MissingKernel { name: name.to_string(), source })
     }
 }
 

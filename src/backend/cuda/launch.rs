@@ -35,9 +35,5 @@ pub(crate) const BLOCK: u32 = 256;
 
 pub(crate) fn grid_for(n: usize) -> LaunchConfig {
     let blocks = n.div_ceil(BLOCK as usize).clamp(1, 1 << 30) as u32;
-    LaunchConfig {
-        grid_dim: (blocks, 1, 1),
-        block_dim: (BLOCK, 1, 1),
-        shared_mem_bytes: 0,
-    }
+    LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 }
 }

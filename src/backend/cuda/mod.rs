@@ -16,16 +16,16 @@ mod elem;
 pub(super) mod error;
 mod frame;
 mod host;
-pub mod kernels;
 mod launch;
 mod options;
+pub mod kernels;
 pub mod probe;
 
 pub use self::backend::{CudaBackend, SplitPlan, plan_split};
+pub use self::options::CudaOptions;
 pub use self::device::{CudaDevice, first_gpu};
 pub use self::elem::{CudaElem, GemmElem};
 pub use self::error::CudaError;
 pub use self::frame::FrameArena;
 pub use self::host::PinnedFrames;
-pub use self::options::CudaOptions;
 pub use self::probe::{CudaInfo, CudaUnavailable, GpuInfo};

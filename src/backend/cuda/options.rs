@@ -55,11 +55,7 @@ impl CudaOptions {
     /// The defaults with overrides looked up by variable name.
     pub fn with_overrides(var: impl Fn(&str) -> Option<String>) -> CudaOptions {
         let d = Self::DEFAULT;
-        let switch = |name: &str, on: &str, off: &str, default: bool| match var(name)
-            .as_deref()
-            .map(str::to_ascii_lowercase)
-            .as_deref()
-        {
+        let switch = |name: &str, on: &str, off: &str, default: bool| match var(name).as_deref().map(str::to_ascii_lowercase).as_deref() {
             Some(v) if v == on || v == "1" || v == "true" || v == "on" => true,
             Some(v) if v == off || v == "0" || v == "false" || v == "off" => false,
             _ => default,
@@ -69,12 +65,7 @@ impl CudaOptions {
             flash_attention: !switch("ROADSEG_CUDA_NO_FLASH", "1", "0", !d.flash_attention),
             fused_decoder: switch("ROADSEG_CUDA_FUSED_DECODER", "1", "0", d.fused_decoder),
             split_attention: switch("ROADSEG_CUDA_SPLIT_ATTENTION", "1", "0", d.split_attention),
-            vector_layer_norm: switch(
-                "ROADSEG_CUDA_LAYER_NORM",
-                "vec",
-                "naive",
-                d.vector_layer_norm,
-            ),
+            vector_layer_norm: switch("ROADSEG_CUDA_LAYER_NORM", "vec", "naive", d.vector_layer_norm),
             vector_im2col: switch("ROADSEG_CUDA_IM2COL", "vec", "naive", d.vector_im2col),
             tiled_dwconv: switch("ROADSEG_CUDA_DWCONV", "tiled", "naive", d.tiled_dwconv),
         }
@@ -94,41 +85,15 @@ mod tests {
     #[test]
     fn the_environment_turns_each_kernel_on_and_off() {
         let with = |pairs: &'static [(&'static str, &'static str)]| {
-            CudaOptions::with_overrides(move |name| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == name)
-                    .map(|(_, v)| v.to_string())
-            })
+            CudaOptions::with_overrides(move |name| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string()))
         };
         assert_eq!(with(&[]), CudaOptions::DEFAULT);
-        let all_on = with(&[
-            ("ROADSEG_CUDA_SPLIT_ATTENTION", "1"),
-            ("ROADSEG_CUDA_FUSED_DECODER", "true"),
-            ("ROADSEG_CUDA_LAYER_NORM", "vec"),
-        ]);
+        let all_on = with(&[("ROADSEG_CUDA_SPLIT_ATTENTION", "1"), ("ROADSEG_CUDA_FUSED_DECODER", "true"), ("ROADSEG_CUDA_LAYER_NORM", "vec")]);
         assert!(all_on.split_attention && all_on.fused_decoder && all_on.vector_layer_norm);
-        let naive = with(&[
-            ("ROADSEG_CUDA_LAYER_NORM", "naive"),
-            ("ROADSEG_CUDA_IM2COL", "naive"),
-            ("ROADSEG_CUDA_DWCONV", "naive"),
-            ("ROADSEG_CUDA_NO_GRAPH", "1"),
-        ]);
-        assert!(
-            !naive.vector_layer_norm
-                && !naive.vector_im2col
-                && !naive.tiled_dwconv
-                && !naive.graphs
-        );
-        let off = with(&[
-            ("ROADSEG_CUDA_SPLIT_ATTENTION", "0"),
-            ("ROADSEG_CUDA_NO_FLASH", "0"),
-        ]);
+        let naive = with(&[("ROADSEG_CUDA_LAYER_NORM", "naive"), ("ROADSEG_CUDA_IM2COL", "naive"), ("ROADSEG_CUDA_DWCONV", "naive"), ("ROADSEG_CUDA_NO_GRAPH", "1")]);
+        assert!(!naive.vector_layer_norm && !naive.vector_im2col && !naive.tiled_dwconv && !naive.graphs);
+        let off = with(&[("ROADSEG_CUDA_SPLIT_ATTENTION", "0"), ("ROADSEG_CUDA_NO_FLASH", "0")]);
         assert!(!off.split_attention && off.flash_attention);
-        assert_eq!(
-            with(&[("ROADSEG_CUDA_FUSED_DECODER", "maybe")]).fused_decoder,
-            CudaOptions::DEFAULT.fused_decoder,
-            "an unknown value keeps the default"
-        );
+        assert_eq!(with(&[("ROADSEG_CUDA_FUSED_DECODER", "maybe")]).fused_decoder, CudaOptions::DEFAULT.fused_decoder, "an unknown value keeps the default");
     }
 }

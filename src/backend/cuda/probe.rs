@@ -25,15 +25,11 @@ pub struct GpuInfo {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CudaUnavailable {
-    #[error(
-        "the NVIDIA driver library (libcuda.so) was not found: install the NVIDIA driver, or check that the container exposes it"
-    )]
+    #[error("the NVIDIA driver library (libcuda.so) was not found: install the NVIDIA driver, or check that the container exposes it")]
     NoDriver,
     #[error("the CUDA driver failed to initialise ({0}): check `nvidia-smi` works on this machine")]
     InitFailed(#[source] DriverError),
-    #[error(
-        "the CUDA driver failed to initialise (device {ordinal}: {source}): check `nvidia-smi` works on this machine"
-    )]
+    #[error("the CUDA driver failed to initialise (device {ordinal}: {source}): check `nvidia-smi` works on this machine")]
     DeviceQuery { ordinal: usize, source: DriverError },
     #[error("the NVIDIA driver found no GPU")]
     NoDevice,
@@ -42,19 +38,9 @@ pub enum CudaUnavailable {
     #[error(
         "{lib} was not found: install the CUDA {what} (e.g. the `{package}` package) and put its folder on LD_LIBRARY_PATH"
     )]
-    MissingLibrary {
-        lib: &'static str,
-        what: &'static str,
-        package: &'static str,
-    },
-    #[error(
-        "CUDA device {ordinal} is compute capability {major}.{minor}; roadseg's CUDA kernels need 8.0 (Ampere) or newer"
-    )]
-    TooOld {
-        ordinal: usize,
-        major: i32,
-        minor: i32,
-    },
+    MissingLibrary { lib: &'static str, what: &'static str, package: &'static str },
+    #[error("CUDA device {ordinal} is compute capability {major}.{minor}; roadseg's CUDA kernels need 8.0 (Ampere) or newer")]
+    TooOld { ordinal: usize, major: i32, minor: i32 },
 }
 
 /// Whether NVRTC (the runtime compiler) can be loaded; needs no GPU.
@@ -89,27 +75,16 @@ pub fn probe() -> Result<CudaInfo, CudaUnavailable> {
     }
     // SAFETY: dlopen attempts only.
     if !unsafe { cudarc::cublaslt::sys::is_culib_present() } {
-        return Err(CudaUnavailable::MissingLibrary {
-            lib: "libcublasLt",
-            what: "cuBLAS library",
-            package: "nvidia-cublas-cu12",
-        });
+        return Err(CudaUnavailable::MissingLibrary { lib: "libcublasLt", what: "cuBLAS library", package: "nvidia-cublas-cu12" });
     }
     if !nvrtc_present() {
-        return Err(CudaUnavailable::MissingLibrary {
-            lib: "libnvrtc",
-            what: "runtime compiler",
-            package: "nvidia-cuda-nvrtc-cu12",
-        });
+        return Err(CudaUnavailable::MissingLibrary { lib: "libnvrtc", what: "runtime compiler", package: "nvidia-cuda-nvrtc-cu12" });
     }
     let mut devices = Vec::with_capacity(count as usize);
     for ordinal in 0..count as usize {
         devices.push(gpu_info(ordinal)?);
     }
-    Ok(CudaInfo {
-        driver_version,
-        devices,
-    })
+    Ok(CudaInfo { driver_version, devices })
 }
 
 /// The driver API version (cudarc has no wrapper for this one call).
@@ -127,11 +102,7 @@ fn pci_bus_id(dev: sys::CUdevice) -> Result<String, DriverError> {
     unsafe { sys::cuDeviceGetPCIBusId(bus.as_mut_ptr(), bus.len() as i32, dev) }.result()?;
     // The driver NUL-terminates within the buffer on success; the last byte
     // stays 0 whatever it wrote, so the search cannot run past the end.
-    let bytes: Vec<u8> = bus[..bus.len() - 1]
-        .iter()
-        .take_while(|&&c| c != 0)
-        .map(|&c| c as u8)
-        .collect();
+    let bytes: Vec<u8> = bus[..bus.len() - 1].iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
@@ -146,13 +117,7 @@ fn gpu_info(ordinal: usize) -> Result<GpuInfo, CudaUnavailable> {
     // SAFETY: `dev` came from device::get.
     let memory_bytes = unsafe { driver::device::total_mem(dev) }.map_err(fail)?;
     let pci_bus_id = pci_bus_id(dev).map_err(fail)?;
-    Ok(GpuInfo {
-        ordinal,
-        name,
-        compute_capability: (major, minor),
-        memory_bytes,
-        pci_bus_id,
-    })
+    Ok(GpuInfo { ordinal, name, compute_capability: (major, minor), memory_bytes, pci_bus_id })
 }
 
 /// The GPUs a request names (`[]` = all), checked against what exists and
@@ -164,22 +129,13 @@ pub fn select(info: &CudaInfo, ordinals: &[usize]) -> Result<Vec<GpuInfo>, CudaU
     } else {
         ordinals
             .iter()
-            .map(|&o| {
-                info.devices
-                    .get(o)
-                    .cloned()
-                    .ok_or(CudaUnavailable::BadOrdinal { asked: o, count })
-            })
+            .map(|&o| info.devices.get(o).cloned().ok_or(CudaUnavailable::BadOrdinal { asked: o, count }))
             .collect::<Result<_, _>>()?
     };
     for gpu in &chosen {
         let (major, minor) = gpu.compute_capability;
         if major < 8 {
-            return Err(CudaUnavailable::TooOld {
-                ordinal: gpu.ordinal,
-                major,
-                minor,
-            });
+            return Err(CudaUnavailable::TooOld { ordinal: gpu.ordinal, major, minor });
         }
     }
     Ok(chosen)

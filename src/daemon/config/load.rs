@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use ::config::{Config, Environment, File, FileFormat};
 
-use super::{ConfigError, DaemonConfig, ENV_PREFIX, ENV_SEPARATOR, SYSTEM_CONFIG};
 use crate::video::uri::redact_text;
+use super::{ConfigError, DaemonConfig, ENV_PREFIX, ENV_SEPARATOR, SYSTEM_CONFIG};
 
 /// Which layers to read; [`Sources::standard`] is what the daemon uses.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -21,11 +21,7 @@ pub struct Sources {
 
 impl Sources {
     pub fn standard(file: Option<&Path>) -> Self {
-        Sources {
-            system: Some(PathBuf::from(SYSTEM_CONFIG)),
-            file: file.map(Path::to_path_buf),
-            env: None,
-        }
+        Sources { system: Some(PathBuf::from(SYSTEM_CONFIG)), file: file.map(Path::to_path_buf), env: None }
     }
 
     /// The system file, unless it is missing or is the given file itself
@@ -36,11 +32,7 @@ impl Sources {
             (Ok(a), Ok(b)) => a == b,
             _ => system == f,
         };
-        if self.file.as_deref().is_some_and(same) {
-            None
-        } else {
-            Some(system)
-        }
+        if self.file.as_deref().is_some_and(same) { None } else { Some(system) }
     }
 
     /// The layers that will be read, lowest first, for messages.
@@ -56,10 +48,7 @@ impl Sources {
 impl ConfigError {
     fn parse(origin: &str, err: ::config::ConfigError) -> ConfigError {
         // Parser messages may quote the offending line, credentials and all.
-        ConfigError::Parse {
-            origin: origin.to_string(),
-            message: redact_text(&dotted_keys(&err.to_string())),
-        }
+        ConfigError::Parse { origin: origin.to_string(), message: redact_text(&dotted_keys(&err.to_string())) }
     }
 }
 
@@ -67,15 +56,10 @@ impl ConfigError {
 /// `streams[0].output` that `validate()` and the docs use.
 fn dotted_keys(message: &str) -> String {
     let quoted = [("for key `", '`'), ("missing configuration field \"", '"')];
-    let Some((start, close)) = quoted
-        .iter()
-        .find_map(|(open, close)| Some((message.find(open)? + open.len(), *close)))
-    else {
+    let Some((start, close)) = quoted.iter().find_map(|(open, close)| Some((message.find(open)? + open.len(), *close))) else {
         return message.to_string();
     };
-    let end = message[start..]
-        .find(close)
-        .map_or(message.len(), |i| start + i);
+    let end = message[start..].find(close).map_or(message.len(), |i| start + i);
     let mut key = String::with_capacity(end - start + 4);
     let mut prev = ' ';
     for c in message[start..end].chars() {
@@ -94,10 +78,7 @@ fn dotted_keys(message: &str) -> String {
 fn check_syntax(text: &str, origin: &str) -> Result<(), ConfigError> {
     text.parse::<toml::Table>()
         .map(|_| ())
-        .map_err(|e| ConfigError::Parse {
-            origin: origin.to_string(),
-            message: redact_text(e.to_string().trim_end()),
-        })
+        .map_err(|e| ConfigError::Parse { origin: origin.to_string(), message: redact_text(e.to_string().trim_end()) })
 }
 
 impl DaemonConfig {
@@ -130,18 +111,11 @@ impl DaemonConfig {
         // would turn a password like "0012" into the number 12, then "12".
         let mut env = Environment::with_prefix(ENV_PREFIX).separator(ENV_SEPARATOR);
         if let Some(vars) = &sources.env {
-            env = env.source(Some(
-                vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            ));
+            env = env.source(Some(vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect()));
         }
         let origin = sources.describe();
         let parse = |err| ConfigError::parse(&origin, err);
-        let mut config: DaemonConfig = builder
-            .add_source(env)
-            .build()
-            .map_err(parse)?
-            .try_deserialize()
-            .map_err(parse)?;
+        let mut config: DaemonConfig = builder.add_source(env).build().map_err(parse)?.try_deserialize().map_err(parse)?;
         // Not found: the default stays, and validation lists where it was looked for.
         if let Ok(found) = crate::checkpoint::locate_model(&config.model.path) {
             config.model.path = found;
@@ -160,4 +134,5 @@ impl DaemonConfig {
             .try_deserialize()
             .map_err(parse)
     }
+
 }

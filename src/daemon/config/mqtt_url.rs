@@ -2,9 +2,7 @@
 
 #[derive(Debug, thiserror::Error)]
 pub enum MqttError {
-    #[error(
-        "mqtt.url {0}: expected mqtt://HOST[:PORT] (TLS is not supported; use a local broker or a TLS-terminating bridge)"
-    )]
+    #[error("mqtt.url {0}: expected mqtt://HOST[:PORT] (TLS is not supported; use a local broker or a TLS-terminating bridge)")]
     Url(String),
 }
 
@@ -17,10 +15,7 @@ pub fn parse_mqtt_url(url: &str) -> Result<(String, u16), MqttError> {
         return Err(bad());
     }
     match rest.rsplit_once(':') {
-        Some((host, port)) if !host.is_empty() => Ok((
-            host.trim_matches(['[', ']']).to_string(),
-            port.parse().map_err(|_| bad())?,
-        )),
+        Some((host, port)) if !host.is_empty() => Ok((host.trim_matches(['[', ']']).to_string(), port.parse().map_err(|_| bad())?)),
         Some(_) => Err(bad()),
         None => Ok((rest.to_string(), 1883)),
     }

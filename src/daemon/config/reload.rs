@@ -46,18 +46,12 @@ pub fn changed_sections(old: &DaemonConfig, new: &DaemonConfig) -> Vec<&'static 
 
 pub fn plan_reload(old: &DaemonConfig, new: &DaemonConfig) -> ReloadPlan {
     // [mqtt] is restart-only too but not flagged here; [annotate] changes every stream.
-    let global_sections: Vec<&'static str> = changed_sections(old, new)
-        .into_iter()
-        .filter(|name| ["model", "workers", "rtsp", "metrics"].contains(name))
-        .collect();
+    let global_sections: Vec<&'static str> =
+        changed_sections(old, new).into_iter().filter(|name| ["model", "workers", "rtsp", "metrics"].contains(name)).collect();
     let overlay_changed = old.annotate != new.annotate;
     let find = |streams: &[StreamConfig], name: &str| streams.iter().any(|s| s.name == name);
 
-    let mut plan = ReloadPlan {
-        global_changed: !global_sections.is_empty(),
-        global_sections,
-        ..ReloadPlan::default()
-    };
+    let mut plan = ReloadPlan { global_changed: !global_sections.is_empty(), global_sections, ..ReloadPlan::default() };
     for s in &new.streams {
         match old.stream(&s.name) {
             None => plan.added.push(s.name.clone()),
@@ -65,11 +59,6 @@ pub fn plan_reload(old: &DaemonConfig, new: &DaemonConfig) -> ReloadPlan {
             Some(_) => plan.unchanged.push(s.name.clone()),
         }
     }
-    plan.removed = old
-        .streams
-        .iter()
-        .filter(|s| !find(&new.streams, &s.name))
-        .map(|s| s.name.clone())
-        .collect();
+    plan.removed = old.streams.iter().filter(|s| !find(&new.streams, &s.name)).map(|s| s.name.clone()).collect();
     plan
 }

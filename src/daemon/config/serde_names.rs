@@ -18,12 +18,7 @@ pub mod auto_precision {
         if s.trim().eq_ignore_ascii_case("auto") {
             return Ok(None);
         }
-        s.trim()
-            .parse()
-            .map(Some)
-            .map_err(|e: crate::backend::UnknownPrecision| {
-                D::Error::custom(format!("{e}, or auto"))
-            })
+        s.trim().parse().map(Some).map_err(|e: crate::backend::UnknownPrecision| D::Error::custom(format!("{e}, or auto")))
     }
 }
 
@@ -41,14 +36,9 @@ pub mod preset {
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Preset, D::Error> {
         let s = String::deserialize(d)?;
         Preset::from_str(s.trim(), true).map_err(|_| {
-            let names: Vec<String> = Preset::value_variants()
-                .iter()
-                .filter_map(|p| Some(p.to_possible_value()?.get_name().to_string()))
-                .collect();
-            D::Error::custom(format!(
-                "unknown preset '{s}' (expected {})",
-                names.join(" or ")
-            ))
+            let names: Vec<String> =
+                Preset::value_variants().iter().filter_map(|p| Some(p.to_possible_value()?.get_name().to_string())).collect();
+            D::Error::custom(format!("unknown preset '{s}' (expected {})", names.join(" or ")))
         })
     }
 }
@@ -73,10 +63,7 @@ pub mod name_list {
                 f.write_str("a list of names, or one comma-separated string")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Vec<String>, E> {
-                Ok(v.split(',')
-                    .map(|n| n.trim().to_string())
-                    .filter(|n| !n.is_empty())
-                    .collect())
+                Ok(v.split(',').map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).collect())
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<String>, A::Error> {
                 let mut names = Vec::new();

@@ -5,13 +5,11 @@ use std::fmt;
 use std::path::Path;
 use std::time::SystemTime;
 
-use super::template::{self, format_start};
 use super::validate::{self, Problem};
-use super::{
-    ConfigError, DaemonConfig, Problems, Shard, ShardSetting, SourceUri, Sources, StreamConfig,
-};
-use crate::daemon::shard::shard_of;
+use super::template::{self, format_start};
 use crate::video::uri::redact_text;
+use super::{ConfigError, DaemonConfig, Problems, Shard, ShardSetting, SourceUri, Sources, StreamConfig};
+use crate::daemon::shard::shard_of;
 
 /// A checked configuration and a human description of it (`Display`).
 #[derive(Clone, Debug, PartialEq)]
@@ -33,11 +31,7 @@ pub fn check_sources(sources: &Sources) -> Result<Summary, ConfigError> {
     let mut problems: Vec<Problem> = validate::problems(&config);
     problems.extend(validate::model_path_problems(&config.model.path));
     Problems::into_result(problems)?;
-    Ok(Summary {
-        layers: sources.describe(),
-        warnings: config.warnings(),
-        config,
-    })
+    Ok(Summary { layers: sources.describe(), warnings: config.warnings(), config })
 }
 
 impl fmt::Display for Summary {
@@ -55,47 +49,21 @@ impl Summary {
         let c = &self.config;
         let m = &c.model;
         writeln!(f, "configuration: {}", self.layers)?;
-        let height = if m.height == 0 {
-            "from the first stream".to_string()
-        } else {
-            m.height.to_string()
-        };
+        let height = if m.height == 0 { "from the first stream".to_string() } else { m.height.to_string() };
         let precision = m.precision.map_or("auto".to_string(), |p| p.to_string());
         let preset = format!("{:?}", m.preset).to_lowercase();
-        writeln!(
-            f,
-            "model: {} (width {}, height {height}, device {}, precision {precision}, preset {preset})",
-            m.path.display(),
-            m.width,
-            m.device
-        )?;
-        writeln!(
-            f,
-            "  road classes {:?}, confidence threshold {}",
-            m.road_classes, m.confidence_threshold
-        )?;
-        writeln!(
-            f,
-            "workers: {} (batch {})",
-            c.workers.count, c.workers.batch
-        )?;
+        writeln!(f, "model: {} (width {}, height {height}, device {}, precision {precision}, preset {preset})", m.path.display(), m.width, m.device)?;
+        writeln!(f, "  road classes {:?}, confidence threshold {}", m.road_classes, m.confidence_threshold)?;
+        writeln!(f, "workers: {} (batch {})", c.workers.count, c.workers.batch)?;
         match c.metrics.listen_addr() {
             Some(a) => writeln!(
                 f,
                 "metrics: http://{a}/metrics (also /healthz, /readyz, /api/v1/streams and the status page at /{})",
-                if c.metrics.needs_auth() {
-                    "; Basic auth"
-                } else {
-                    ""
-                }
+                if c.metrics.needs_auth() { "; Basic auth" } else { "" }
             )?,
             None => writeln!(f, "metrics: HTTP endpoint disabled")?,
         }
-        let auth = if c.rtsp.credentials().is_some() {
-            "basic auth"
-        } else {
-            "no auth"
-        };
+        let auth = if c.rtsp.credentials().is_some() { "basic auth" } else { "no auth" };
         match c.rtsp.listen_addr() {
             Some(a) => writeln!(f, "rtsp: {a} ({auth})")?,
             None => writeln!(f, "rtsp: server disabled")?,
@@ -106,30 +74,15 @@ impl Summary {
             let live = if s.is_live() { "live" } else { "not live" };
             // Another replica's stream: listed so one config reads the same everywhere.
             let skipped = match shard {
-                Some(me) if !me.owns(&s.name) => format!(
-                    ", skipped: shard {} of {} runs it",
-                    shard_of(&s.name, me.count),
-                    me.count
-                ),
+                Some(me) if !me.owns(&s.name) => format!(", skipped: shard {} of {} runs it", shard_of(&s.name, me.count), me.count),
                 _ => String::new(),
             };
-            writeln!(
-                f,
-                "  {}: {} ({live}, ring {}{skipped})",
-                s.name,
-                SourceUri::redacted(&s.uri),
-                s.ring_capacity
-            )?;
+            writeln!(f, "  {}: {} ({live}, ring {}{skipped})", s.name, SourceUri::redacted(&s.uri), s.ring_capacity)?;
             let o = &s.output;
             // {start} stays as written: it is only known when the daemon starts.
             let named = |t: &String| t.replace("{stream}", &s.name);
             if let Some(file) = o.file.as_ref().map(named) {
-                writeln!(
-                    f,
-                    "    file:  {} ({} s segments)",
-                    template::segment_name_pattern(&file),
-                    o.segment_seconds
-                )?;
+                writeln!(f, "    file:  {} ({} s segments)", template::segment_name_pattern(&file), o.segment_seconds)?;
             }
             if let (Some(mount), Some(addr)) = (o.rtsp_mount(&s.name), c.rtsp.listen_addr()) {
                 writeln!(f, "    rtsp:  rtsp://{addr}{mount}")?;
@@ -138,16 +91,8 @@ impl Summary {
                 writeln!(f, "    stats: {stats}")?;
             }
         }
-        if c.streams.iter().any(|s| {
-            [&s.output.file, &s.output.stats]
-                .iter()
-                .any(|t| t.as_deref().is_some_and(|t| t.contains("{start}")))
-        }) {
-            writeln!(
-                f,
-                "({{start}} is the daemon's start time in UTC, e.g. {})",
-                format_start(SystemTime::now())
-            )?;
+        if c.streams.iter().any(|s| [&s.output.file, &s.output.stats].iter().any(|t| t.as_deref().is_some_and(|t| t.contains("{start}")))) {
+            writeln!(f, "({{start}} is the daemon's start time in UTC, e.g. {})", format_start(SystemTime::now()))?;
         }
         for w in &self.warnings {
             writeln!(f, "warning: {w}")?;
@@ -167,41 +112,16 @@ impl Summary {
                 return Ok(None);
             }
         };
-        let from = if setting == ShardSetting::Auto {
-            " (auto: host name and ROADSEG_SHARDS)"
-        } else {
-            ""
-        };
+        let from = if setting == ShardSetting::Auto { " (auto: host name and ROADSEG_SHARDS)" } else { "" };
         let (owned, skipped) = shard.partition(self.config.streams.iter().collect(), |s| &s.name);
-        let names = |v: &[&StreamConfig]| {
-            v.iter()
-                .map(|s| s.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        writeln!(
-            f,
-            "shard: {shard}{from}: runs {} of {} streams",
-            owned.len(),
-            self.config.streams.len()
-        )?;
+        let names = |v: &[&StreamConfig]| v.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ");
+        writeln!(f, "shard: {shard}{from}: runs {} of {} streams", owned.len(), self.config.streams.len())?;
         if owned.is_empty() {
-            writeln!(
-                f,
-                "  runs:  none (it still serves /healthz, /readyz and /metrics)"
-            )?;
+            writeln!(f, "  runs:  none (it still serves /healthz, /readyz and /metrics)")?;
         } else {
             writeln!(f, "  runs:  {}", names(&owned))?;
         }
-        writeln!(
-            f,
-            "  skips: {}",
-            if skipped.is_empty() {
-                "none".to_string()
-            } else {
-                names(&skipped)
-            }
-        )?;
+        writeln!(f, "  skips: {}", if skipped.is_empty() { "none".to_string() } else { names(&skipped) })?;
         Ok(Some(shard))
     }
 }

@@ -92,13 +92,7 @@ mod tests {
     fn unknown_placeholders_are_found() {
         // Rule: only {stream} and {start} are placeholders.
         assert_eq!(unknown_placeholder("/r/{stream}-{start}.mp4"), None);
-        assert_eq!(
-            unknown_placeholder("/r/{camera}.mp4").as_deref(),
-            Some("{camera}")
-        );
-        assert_eq!(
-            unknown_placeholder("/r/{stream.mp4").as_deref(),
-            Some("{stream.mp4")
-        );
+        assert_eq!(unknown_placeholder("/r/{camera}.mp4").as_deref(), Some("{camera}"));
+        assert_eq!(unknown_placeholder("/r/{stream.mp4").as_deref(), Some("{stream.mp4"));
     }
 }

@@ -72,10 +72,7 @@ fn expect_errors(cases: &[(&str, &[&str])]) -> Vec<String> {
 fn valid() -> DaemonConfig {
     let mut s = StreamConfig::new("cam", "test://smpte?width=640&height=360&fps=25");
     s.output.stats = Some("{stream}.jsonl".into());
-    DaemonConfig {
-        streams: vec![s],
-        ..DaemonConfig::default()
-    }
+    DaemonConfig { streams: vec![s], ..DaemonConfig::default() }
 }
 
 /// The fields `validate()` complains about.
@@ -88,17 +85,9 @@ fn problem_fields(c: &DaemonConfig) -> Vec<String> {
 }
 
 fn assert_problem(c: &DaemonConfig, field: &str, needle: &str) {
-    let Err(ConfigError::Invalid(problems)) = c.validate() else {
-        panic!("expected {field} to be rejected")
-    };
-    let found = problems
-        .iter()
-        .find(|p| p.field == field)
-        .unwrap_or_else(|| panic!("no problem for {field} in: {problems}"));
-    assert!(
-        found.message.contains(needle),
-        "message for {field} lacks '{needle}': {found}"
-    );
+    let Err(ConfigError::Invalid(problems)) = c.validate() else { panic!("expected {field} to be rejected") };
+    let found = problems.iter().find(|p| p.field == field).unwrap_or_else(|| panic!("no problem for {field} in: {problems}"));
+    assert!(found.message.contains(needle), "message for {field} lacks '{needle}': {found}");
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -108,11 +97,7 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 }
 
 fn env(vars: &[(&str, &str)]) -> Option<BTreeMap<String, String>> {
-    Some(
-        vars.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-    )
+    Some(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
 }
 
 #[test]
@@ -148,18 +133,9 @@ fn brief_example_parses_and_validates() {
 #[test]
 fn stream_defaults_apply_per_field() {
     // Rule: a stream needs only name, uri and one output.
-    let c =
-        parse("[[streams]]\nname = \"a\"\nuri = \"file:///v.mp4\"\noutput.stats = \"a.jsonl\"\n");
+    let c = parse("[[streams]]\nname = \"a\"\nuri = \"file:///v.mp4\"\noutput.stats = \"a.jsonl\"\n");
     let s = &c.streams[0];
-    assert_eq!(
-        (
-            s.latency_ms,
-            s.ring_capacity,
-            s.reconnect_initial_ms,
-            s.reconnect_max_ms
-        ),
-        (200, 8, 500, 30_000)
-    );
+    assert_eq!((s.latency_ms, s.ring_capacity, s.reconnect_initial_ms, s.reconnect_max_ms), (200, 8, 500, 30_000));
     assert_eq!(s.output.segment_seconds, 300);
     c.validate().unwrap();
 }
@@ -167,27 +143,14 @@ fn stream_defaults_apply_per_field() {
 #[test]
 fn road_classes_take_a_list_or_a_comma_separated_string() {
     // Rule: road_classes is an array of names, or one string of comma-separated names.
-    assert_eq!(
-        parse("model.road_classes = [\"road\", \"lane\"]")
-            .model
-            .road_classes,
-        ["road", "lane"]
-    );
-    assert_eq!(
-        parse("model.road_classes = \"road, lane\"")
-            .model
-            .road_classes,
-        ["road", "lane"]
-    );
+    assert_eq!(parse("model.road_classes = [\"road\", \"lane\"]").model.road_classes, ["road", "lane"]);
+    assert_eq!(parse("model.road_classes = \"road, lane\"").model.road_classes, ["road", "lane"]);
 }
 
 #[test]
 fn precision_accepts_auto_and_names() {
     // Rule: precision is auto (None) or a Precision.
-    assert_eq!(
-        parse("model.precision = \"fp16\"").model.precision,
-        Some(crate::backend::Precision::Fp16)
-    );
+    assert_eq!(parse("model.precision = \"fp16\"").model.precision, Some(crate::backend::Precision::Fp16));
     assert_eq!(parse("model.precision = \"AUTO\"").model.precision, None);
     let e = parse_err("model.precision = \"fp8\"");
     assert!(e.contains("model.precision") && e.contains("fp8"), "{e}");
@@ -199,14 +162,8 @@ fn unknown_keys_are_errors_naming_the_key() {
     let cases: &[(&str, &[&str])] = &[
         ("[modle]\npath = \"x\"", &["modle"]),
         ("[model]\ndevcie = \"cpu\"", &["devcie", "model"]),
-        (
-            "[[streams]]\nname = \"a\"\nuri = \"test://\"\ncolour = 1\n",
-            &["colour", "streams[0]"],
-        ),
-        (
-            "[[streams]]\nname = \"a\"\nuri = \"test://\"\n[streams.output]\nfiles = \"x.mp4\"\n",
-            &["files", "streams[0].output"],
-        ),
+        ("[[streams]]\nname = \"a\"\nuri = \"test://\"\ncolour = 1\n", &["colour", "streams[0]"]),
+        ("[[streams]]\nname = \"a\"\nuri = \"test://\"\n[streams.output]\nfiles = \"x.mp4\"\n", &["files", "streams[0].output"]),
     ];
     for e in expect_errors(cases) {
         assert!(e.starts_with("test.toml: "), "origin is named: {e}");
@@ -219,19 +176,10 @@ fn bad_types_name_the_field() {
     // A missing stream name is named; syntax errors name the origin.
     expect_errors(&[
         ("[workers]\ncount = \"two\"", &["workers.count"]),
-        (
-            "[annotate]\nroad_colour = [300, 0, 0]",
-            &["annotate.road_colour"],
-        ),
-        (
-            "[model]\npreset = \"medium\"",
-            &["model.preset", "'medium' (expected fast or accurate)"],
-        ),
+        ("[annotate]\nroad_colour = [300, 0, 0]", &["annotate.road_colour"]),
+        ("[model]\npreset = \"medium\"", &["model.preset", "'medium' (expected fast or accurate)"]),
         ("[model]\ndevice = \"tpu\"", &["model.device", "tpu"]),
-        (
-            "[[streams]]\nname = \"a\"\nuri = \"test://\"\nrtsp_transport = \"quic\"",
-            &["streams[0].rtsp_transport", "expected tcp, udp or auto"],
-        ),
+        ("[[streams]]\nname = \"a\"\nuri = \"test://\"\nrtsp_transport = \"quic\"", &["streams[0].rtsp_transport", "expected tcp, udp or auto"]),
         ("[[streams]]\nuri = \"test://\"", &["streams[0].name"]),
         ("[model\n", &["test.toml"]),
     ]);
@@ -241,16 +189,8 @@ fn bad_types_name_the_field() {
 fn layers_apply_in_order_and_env_wins() {
     // Rule: defaults < system file < given file < ROADSEG__* environment; arrays are replaced whole.
     let dir = tempfile::tempdir().unwrap();
-    let system = write(
-        dir.path(),
-        "system.toml",
-        "[workers]\ncount = 3\n[[streams]]\nname = \"sys\"\nuri = \"test://\"\n",
-    );
-    let file = write(
-        dir.path(),
-        "mine.toml",
-        "[model]\nwidth = 512\ndevice = \"cuda\"\n[[streams]]\nname = \"mine\"\nuri = \"test://\"\n",
-    );
+    let system = write(dir.path(), "system.toml", "[workers]\ncount = 3\n[[streams]]\nname = \"sys\"\nuri = \"test://\"\n");
+    let file = write(dir.path(), "mine.toml", "[model]\nwidth = 512\ndevice = \"cuda\"\n[[streams]]\nname = \"mine\"\nuri = \"test://\"\n");
     let sources = Sources {
         system: Some(system),
         file: Some(file),
@@ -268,10 +208,7 @@ fn layers_apply_in_order_and_env_wins() {
     assert_eq!(c.model.width, 512);
     assert_eq!(c.model.device, crate::device::DeviceRequest::Cpu);
     assert_eq!(c.metrics.listen, "");
-    assert_eq!(
-        c.model.road_classes,
-        vec!["road".to_string(), "lane".to_string()]
-    );
+    assert_eq!(c.model.road_classes, vec!["road".to_string(), "lane".to_string()]);
     assert_eq!(c.model.confidence_threshold, 0.7);
     let names: Vec<&str> = c.streams.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["mine"]);
@@ -286,27 +223,14 @@ fn env_values_convert_to_each_fields_type_and_unknown_keys_are_errors() {
         ("ROADSEG__RTSP__USERNAME", "007"),
         ("ROADSEG__RTSP__PASSWORD", "0012"),
     ];
-    let c = DaemonConfig::load_from(&Sources {
-        env: env(&vars),
-        ..Sources::default()
-    })
-    .unwrap();
+    let c = DaemonConfig::load_from(&Sources { env: env(&vars), ..Sources::default() }).unwrap();
     assert_eq!(c.workers.count, 2);
     assert!(c.annotate.full_palette);
     assert_eq!(c.rtsp.credentials(), Some(("007", "0012")));
-    let sources = Sources {
-        env: env(&[("ROADSEG__WORKERS__COUNT", "two")]),
-        ..Sources::default()
-    };
+    let sources = Sources { env: env(&[("ROADSEG__WORKERS__COUNT", "two")]), ..Sources::default() };
     let e = DaemonConfig::load_from(&sources).unwrap_err().to_string();
-    assert!(
-        e.contains("workers.count") && e.contains("environment"),
-        "{e}"
-    );
-    let sources = Sources {
-        env: env(&[("ROADSEG__MODEL__DEVCE", "cpu")]),
-        ..Sources::default()
-    };
+    assert!(e.contains("workers.count") && e.contains("environment"), "{e}");
+    let sources = Sources { env: env(&[("ROADSEG__MODEL__DEVCE", "cpu")]), ..Sources::default() };
     let e = DaemonConfig::load_from(&sources).unwrap_err().to_string();
     assert!(e.contains("devce") && e.contains("environment"), "{e}");
 }
@@ -316,25 +240,12 @@ fn missing_given_file_is_named_and_missing_system_file_is_skipped() {
     // Rule: the given file is required; the system file is optional.
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("nope.toml");
-    let sources = Sources {
-        system: Some(dir.path().join("absent.toml")),
-        file: Some(missing.clone()),
-        env: env(&[]),
-    };
+    let sources = Sources { system: Some(dir.path().join("absent.toml")), file: Some(missing.clone()), env: env(&[]) };
     let e = DaemonConfig::load_from(&sources).unwrap_err();
-    assert!(
-        matches!(&e, ConfigError::NotFound(p) if *p == missing),
-        "{e}"
-    );
+    assert!(matches!(&e, ConfigError::NotFound(p) if *p == missing), "{e}");
     assert!(e.to_string().contains("nope.toml"));
-    let sources = Sources {
-        file: None,
-        ..sources
-    };
-    assert_eq!(
-        DaemonConfig::load_from(&sources).unwrap(),
-        DaemonConfig::default()
-    );
+    let sources = Sources { file: None, ..sources };
+    assert_eq!(DaemonConfig::load_from(&sources).unwrap(), DaemonConfig::default());
 }
 
 #[test]
@@ -342,11 +253,7 @@ fn system_file_given_explicitly_is_read_once() {
     // Rule: `--config /etc/roadseg/roadseg.toml` does not list that file as two layers.
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "roadseg.toml", "[workers]\ncount = 2\n");
-    let sources = Sources {
-        system: Some(path.clone()),
-        file: Some(path.clone()),
-        env: env(&[]),
-    };
+    let sources = Sources { system: Some(path.clone()), file: Some(path.clone()), env: env(&[]) };
     assert_eq!(sources.describe().matches("roadseg.toml").count(), 1);
     assert_eq!(DaemonConfig::load_from(&sources).unwrap().workers.count, 2);
 }
@@ -370,74 +277,26 @@ fn validation_rules_for_global_sections() {
     check(|c| c.model.width = 32, "model.width", "64..=4096");
     check(|c| c.model.width = 8192, "model.width", "64..=4096");
     check(|c| c.model.height = 100, "model.height", "multiple of 32");
-    check(
-        |c| c.model.confidence_threshold = 1.5,
-        "model.confidence_threshold",
-        "0..=1",
-    );
-    check(
-        |c| c.model.confidence_threshold = f32::NAN,
-        "model.confidence_threshold",
-        "0..=1",
-    );
-    check(
-        |c| c.model.road_classes.clear(),
-        "model.road_classes",
-        "at least one",
-    );
-    check(
-        |c| c.annotate.road_alpha = -0.1,
-        "annotate.road_alpha",
-        "0..=1",
-    );
+    check(|c| c.model.confidence_threshold = 1.5, "model.confidence_threshold", "0..=1");
+    check(|c| c.model.confidence_threshold = f32::NAN, "model.confidence_threshold", "0..=1");
+    check(|c| c.model.road_classes.clear(), "model.road_classes", "at least one");
+    check(|c| c.annotate.road_alpha = -0.1, "annotate.road_alpha", "0..=1");
     check(|c| c.workers.count = 0, "workers.count", "1..=64");
     check(|c| c.workers.count = 65, "workers.count", "1..=64");
     check(|c| c.workers.batch = 0, "workers.batch", "1..=16");
     check(|c| c.workers.batch = 17, "workers.batch", "1..=16");
-    check(
-        |c| c.metrics.listen = "localhost:9464".into(),
-        "metrics.listen",
-        "IP:port",
-    );
+    check(|c| c.metrics.listen = "localhost:9464".into(), "metrics.listen", "IP:port");
     check(|c| c.rtsp.listen = "8554".into(), "rtsp.listen", "IP:port");
-    check(
-        |c| c.rtsp.listen = c.metrics.listen.clone(),
-        "rtsp.listen",
-        "also metrics.listen",
-    );
-    check(
-        |c| c.rtsp.username = Some("u".into()),
-        "rtsp.password",
-        "both",
-    );
-    check(
-        |c| c.rtsp.password = Some("p".into()),
-        "rtsp.username",
-        "both",
-    );
-    check(
-        |c| c.metrics.username = Some("u".into()),
-        "metrics.password",
-        "both",
-    );
-    check(
-        |c| c.metrics.listen = "0.0.0.0:9464".into(),
-        "metrics.listen",
-        "Basic auth",
-    );
-    check(
-        |c| c.daemon.shutdown_timeout_s = 0,
-        "daemon.shutdown_timeout_s",
-        "1..=600",
-    );
+    check(|c| c.rtsp.listen = c.metrics.listen.clone(), "rtsp.listen", "also metrics.listen");
+    check(|c| c.rtsp.username = Some("u".into()), "rtsp.password", "both");
+    check(|c| c.rtsp.password = Some("p".into()), "rtsp.username", "both");
+    check(|c| c.metrics.username = Some("u".into()), "metrics.password", "both");
+    check(|c| c.metrics.listen = "0.0.0.0:9464".into(), "metrics.listen", "Basic auth");
+    check(|c| c.daemon.shutdown_timeout_s = 0, "daemon.shutdown_timeout_s", "1..=600");
     let mut c = valid();
     c.metrics.listen = String::new();
     c.model.height = 576;
-    assert_eq!(
-        problem_fields(&c),
-        Vec::<String>::new(),
-        "\"\" disables metrics; explicit height is fine"
-    );
+    assert_eq!(problem_fields(&c), Vec::<String>::new(), "\"\" disables metrics; explicit height is fine");
 }
 
 #[test]
@@ -450,86 +309,22 @@ fn validation_rules_for_streams() {
     };
     check(|s| s.name = "front cam".into(), "streams[0].name", "A-Z");
     check(|s| s.name = String::new(), "streams[0].name", "1 to 64");
-    check(
-        |s| s.uri = "ftp://x/y".into(),
-        "streams[0].uri",
-        "unsupported scheme",
-    );
-    check(
-        |s| s.uri = "/videos/a.mp4".into(),
-        "streams[0].uri",
-        "not a URI",
-    );
-    check(
-        |s| s.uri = "file://videos/a.mp4".into(),
-        "streams[0].uri",
-        "absolute path",
-    );
-    check(
-        |s| s.uri = "rtsp:///stream".into(),
-        "streams[0].uri",
-        "need a host",
-    );
-    check(
-        |s| s.uri = "rtsp://cam:99999/s".into(),
-        "streams[0].uri",
-        "port",
-    );
-    check(
-        |s| s.uri = "v4l2://video0".into(),
-        "streams[0].uri",
-        "device node",
-    );
-    check(
-        |s| s.uri = "test://smpte?width=wide".into(),
-        "streams[0].uri",
-        "width",
-    );
-    check(
-        |s| s.ring_capacity = 0,
-        "streams[0].ring_capacity",
-        "1..=1024",
-    );
-    check(
-        |s| s.reconnect_initial_ms = 40_000,
-        "streams[0].reconnect_initial_ms",
-        "reconnect_max_ms",
-    );
-    check(
-        |s| s.output = OutputConfig::default(),
-        "streams[0].output",
-        "nothing to write; set file, rtsp or stats",
-    );
-    check(
-        |s| s.output.file = Some("/rec/".into()),
-        "streams[0].output.file",
-        "folder",
-    );
-    check(
-        |s| s.output.file = Some("/rec/{camera}.mp4".into()),
-        "streams[0].output.file",
-        "{camera}",
-    );
-    check(
-        |s| s.output.stats = Some(String::new()),
-        "streams[0].output.stats",
-        "empty",
-    );
-    check(
-        |s| s.output.segment_seconds = 0,
-        "streams[0].output.segment_seconds",
-        "at least 1",
-    );
-    check(
-        |s| s.output.rtsp = Some("front cam".into()),
-        "streams[0].output.rtsp",
-        "mount path",
-    );
-    check(
-        |s| s.output.rtsp = Some("/".into()),
-        "streams[0].output.rtsp",
-        "mount path",
-    );
+    check(|s| s.uri = "ftp://x/y".into(), "streams[0].uri", "unsupported scheme");
+    check(|s| s.uri = "/videos/a.mp4".into(), "streams[0].uri", "not a URI");
+    check(|s| s.uri = "file://videos/a.mp4".into(), "streams[0].uri", "absolute path");
+    check(|s| s.uri = "rtsp:///stream".into(), "streams[0].uri", "need a host");
+    check(|s| s.uri = "rtsp://cam:99999/s".into(), "streams[0].uri", "port");
+    check(|s| s.uri = "v4l2://video0".into(), "streams[0].uri", "device node");
+    check(|s| s.uri = "test://smpte?width=wide".into(), "streams[0].uri", "width");
+    check(|s| s.ring_capacity = 0, "streams[0].ring_capacity", "1..=1024");
+    check(|s| s.reconnect_initial_ms = 40_000, "streams[0].reconnect_initial_ms", "reconnect_max_ms");
+    check(|s| s.output = OutputConfig::default(), "streams[0].output", "nothing to write; set file, rtsp or stats");
+    check(|s| s.output.file = Some("/rec/".into()), "streams[0].output.file", "folder");
+    check(|s| s.output.file = Some("/rec/{camera}.mp4".into()), "streams[0].output.file", "{camera}");
+    check(|s| s.output.stats = Some(String::new()), "streams[0].output.stats", "empty");
+    check(|s| s.output.segment_seconds = 0, "streams[0].output.segment_seconds", "at least 1");
+    check(|s| s.output.rtsp = Some("front cam".into()), "streams[0].output.rtsp", "mount path");
+    check(|s| s.output.rtsp = Some("/".into()), "streams[0].output.rtsp", "mount path");
 }
 
 #[test]
@@ -558,10 +353,7 @@ fn every_problem_is_reported_at_once() {
     c.streams[0].ring_capacity = 0;
     let e = c.validate().unwrap_err().to_string();
     assert!(e.starts_with("2 configuration problems:"), "{e}");
-    assert!(
-        e.contains("\n  - workers.count: ") && e.contains("\n  - streams[0].ring_capacity: "),
-        "{e}"
-    );
+    assert!(e.contains("\n  - workers.count: ") && e.contains("\n  - streams[0].ring_capacity: "), "{e}");
 }
 
 #[test]
@@ -572,20 +364,9 @@ fn model_path_must_be_a_checkpoint_folder() {
     c.model.path = dir.path().to_path_buf();
     c.validate().unwrap();
     let e = c.validate_model_path().unwrap_err().to_string();
-    assert_eq!(
-        e,
-        format!(
-            "model.path: {} has no config.json (a SegFormer checkpoint folder)",
-            dir.path().display()
-        )
-    );
+    assert_eq!(e, format!("model.path: {} has no config.json (a SegFormer checkpoint folder)", dir.path().display()));
     c.model.path = dir.path().join("absent");
-    assert!(
-        c.validate_model_path()
-            .unwrap_err()
-            .to_string()
-            .contains("does not exist")
-    );
+    assert!(c.validate_model_path().unwrap_err().to_string().contains("does not exist"));
     write(dir.path(), "config.json", "{}");
     c.model.path = dir.path().to_path_buf();
     c.validate_model_path().unwrap();
@@ -598,12 +379,7 @@ fn liveness_defaults_by_scheme() {
     assert!(!s.is_live());
     s.live = Some(true);
     assert!(s.is_live());
-    for uri in [
-        "rtsp://h/s",
-        "v4l2:///dev/video0",
-        "test://smpte",
-        "https://h/x.m3u8",
-    ] {
+    for uri in ["rtsp://h/s", "v4l2:///dev/video0", "test://smpte", "https://h/x.m3u8"] {
         assert!(StreamConfig::new("a", uri).is_live(), "{uri}");
     }
 }
@@ -618,22 +394,10 @@ fn output_paths_expand_placeholders() {
         stats: Some("/var/lib/roadseg/{stream}.jsonl".into()),
         ..OutputConfig::default()
     };
-    assert_eq!(
-        o.file_path("front", start).unwrap(),
-        PathBuf::from("/rec/front-20261121T075800Z.mp4")
-    );
-    assert_eq!(
-        o.segment_location("front", start).unwrap(),
-        "/rec/front-20261121T075800Z-%05d.mp4"
-    );
-    assert_eq!(
-        o.segment_path("front", start, 0).unwrap(),
-        PathBuf::from("/rec/front-20261121T075800Z-00000.mp4")
-    );
-    assert_eq!(
-        o.stats_path("front", start).unwrap(),
-        PathBuf::from("/var/lib/roadseg/front.jsonl")
-    );
+    assert_eq!(o.file_path("front", start).unwrap(), PathBuf::from("/rec/front-20261121T075800Z.mp4"));
+    assert_eq!(o.segment_location("front", start).unwrap(), "/rec/front-20261121T075800Z-%05d.mp4");
+    assert_eq!(o.segment_path("front", start, 0).unwrap(), PathBuf::from("/rec/front-20261121T075800Z-00000.mp4"));
+    assert_eq!(o.stats_path("front", start).unwrap(), PathBuf::from("/var/lib/roadseg/front.jsonl"));
     assert_eq!(o.rtsp_mount("front").unwrap(), "/front");
     assert_eq!(OutputConfig::default().file_path("front", start), None);
 }
@@ -677,31 +441,16 @@ fn http_auth_only_beyond_loopback_and_rtsp_credentials_are_reused() {
 #[test]
 fn uri_parts_and_redaction() {
     // Rule: URIs split into scheme, authority, path and query; passwords are masked in logs.
-    let u =
-        SourceUri::parse("RTSP://admin:pw@[2001:db8::5]:554/Streaming/101?transport=tcp").unwrap();
+    let u = SourceUri::parse("RTSP://admin:pw@[2001:db8::5]:554/Streaming/101?transport=tcp").unwrap();
     assert_eq!(u.scheme, Scheme::Rtsp);
     assert_eq!(u.host(), "[2001:db8::5]:554");
     assert_eq!(u.path, "/Streaming/101");
     assert_eq!(u.query_value("transport"), Some("tcp"));
     let t = SourceUri::parse("test://smpte?width=1280&height=720&fps=30000/1001").unwrap();
-    assert_eq!(
-        (t.authority.as_str(), t.query_value("height")),
-        ("smpte", Some("720"))
-    );
-    assert_eq!(
-        SourceUri::redacted("rtsp://admin:pw@10.0.0.5/s?x=1"),
-        "rtsp://admin:***@10.0.0.5/s?x=1"
-    );
-    assert_eq!(
-        SourceUri::redacted("rtsp://10.0.0.5/s"),
-        "rtsp://10.0.0.5/s"
-    );
-    assert!(
-        SourceUri::parse("file:///my video.mp4")
-            .unwrap_err()
-            .to_string()
-            .contains("%20")
-    );
+    assert_eq!((t.authority.as_str(), t.query_value("height")), ("smpte", Some("720")));
+    assert_eq!(SourceUri::redacted("rtsp://admin:pw@10.0.0.5/s?x=1"), "rtsp://admin:***@10.0.0.5/s?x=1");
+    assert_eq!(SourceUri::redacted("rtsp://10.0.0.5/s"), "rtsp://10.0.0.5/s");
+    assert!(SourceUri::parse("file:///my video.mp4").unwrap_err().to_string().contains("%20"));
 }
 
 #[test]
@@ -711,21 +460,12 @@ fn warnings_flag_overwrites_and_open_rtsp() {
     c.streams[0].output.file = Some("/rec/{stream}.mp4".into());
     c.streams[0].output.rtsp = Some("cam".into());
     c.rtsp.listen = "0.0.0.0:8554".into();
-    assert!(
-        c.validate()
-            .unwrap_err()
-            .to_string()
-            .contains("rtsp.allow_anonymous"),
-        "refused unless opted in"
-    );
+    assert!(c.validate().unwrap_err().to_string().contains("rtsp.allow_anonymous"), "refused unless opted in");
     c.rtsp.allow_anonymous = true;
     c.validate().unwrap();
     let w = c.warnings();
     assert_eq!(w.len(), 2, "{w:?}");
-    assert!(
-        w[0].starts_with("streams[0].output.file") && w[1].starts_with("rtsp.listen"),
-        "{w:?}"
-    );
+    assert!(w[0].starts_with("streams[0].output.file") && w[1].starts_with("rtsp.listen"), "{w:?}");
 }
 
 mod reload {
@@ -777,11 +517,7 @@ mod reload {
         let plan = plan_reload(&old, &new);
         assert!(plan.global_changed);
         assert_eq!(plan.global_sections, ["model", "metrics"]);
-        assert_eq!(
-            plan.unchanged,
-            ["a"],
-            "[daemon] changes do not restart streams"
-        );
+        assert_eq!(plan.unchanged, ["a"], "[daemon] changes do not restart streams");
     }
 
     #[test]
@@ -791,18 +527,7 @@ mod reload {
         let mut new = with_streams(&[("a", "test://"), ("c", "test://")]);
         new.annotate.road_alpha = 0.8;
         let plan = plan_reload(&old, &new);
-        assert_eq!(
-            (
-                plan.changed.as_slice(),
-                plan.added.as_slice(),
-                plan.removed.as_slice()
-            ),
-            (
-                &["a".to_string()][..],
-                &["c".to_string()][..],
-                &["b".to_string()][..]
-            )
-        );
+        assert_eq!((plan.changed.as_slice(), plan.added.as_slice(), plan.removed.as_slice()), (&["a".to_string()][..], &["c".to_string()][..], &["b".to_string()][..]));
         assert!(!plan.global_changed);
     }
 }
@@ -811,17 +536,11 @@ mod files {
     use super::*;
 
     fn repo_file(name: &str) -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("config")
-            .join(name)
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("config").join(name)
     }
 
     fn load_repo_file(name: &str) -> DaemonConfig {
-        let sources = Sources {
-            system: None,
-            file: Some(repo_file(name)),
-            env: env(&[]),
-        };
+        let sources = Sources { system: None, file: Some(repo_file(name)), env: env(&[]) };
         DaemonConfig::load_from(&sources).unwrap_or_else(|e| panic!("{e}"))
     }
 
@@ -830,13 +549,7 @@ mod files {
         // Rule: config/default.toml states the built-in defaults and runs as shipped.
         let c = load_repo_file("default.toml");
         c.validate().unwrap();
-        assert_eq!(
-            DaemonConfig {
-                streams: Vec::new(),
-                ..c.clone()
-            },
-            DaemonConfig::default()
-        );
+        assert_eq!(DaemonConfig { streams: Vec::new(), ..c.clone() }, DaemonConfig::default());
         assert_eq!(c.streams.len(), 1);
         assert_eq!(c.streams[0].source().unwrap().scheme, Scheme::Test);
     }
@@ -846,16 +559,9 @@ mod files {
         // Rule: config/example-cameras.toml is valid apart from the model folder.
         let c = load_repo_file("example-cameras.toml");
         c.validate().unwrap();
-        let schemes: Vec<Scheme> = c
-            .streams
-            .iter()
-            .map(|s| s.source().unwrap().scheme)
-            .collect();
+        let schemes: Vec<Scheme> = c.streams.iter().map(|s| s.source().unwrap().scheme).collect();
         for scheme in [Scheme::Rtsp, Scheme::V4l2, Scheme::File] {
-            assert!(
-                schemes.contains(&scheme),
-                "{scheme} missing from {schemes:?}"
-            );
+            assert!(schemes.contains(&scheme), "{scheme} missing from {schemes:?}");
         }
         assert!(c.warnings().is_empty(), "{:?}", c.warnings());
     }
@@ -869,32 +575,15 @@ mod files {
         let model = dir.path().display().to_string();
         let file = write(dir.path(), "cams.toml", &text);
         let env_model = env(&[("ROADSEG__MODEL__PATH", &model)]);
-        let summary = check_sources(&Sources {
-            system: None,
-            file: Some(file.clone()),
-            env: env_model,
-        })
-        .unwrap();
+        let summary = check_sources(&Sources { system: None, file: Some(file.clone()), env: env_model }).unwrap();
         let shown = summary.to_string();
         for s in &summary.config.streams {
             assert!(shown.contains(&format!("  {}: ", s.name)), "{shown}");
         }
-        assert!(
-            shown.contains("rtsp:  rtsp://0.0.0.0:8554/gate-north\n"),
-            "{shown}"
-        );
+        assert!(shown.contains("rtsp:  rtsp://0.0.0.0:8554/gate-north\n"), "{shown}");
         assert!(shown.contains("file:  /var/lib/roadseg/recordings/gate-north/gate-north-{start}-NNNNN.mp4 (600 s segments)"), "{shown}");
-        assert!(
-            !shown.contains("CHANGE-ME"),
-            "camera passwords are masked: {shown}"
-        );
-        let e = check_sources(&Sources {
-            system: None,
-            file: Some(file),
-            env: env(&[]),
-        })
-        .unwrap_err()
-        .to_string();
+        assert!(!shown.contains("CHANGE-ME"), "camera passwords are masked: {shown}");
+        let e = check_sources(&Sources { system: None, file: Some(file), env: env(&[]) }).unwrap_err().to_string();
         assert!(e.contains("model.path"), "{e}");
     }
 }
@@ -908,63 +597,34 @@ fn only_files_loop_and_a_looped_file_is_live() {
     c.streams[0].uri = format!("file://{}", clip.display());
     c.streams[0].r#loop = true;
     assert!(c.streams[0].is_live());
-    assert!(
-        !problem_fields(&c).iter().any(|f| f.ends_with("loop")),
-        "{:?}",
-        problem_fields(&c)
-    );
+    assert!(!problem_fields(&c).iter().any(|f| f.ends_with("loop")), "{:?}", problem_fields(&c));
     c.streams[0].live = Some(false);
     assert_problem(&c, "streams[0].loop", "live = true");
     let mut c = valid();
     c.streams[0].uri = "rtsp://10.0.0.5/stream1".into();
     c.streams[0].r#loop = true;
     assert_problem(&c, "streams[0].loop", "only a file");
-    let parsed = parse(&format!(
-        "[[streams]]\nname = \"f\"\nuri = \"file://{}\"\nloop = true\n",
-        clip.display()
-    ));
+    let parsed = parse(&format!("[[streams]]\nname = \"f\"\nuri = \"file://{}\"\nloop = true\n", clip.display()));
     assert!(parsed.streams[0].r#loop);
 }
 
 #[test]
 fn shard_is_read_from_toml_and_environment_and_bad_ones_name_daemon_shard() {
     // Rule: [daemon] shard = "I/N" | "auto" (default "0/1"), also ROADSEG__DAEMON__SHARD; "3/3", "0/0", "x" are errors naming daemon.shard.
-    assert_eq!(
-        DaemonConfig::default().daemon.shard,
-        ShardSetting::Fixed(Shard::ALL)
-    );
-    assert_eq!(
-        parse("[daemon]\nshard = \"1/3\"").daemon.shard,
-        ShardSetting::Fixed(Shard { index: 1, count: 3 })
-    );
-    assert_eq!(
-        parse("[daemon]\nshard = \"auto\"").daemon.shard,
-        ShardSetting::Auto
-    );
-    let c = DaemonConfig::load_from(&Sources {
-        env: env(&[("ROADSEG__DAEMON__SHARD", "2/3")]),
-        ..Sources::default()
-    })
-    .unwrap();
-    assert_eq!(
-        c.daemon.shard,
-        ShardSetting::Fixed(Shard { index: 2, count: 3 })
-    );
+    assert_eq!(DaemonConfig::default().daemon.shard, ShardSetting::Fixed(Shard::ALL));
+    assert_eq!(parse("[daemon]\nshard = \"1/3\"").daemon.shard, ShardSetting::Fixed(Shard { index: 1, count: 3 }));
+    assert_eq!(parse("[daemon]\nshard = \"auto\"").daemon.shard, ShardSetting::Auto);
+    let c = DaemonConfig::load_from(&Sources { env: env(&[("ROADSEG__DAEMON__SHARD", "2/3")]), ..Sources::default() }).unwrap();
+    assert_eq!(c.daemon.shard, ShardSetting::Fixed(Shard { index: 2, count: 3 }));
     expect_errors(&[
         ("[daemon]\nshard = \"3/3\"", &["daemon.shard", "0 to 2"]),
         ("[daemon]\nshard = \"0/0\"", &["daemon.shard", "count of 0"]),
         ("[daemon]\nshard = \"x\"", &["daemon.shard", "\"I/N\""]),
     ]);
     for bad in ["3/3", "0/0", "x"] {
-        let sources = Sources {
-            env: env(&[("ROADSEG__DAEMON__SHARD", bad)]),
-            ..Sources::default()
-        };
+        let sources = Sources { env: env(&[("ROADSEG__DAEMON__SHARD", bad)]), ..Sources::default() };
         let e = DaemonConfig::load_from(&sources).unwrap_err().to_string();
-        assert!(
-            e.contains("daemon.shard") && e.contains("environment"),
-            "{bad}: {e}"
-        );
+        assert!(e.contains("daemon.shard") && e.contains("environment"), "{bad}: {e}");
     }
 }
 
@@ -973,31 +633,14 @@ fn check_config_says_which_streams_this_shard_runs_and_skips() {
     // Rule: a sharded config's summary names the streams this daemon runs and the ones it skips (and whose they are).
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "config.json", "{}");
-    let mut text = format!(
-        "[model]\npath = {:?}\n[daemon]\nshard = \"1/3\"\n",
-        dir.path().display().to_string()
-    );
+    let mut text = format!("[model]\npath = {:?}\n[daemon]\nshard = \"1/3\"\n", dir.path().display().to_string());
     for i in 0..9 {
-        text += &format!(
-            "[[streams]]\nname = \"cam-{i}\"\nuri = \"test://\"\n[streams.output]\nstats = \"{{stream}}.jsonl\"\n"
-        );
+        text += &format!("[[streams]]\nname = \"cam-{i}\"\nuri = \"test://\"\n[streams.output]\nstats = \"{{stream}}.jsonl\"\n");
     }
     let file = write(dir.path(), "sharded.toml", &text);
-    let shown = check_sources(&Sources {
-        system: None,
-        file: Some(file),
-        env: env(&[]),
-    })
-    .unwrap()
-    .to_string();
+    let shown = check_sources(&Sources { system: None, file: Some(file), env: env(&[]) }).unwrap().to_string();
     // Shards of cam-0..cam-8 over 3: 1 1 0 0 2 0 0 1 2 (see daemon::shard's fixed values).
     assert!(shown.contains("shard: 1/3: runs 3 of 9 streams\n  runs:  cam-0, cam-1, cam-7\n  skips: cam-2, cam-3, cam-4, cam-5, cam-6, cam-8\n"), "{shown}");
-    assert!(
-        shown.contains("  cam-2: test:// (live, ring 8, skipped: shard 0 of 3 runs it)"),
-        "{shown}"
-    );
-    assert!(
-        shown.contains("  cam-0: test:// (live, ring 8)\n"),
-        "{shown}"
-    );
+    assert!(shown.contains("  cam-2: test:// (live, ring 8, skipped: shard 0 of 3 runs it)"), "{shown}");
+    assert!(shown.contains("  cam-0: test:// (live, ring 8)\n"), "{shown}");
 }

@@ -6,7 +6,6 @@ use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use super::StreamMetricMap;
-use crate::annotate::{Annotator, FrameStats};
 use crate::backend::cpu::CpuBackend;
 use crate::daemon::config::{AnnotateConfig, DaemonConfig};
 use crate::daemon::health::Health;
@@ -15,6 +14,7 @@ use crate::device::Resolved;
 use crate::engine::{self, LoadError, ModelSpec};
 use crate::images::{OverlayStyle, palette};
 use crate::input_size::{self, FALLBACK_HEIGHT};
+use crate::annotate::{Annotator, FrameStats};
 use crate::video::pool::{WorkerPool, WorkerWindow};
 use crate::video::stop::StopSignal;
 use crate::video::stream;
@@ -31,9 +31,7 @@ pub(super) fn input_height(config: &DaemonConfig, stop: &StopSignal) -> u32 {
     if m.height > 0 {
         return m.height;
     }
-    let Some(first) = config.streams.first() else {
-        return FALLBACK_HEIGHT;
-    };
+    let Some(first) = config.streams.first() else { return FALLBACK_HEIGHT };
     match stream::probe(&first.source_settings(), SIZE_WAIT, stop) {
         Ok(info) => {
             let h = input_size::height_for(m.width, info.width, info.height);
@@ -49,13 +47,7 @@ pub(super) fn input_height(config: &DaemonConfig, stop: &StopSignal) -> u32 {
 
 /// Loads the model once at `height` and starts one worker per configured
 /// worker, each with its own engine (weights shared).
-pub(super) fn start_pool(
-    config: &DaemonConfig,
-    height: u32,
-    resolved: &Resolved,
-    streams: &StreamMetricMap,
-    health: &Arc<Health>,
-) -> Result<WorkerPool, LoadError> {
+pub(super) fn start_pool(config: &DaemonConfig, height: u32, resolved: &Resolved, streams: &StreamMetricMap, health: &Arc<Health>) -> Result<WorkerPool, LoadError> {
     let m = &config.model;
     let spec = ModelSpec {
         path: &m.path,
@@ -67,30 +59,18 @@ pub(super) fn start_pool(
     };
     let workers = config.workers.count.max(1);
     let (engines, labels) = engine::load_engines(&spec, resolved, workers, CpuBackend::new())?;
-    let annotator = annotator(
-        &config.annotate,
-        engines[0].options().road_classes.clone(),
-        &labels,
-    );
+    let annotator = annotator(&config.annotate, engines[0].options().road_classes.clone(), &labels);
     let device = DeviceMetrics::new(&resolved.device);
     // Labelled by each worker's own GPU (workers are spread round robin).
     let worker_devices = resolved.worker_devices(workers);
-    let busy: Vec<_> = worker_devices
-        .iter()
-        .enumerate()
-        .map(|(i, d)| device.worker_busy(i, d))
-        .collect();
+    let busy: Vec<_> = worker_devices.iter().enumerate().map(|(i, d)| device.worker_busy(i, d)).collect();
     let gpu_busy = device.gpu_busy(&worker_devices);
     let on_inference = {
         let (streams, health) = (streams.clone(), health.clone());
         Arc::new(move |stream: &str, ms: f64, stats: &FrameStats| {
             device.record_inference(Duration::from_secs_f64(ms.max(0.0) / 1000.0));
             health.inferred(stream);
-            if let Some(m) = streams
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get(stream)
-            {
+            if let Some(m) = streams.read().unwrap_or_else(PoisonError::into_inner).get(stream) {
                 m.frames_inferred.increment(1);
                 m.road_coverage.set(f64::from(stats.road_coverage));
                 m.mean_confidence.set(f64::from(stats.mean_confidence));
@@ -107,13 +87,7 @@ pub(super) fn start_pool(
             gpu_busy.set(w.worker, gpu_share);
         }
     });
-    Ok(WorkerPool::start(
-        engines,
-        config.workers.batch,
-        annotator,
-        on_inference,
-        on_busy,
-    ))
+    Ok(WorkerPool::start(engines, config.workers.batch, annotator, on_inference, on_busy))
 }
 
 fn annotator(a: &AnnotateConfig, road_classes: Vec<usize>, labels: &[String]) -> Annotator {

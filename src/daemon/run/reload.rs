@@ -28,9 +28,7 @@ impl Daemon {
         let plan = plan_reload(&self.config, &new);
         tracing::info!(added = ?plan.added, removed = ?plan.removed, changed = ?plan.changed, unchanged = plan.unchanged.len(), "reload plan");
         if let Err(e) = self.ensure_rtsp(&new) {
-            tracing::error!(
-                "reload: cannot start the RTSP server, keeping the running configuration: {e}"
-            );
+            tracing::error!("reload: cannot start the RTSP server, keeping the running configuration: {e}");
             return;
         }
         let to_stop: Vec<String> = plan.removed.iter().chain(&plan.changed).cloned().collect();
@@ -77,10 +75,7 @@ impl Daemon {
         let old = &self.config;
         let changed = changed_sections(old, new);
         if !changed.is_empty() {
-            tracing::warn!(
-                "reload: [{}] changed; restart required to apply (keeping the running values)",
-                changed.join("], [")
-            );
+            tracing::warn!("reload: [{}] changed; restart required to apply (keeping the running values)", changed.join("], ["));
         }
         new.model = old.model.clone();
         new.workers = old.workers.clone();

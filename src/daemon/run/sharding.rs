@@ -9,10 +9,7 @@ use crate::daemon::metrics;
 /// is the same call, its error kept a config error all the same.
 pub(super) fn resolve(config: &DaemonConfig) -> Result<Shard, ConfigError> {
     config.daemon.shard.resolve().map_err(|e| {
-        ConfigError::Invalid(Problems(vec![Problem {
-            field: "daemon.shard".into(),
-            message: e.to_string(),
-        }]))
+        ConfigError::Invalid(Problems(vec![Problem { field: "daemon.shard".into(), message: e.to_string() }]))
     })
 }
 
@@ -24,12 +21,7 @@ pub(super) fn select(config: &mut DaemonConfig, shard: Shard) -> Vec<String> {
 }
 
 /// Says which streams run here and which are left to other shards.
-pub(super) fn report(
-    setting: ShardSetting,
-    shard: Shard,
-    config: &DaemonConfig,
-    skipped: &[String],
-) {
+pub(super) fn report(setting: ShardSetting, shard: Shard, config: &DaemonConfig, skipped: &[String]) {
     let owned: Vec<&str> = config.streams.iter().map(|s| s.name.as_str()).collect();
     metrics::set_shard_streams(owned.len(), skipped.len());
     if shard.count == 1 && setting != ShardSetting::Auto {

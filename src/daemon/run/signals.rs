@@ -34,24 +34,17 @@ impl Signals {
         let handle = signals.handle();
         let (stop, terminate) = stop_channel();
         let (reload_tx, reload) = crossbeam_channel::unbounded();
-        let thread = std::thread::Builder::new()
-            .name("roadseg-signals".into())
-            .spawn(move || {
-                for signal in signals.forever() {
-                    if signal == SIGHUP {
-                        let _ = reload_tx.send(());
-                    } else {
-                        // The daemon's shutdown sets its own deadline.
-                        stop.stop(Instant::now());
-                    }
+        let thread = std::thread::Builder::new().name("roadseg-signals".into()).spawn(move || {
+            for signal in signals.forever() {
+                if signal == SIGHUP {
+                    let _ = reload_tx.send(());
+                } else {
+                    // The daemon's shutdown sets its own deadline.
+                    stop.stop(Instant::now());
                 }
-            })?;
-        Ok(Signals {
-            terminate,
-            reload,
-            handle,
-            thread,
-        })
+            }
+        })?;
+        Ok(Signals { terminate, reload, handle, thread })
     }
 
     /// Stops listening (the handlers for a second signal stay).

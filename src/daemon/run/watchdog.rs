@@ -35,26 +35,17 @@ impl Watchdog {
                 {
                     tracing::debug!("{e}");
                 }
-                if !matches!(
-                    stopped.recv_timeout(interval.min(Duration::from_secs(1))),
-                    Err(RecvTimeoutError::Timeout)
-                ) {
+                if !matches!(stopped.recv_timeout(interval.min(Duration::from_secs(1))), Err(RecvTimeoutError::Timeout)) {
                     return;
                 }
             }
         });
-        Some(Watchdog {
-            origin,
-            beat,
-            stop,
-            thread,
-        })
+        Some(Watchdog { origin, beat, stop, thread })
     }
 
     /// The daemon is healthy now.
     pub(super) fn beat(&self) {
-        self.beat
-            .store(self.origin.elapsed().as_millis() as u64, Ordering::SeqCst);
+        self.beat.store(self.origin.elapsed().as_millis() as u64, Ordering::SeqCst);
     }
 
     pub(super) fn stop(self) {

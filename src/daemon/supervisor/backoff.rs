@@ -12,11 +12,7 @@ impl Backoff {
     pub(super) fn new(initial_ms: u64, max_ms: u64) -> Backoff {
         let initial = Duration::from_millis(initial_ms.max(1));
         let max = Duration::from_millis(max_ms.max(initial_ms).max(1));
-        Backoff {
-            initial,
-            max,
-            next: initial,
-        }
+        Backoff { initial, max, next: initial }
     }
 
     pub(super) fn take(&mut self) -> Duration {

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::annotate::FrameStats;
 use crate::daemon::metrics::{DropReason, Sink, Stage, StreamMetrics, unix_now};
 use crate::daemon::status::StreamStatus;
+use crate::annotate::FrameStats;
 use crate::video::output::{OutputError, StreamObserver};
 use crate::video::pool::SkipReason;
 use crate::video::ring::FrameBuf;
@@ -52,8 +52,7 @@ impl StreamObserver for Observer {
             (Stage::Annotate, t.inferred, t.annotated),
             (Stage::Reorder, t.annotated, t.in_order),
         ] {
-            self.metrics
-                .record_stage(stage, to.saturating_duration_since(from));
+            self.metrics.record_stage(stage, to.saturating_duration_since(from));
         }
         self.metrics.last_written.set(unix_now());
     }

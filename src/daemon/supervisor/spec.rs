@@ -8,12 +8,7 @@ use crate::video::output::StreamObserver;
 use crate::video::stream::{FIRST_FRAME_WAIT, FileTarget, OutputSpec, StatsTarget, StreamSpec};
 
 /// `cfg`'s stream with its outputs named for `named_for` (`{start}`).
-pub(super) fn stream_spec(
-    cfg: &StreamConfig,
-    named_for: SystemTime,
-    finish_timeout: Duration,
-    observer: Arc<dyn StreamObserver>,
-) -> StreamSpec {
+pub(super) fn stream_spec(cfg: &StreamConfig, named_for: SystemTime, finish_timeout: Duration, observer: Arc<dyn StreamObserver>) -> StreamSpec {
     let (o, name) = (&cfg.output, cfg.name.as_str());
     let mut outputs = Vec::new();
     if let Some(pattern) = o.segment_location(name, named_for) {
@@ -25,30 +20,18 @@ pub(super) fn stream_spec(
         }));
     }
     if let Some(mount) = o.rtsp_mount(name) {
-        outputs.push(OutputSpec::Rtsp {
-            mount,
-            bitrate_kbps: o.bitrate_kbps,
-        });
+        outputs.push(OutputSpec::Rtsp { mount, bitrate_kbps: o.bitrate_kbps });
     }
     let source = cfg.source_settings();
     StreamSpec {
         name: name.to_string(),
-        first_frame_timeout: if source.live {
-            silence(cfg)
-        } else {
-            FIRST_FRAME_WAIT
-        },
+        first_frame_timeout: if source.live { silence(cfg) } else { FIRST_FRAME_WAIT },
         source,
         ring_capacity: cfg.ring_capacity,
         infer_fps: cfg.infer_fps,
         temporal: cfg.temporal(),
         outputs,
-        stats: o
-            .stats_path(name, named_for)
-            .map(|path| StatsTarget::Append {
-                path,
-                stream: name.to_string(),
-            }),
+        stats: o.stats_path(name, named_for).map(|path| StatsTarget::Append { path, stream: name.to_string() }),
         want_masks: false,
         finish_timeout,
         observer,

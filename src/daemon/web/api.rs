@@ -36,29 +36,16 @@ struct Sample {
 
 impl Rates {
     fn get(&self, name: &str) -> Option<Rate> {
-        self.by_stream
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(name)
-            .and_then(|(_, r)| *r)
+        self.by_stream.lock().unwrap_or_else(PoisonError::into_inner).get(name).and_then(|(_, r)| *r)
     }
 
     /// Folds in one read of every stream; forgets streams no longer listed.
     fn update(&self, now: Instant, readings: &[(String, StreamReading)]) {
-        let mut map = self
-            .by_stream
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut map = self.by_stream.lock().unwrap_or_else(PoisonError::into_inner);
         map.retain(|name, _| readings.iter().any(|(n, _)| n == name));
         for (name, r) in readings {
-            let sample = Sample {
-                at: now,
-                decoded: r.frames_decoded,
-                out: r.frames_out,
-            };
-            let rate = map
-                .get(name)
-                .and_then(|(prev, _)| rate_between(prev, &sample));
+            let sample = Sample { at: now, decoded: r.frames_decoded, out: r.frames_out };
+            let rate = map.get(name).and_then(|(prev, _)| rate_between(prev, &sample));
             map.insert(name.clone(), (sample, rate));
         }
     }
@@ -70,21 +57,14 @@ fn rate_between(a: &Sample, b: &Sample) -> Option<Rate> {
     if dt <= 0.0 || b.decoded < a.decoded || b.out < a.out {
         return None;
     }
-    Some(Rate {
-        fps_in: (b.decoded - a.decoded) as f64 / dt,
-        fps_out: (b.out - a.out) as f64 / dt,
-    })
+    Some(Rate { fps_in: (b.decoded - a.decoded) as f64 / dt, fps_out: (b.out - a.out) as f64 / dt })
 }
 
 pub async fn sample_rates(streams: Arc<StreamDirectory>, rates: Arc<Rates>) {
     let mut tick = tokio::time::interval(SAMPLE_EVERY);
     loop {
         tick.tick().await;
-        let readings: Vec<(String, StreamReading)> = streams
-            .list()
-            .iter()
-            .map(|s| (s.name.clone(), s.metrics.readings()))
-            .collect();
+        let readings: Vec<(String, StreamReading)> = streams.list().iter().map(|s| (s.name.clone(), s.metrics.readings())).collect();
         rates.update(Instant::now(), &readings);
     }
 }
@@ -100,11 +80,7 @@ fn unix_ms(t: SystemTime) -> u64 {
 
 fn stream_json(s: &StreamStatus, rate: Option<Rate>) -> Value {
     let r = s.metrics.readings();
-    let dropped: serde_json::Map<String, Value> = r
-        .dropped
-        .iter()
-        .map(|(reason, n)| (reason.label().to_string(), json!(n)))
-        .collect();
+    let dropped: serde_json::Map<String, Value> = r.dropped.iter().map(|(reason, n)| (reason.label().to_string(), json!(n))).collect();
     let last = s.last_frame();
     json!({
         "name": s.name,
@@ -129,12 +105,7 @@ fn stream_json(s: &StreamStatus, rate: Option<Rate>) -> Value {
 
 pub fn streams_json(ctx: &WebContext, rates: &Rates) -> Value {
     let (ready, reason) = ctx.health.is_ready();
-    let streams: Vec<Value> = ctx
-        .streams
-        .list()
-        .iter()
-        .map(|s| stream_json(s, rates.get(&s.name)))
-        .collect();
+    let streams: Vec<Value> = ctx.streams.list().iter().map(|s| stream_json(s, rates.get(&s.name))).collect();
     json!({ "ready": ready, "reason": reason, "streams": streams })
 }
 
@@ -163,17 +134,8 @@ mod tests {
         let t0 = Instant::now();
         rates.update(t0, &[("a".into(), reading(10, 8))]);
         assert_eq!(rates.get("a"), None);
-        rates.update(
-            t0 + Duration::from_secs(2),
-            &[("a".into(), reading(30, 18))],
-        );
-        assert_eq!(
-            rates.get("a"),
-            Some(Rate {
-                fps_in: 10.0,
-                fps_out: 5.0
-            })
-        );
+        rates.update(t0 + Duration::from_secs(2), &[("a".into(), reading(30, 18))]);
+        assert_eq!(rates.get("a"), Some(Rate { fps_in: 10.0, fps_out: 5.0 }));
         rates.update(t0 + Duration::from_secs(3), &[("a".into(), reading(1, 1))]);
         assert_eq!(rates.get("a"), None);
         rates.update(t0 + Duration::from_secs(4), &[]);

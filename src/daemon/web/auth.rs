@@ -24,10 +24,7 @@ impl Credentials {
 
     /// Whether `headers` carry these credentials.
     pub fn admits(&self, headers: &HeaderMap) -> bool {
-        let Some(value) = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-        else {
+        let Some(value) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) else {
             return false;
         };
         let Some((scheme, encoded)) = value.trim().split_once(' ') else {
@@ -59,10 +56,7 @@ pub async fn require(State(ctx): State<WebContext>, request: Request, next: Next
     match &ctx.credentials {
         Some(c) if !OPEN_PATHS.contains(&request.uri().path()) && !c.admits(request.headers()) => (
             StatusCode::UNAUTHORIZED,
-            [(
-                header::WWW_AUTHENTICATE,
-                "Basic realm=\"roadseg\", charset=\"UTF-8\"",
-            )],
+            [(header::WWW_AUTHENTICATE, "Basic realm=\"roadseg\", charset=\"UTF-8\"")],
             "authentication required\n",
         )
             .into_response(),

@@ -44,10 +44,7 @@ const DRAIN: Duration = Duration::from_secs(1);
 #[derive(Debug, thiserror::Error)]
 pub enum WebError {
     #[error("cannot listen on {addr} (metrics.listen): {err}")]
-    Bind {
-        addr: SocketAddr,
-        err: std::io::Error,
-    },
+    Bind { addr: SocketAddr, err: std::io::Error },
     #[error("cannot start the HTTP runtime: {0}")]
     Runtime(std::io::Error),
 }
@@ -95,12 +92,7 @@ impl WebServer {
         let (stop, stopped) = watch::channel(false);
         let accept = runtime.spawn(accept_loop(listener, router, stopped));
         tracing::info!(addr = %local, authenticated, "serving the status page, /api/v1/streams, /metrics, /healthz and /readyz");
-        Ok(WebServer {
-            addr: local,
-            stop,
-            runtime: Some(runtime),
-            accept: Some(accept),
-        })
+        Ok(WebServer { addr: local, stop, runtime: Some(runtime), accept: Some(accept) })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -128,18 +120,11 @@ impl Drop for WebServer {
     }
 }
 
-async fn accept_loop(
-    listener: tokio::net::TcpListener,
-    router: axum::Router,
-    mut stopped: watch::Receiver<bool>,
-) {
+async fn accept_loop(listener: tokio::net::TcpListener, router: axum::Router, mut stopped: watch::Receiver<bool>) {
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEAD_TIMEOUT)
-        .max_buf_size(MAX_HEAD);
+    builder.timer(TokioTimer::new()).header_read_timeout(HEAD_TIMEOUT).max_buf_size(MAX_HEAD);
     loop {
         let (stream, peer) = tokio::select! {
             _ = stopped.changed() => break,
@@ -158,27 +143,19 @@ async fn accept_loop(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let conn = builder.serve_connection(
-            TokioIo::new(stream),
-            TowerToHyperService::new(router.clone()),
-        );
+        let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(router.clone()));
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             match tokio::time::timeout(CONNECTION_LIFETIME, conn).await {
                 Ok(Err(e)) => tracing::debug!(%peer, "HTTP connection ended: {e}"),
-                Err(_) => {
-                    tracing::debug!(%peer, "HTTP connection closed after {} s", CONNECTION_LIFETIME.as_secs())
-                }
+                Err(_) => tracing::debug!(%peer, "HTTP connection closed after {} s", CONNECTION_LIFETIME.as_secs()),
                 Ok(Ok(())) => {}
             }
             drop(slot);
         });
     }
     drop(listener);
-    if tokio::time::timeout(DRAIN, graceful.shutdown())
-        .await
-        .is_err()
-    {
+    if tokio::time::timeout(DRAIN, graceful.shutdown()).await.is_err() {
         tracing::debug!("HTTP connections still open at shutdown were dropped");
     }
 }
@@ -193,12 +170,7 @@ mod tests {
     use crate::daemon::status::StreamStatus;
 
     fn start(health: Arc<Health>, streams: Arc<StreamDirectory>) -> WebServer {
-        let ctx = WebContext {
-            metrics: metrics::install().unwrap(),
-            health,
-            streams,
-            credentials: None,
-        };
+        let ctx = WebContext { metrics: metrics::install().unwrap(), health, streams, credentials: None };
         WebServer::start((Ipv4Addr::LOCALHOST, 0).into(), ctx).unwrap()
     }
 
@@ -206,17 +178,11 @@ mod tests {
     fn get(addr: SocketAddr, path: &str) -> (String, String) {
         let mut s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s.write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes()).unwrap();
         let mut text = String::new();
         s.read_to_string(&mut text).unwrap();
         let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-        (
-            head.lines().next().unwrap_or("").to_string(),
-            body.to_string(),
-        )
+        (head.lines().next().unwrap_or("").to_string(), body.to_string())
     }
 
     #[test]
@@ -226,27 +192,14 @@ mod tests {
         let server = start(health.clone(), Arc::default());
         let addr = server.local_addr();
         health.add_stream("web-ready");
-        assert_eq!(
-            get(addr, "/readyz"),
-            (
-                "HTTP/1.1 503 Service Unavailable".into(),
-                "model not loaded\n".into()
-            )
-        );
-        assert_eq!(
-            get(addr, "/healthz"),
-            ("HTTP/1.1 200 OK".into(), "ok\n".into())
-        );
+        assert_eq!(get(addr, "/readyz"), ("HTTP/1.1 503 Service Unavailable".into(), "model not loaded\n".into()));
+        assert_eq!(get(addr, "/healthz"), ("HTTP/1.1 200 OK".into(), "ok\n".into()));
         health.set_model_loaded(true);
         assert_eq!(get(addr, "/readyz").1, "stream(s) down: web-ready\n");
         health.set_stream_up("web-ready", true);
         assert_eq!(get(addr, "/readyz?verbose=1").0, "HTTP/1.1 200 OK");
         StreamMetrics::new("web-test").frames_inferred.increment(7);
-        assert!(
-            get(addr, "/metrics")
-                .1
-                .contains("roadseg_frames_inferred_total{stream=\"web-test\"} 7")
-        );
+        assert!(get(addr, "/metrics").1.contains("roadseg_frames_inferred_total{stream=\"web-test\"} 7"));
         server.shutdown();
     }
 
@@ -254,22 +207,11 @@ mod tests {
     fn snapshots_are_404_for_unknown_streams_and_503_before_a_frame() {
         // Rule: snapshot.jpg names an unknown stream in a 404 and says 503 until the stream has an annotated frame.
         let streams = Arc::new(StreamDirectory::new());
-        streams.insert(Arc::new(StreamStatus::new(
-            "early",
-            "test://smpte".into(),
-            true,
-            StreamMetrics::new("early"),
-        )));
+        streams.insert(Arc::new(StreamStatus::new("early", "test://smpte".into(), true, StreamMetrics::new("early"))));
         let server = start(Arc::new(Health::new()), streams);
         let (status, body) = get(server.local_addr(), "/api/v1/streams/nope/snapshot.jpg");
-        assert_eq!(
-            (status.as_str(), body.as_str()),
-            ("HTTP/1.1 404 Not Found", "no stream named 'nope'\n")
-        );
-        assert_eq!(
-            get(server.local_addr(), "/api/v1/streams/early/snapshot.jpg").0,
-            "HTTP/1.1 503 Service Unavailable"
-        );
+        assert_eq!((status.as_str(), body.as_str()), ("HTTP/1.1 404 Not Found", "no stream named 'nope'\n"));
+        assert_eq!(get(server.local_addr(), "/api/v1/streams/early/snapshot.jpg").0, "HTTP/1.1 503 Service Unavailable");
         let (status, body) = get(server.local_addr(), "/api/v1/streams");
         assert_eq!(status, "HTTP/1.1 200 OK");
         assert!(body.contains("\"state\":\"starting\""), "{body}");
@@ -290,15 +232,8 @@ mod tests {
         // Rule: a port in use is an error naming the address.
         let server = start(Arc::new(Health::new()), Arc::default());
         let addr = server.local_addr();
-        let ctx = WebContext {
-            metrics: metrics::install().unwrap(),
-            health: Arc::default(),
-            streams: Arc::default(),
-            credentials: None,
-        };
-        let e = WebServer::start(addr, ctx)
-            .err()
-            .expect("a second bind must fail");
+        let ctx = WebContext { metrics: metrics::install().unwrap(), health: Arc::default(), streams: Arc::default(), credentials: None };
+        let e = WebServer::start(addr, ctx).err().expect("a second bind must fail");
         assert!(e.to_string().contains(&addr.to_string()), "{e}");
     }
 }

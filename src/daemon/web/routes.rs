@@ -27,10 +27,7 @@ struct AppState {
 pub fn router(ctx: WebContext, runtime: &tokio::runtime::Runtime) -> Router {
     let rates = Arc::new(Rates::default());
     runtime.spawn(api::sample_rates(ctx.streams.clone(), rates.clone()));
-    let state = AppState {
-        ctx: ctx.clone(),
-        rates,
-    };
+    let state = AppState { ctx: ctx.clone(), rates };
     Router::new()
         .route("/", get(page))
         .route("/metrics", get(metrics))
@@ -45,12 +42,7 @@ pub fn router(ctx: WebContext, runtime: &tokio::runtime::Runtime) -> Router {
 }
 
 fn text(status: StatusCode, body: impl Into<String>) -> Response {
-    (
-        status,
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        body.into(),
-    )
-        .into_response()
+    (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body.into()).into_response()
 }
 
 async fn deadline(request: Request, next: Next) -> Response {
@@ -65,11 +57,7 @@ async fn page() -> Response {
 }
 
 async fn metrics(State(s): State<AppState>) -> Response {
-    (
-        [(header::CONTENT_TYPE, METRICS_TYPE)],
-        s.ctx.metrics.render(),
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, METRICS_TYPE)], s.ctx.metrics.render()).into_response()
 }
 
 async fn healthz() -> Response {
@@ -92,34 +80,17 @@ async fn snapshot(State(s): State<AppState>, Path(name): Path<String>) -> Respon
     let Some(stream) = s.ctx.streams.get(&name) else {
         return text(StatusCode::NOT_FOUND, format!("no stream named '{name}'\n"));
     };
-    let encoded = tokio::task::spawn_blocking(move || {
-        stream
-            .latest
-            .snapshot()
-            .map(|shot| shot.to_jpeg(JPEG_QUALITY))
-    })
-    .await;
+    let encoded = tokio::task::spawn_blocking(move || stream.latest.snapshot().map(|shot| shot.to_jpeg(JPEG_QUALITY))).await;
     match encoded {
-        Ok(Some(Ok(jpeg))) => (
-            [
-                (header::CONTENT_TYPE, "image/jpeg"),
-                (header::CACHE_CONTROL, "no-store"),
-            ],
-            jpeg,
-        )
-            .into_response(),
-        Ok(None) => text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("stream '{name}' has no annotated frame yet\n"),
-        ),
+        Ok(Some(Ok(jpeg))) => {
+            ([(header::CONTENT_TYPE, "image/jpeg"), (header::CACHE_CONTROL, "no-store")], jpeg).into_response()
+        }
+        Ok(None) => text(StatusCode::SERVICE_UNAVAILABLE, format!("stream '{name}' has no annotated frame yet\n")),
         Ok(Some(Err(e))) => {
             tracing::warn!(stream = %name, "snapshot: {e}");
             text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n"))
         }
-        Err(e) => text(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("snapshot task failed: {e}\n"),
-        ),
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("snapshot task failed: {e}\n")),
     }
 }
 

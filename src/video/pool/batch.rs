@@ -23,12 +23,7 @@ pub(super) struct Job {
 /// nothing waits for a batch to fill. Raises a stream's in-flight count before
 /// looking in its ring (lowered again when the ring is empty), as the drain
 /// check needs; each taken frame's count stays raised until it is handed on.
-pub(super) fn take_ready(
-    streams: &[Arc<StreamInput>],
-    next: &mut usize,
-    max: usize,
-    jobs: &mut Vec<Job>,
-) {
+pub(super) fn take_ready(streams: &[Arc<StreamInput>], next: &mut usize, max: usize, jobs: &mut Vec<Job>) {
     let mut found = true;
     while found && jobs.len() < max {
         found = false;
@@ -42,10 +37,7 @@ pub(super) fn take_ready(
             counters.in_flight.fetch_add(1, Ordering::SeqCst);
             match streams[i].ring.pop() {
                 Some(buf) => {
-                    jobs.push(Job {
-                        stream: streams[i].clone(),
-                        buf,
-                    });
+                    jobs.push(Job { stream: streams[i].clone(), buf });
                     *next = i + 1;
                     found = true;
                 }
@@ -63,14 +55,7 @@ impl Worker {
     /// per frame.
     pub(super) fn process_batch(&mut self, jobs: &mut Vec<Job>) -> bool {
         // Hood estimates first, per frame, as the single-frame path does.
-        let observed: Vec<_> = jobs
-            .iter()
-            .map(|j| {
-                j.stream
-                    .temporal
-                    .observe(j.buf.seq, j.buf.timing.pts, &j.buf.frame())
-            })
-            .collect();
+        let observed: Vec<_> = jobs.iter().map(|j| j.stream.temporal.observe(j.buf.seq, j.buf.timing.pts, &j.buf.frame())).collect();
         let frames: Vec<FrameRef<'_>> = jobs.iter().map(|j| j.buf.frame()).collect();
         // Filtering streams (smoothing, connected road) get their own frames'
         // logits, in batch (so seq) order.
@@ -79,24 +64,15 @@ impl Worker {
         let mut smooth = |i: usize, logits: &mut [f32]| {
             let j: &Job = &jobs[i];
             if j.stream.temporal.filters_logits() {
-                j.stream
-                    .temporal
-                    .filter_logits(j.buf.seq, logits, grid, &road, &observed[i].hood);
+                j.stream.temporal.filter_logits(j.buf.seq, logits, grid, &road, &observed[i].hood);
             }
         };
         let any_smooths = jobs.iter().any(|j| j.stream.temporal.filters_logits());
         if self.engine.annotates_frames() {
-            let overlays: Vec<_> = frames
-                .iter()
-                .zip(&observed)
-                .map(|(f, o)| self.annotator.overlay(&o.hood, f.width, f.height))
-                .collect();
+            let overlays: Vec<_> = frames.iter().zip(&observed).map(|(f, o)| self.annotator.overlay(&o.hood, f.width, f.height)).collect();
             self.engine.set_overlays(&overlays);
         }
-        let result = self
-            .engine
-            .run_batch(&frames, if any_smooths { Some(&mut smooth) } else { None })
-            .map(|_| ());
+        let result = self.engine.run_batch(&frames, if any_smooths { Some(&mut smooth) } else { None }).map(|_| ());
         drop(frames);
         if let Err(err) = result {
             for Job { stream, buf } in jobs.drain(..) {
@@ -108,24 +84,11 @@ impl Worker {
         let inferred = Instant::now();
         let t = self.engine.timings();
         let inference_ms = t.preprocess_ms + t.inference_ms + t.postprocess_ms;
-        let done = Done {
-            annotator: &self.annotator,
-            on_inference: &self.on_inference,
-            road: &self.engine.options().road_classes,
-        };
+        let done = Done { annotator: &self.annotator, on_inference: &self.on_inference, road: &self.engine.options().road_classes };
         let segs = self.engine.batch_segmentations();
-        for (i, ((Job { stream, mut buf }, seg), observed)) in
-            jobs.drain(..).zip(segs).zip(observed).enumerate()
-        {
+        for (i, ((Job { stream, mut buf }, seg), observed)) in jobs.drain(..).zip(segs).zip(observed).enumerate() {
             buf.stages.inferred = inferred;
-            done.deliver(
-                &stream,
-                buf,
-                seg,
-                &observed.hood,
-                inference_ms,
-                self.engine.annotated(i),
-            );
+            done.deliver(&stream, buf, seg, &observed.hood, inference_ms, self.engine.annotated(i));
             stream.counters.in_flight.fetch_sub(1, Ordering::SeqCst);
         }
         true
@@ -143,11 +106,11 @@ mod tests {
     use crossbeam_channel::{Receiver, unbounded};
 
     use super::{Job, take_ready};
-    use crate::annotate::Annotator;
     use crate::backend::cpu::CpuBackend;
     use crate::engine::{AnyEngine, ModelSpec, Preset, load_cpu_engines};
     use crate::frame::PixelFormat;
     use crate::temporal::{DEFAULT_WEIGHT, StreamTemporal, TemporalSettings};
+    use crate::annotate::Annotator;
     use crate::video::frame::DecodedFrame;
     use crate::video::pool::{OutputItem, StreamCounters, StreamInput, WorkerPool};
     use crate::video::ring::FrameRing;
@@ -156,44 +119,17 @@ mod tests {
 
     /// A file-like stream whose ring already holds `frames` distinct 64x48
     /// RGBA frames, pts `i * FRAME_NS + offset`.
-    fn stream(
-        name: &str,
-        frames: u64,
-        offset: u64,
-        smoothing: bool,
-    ) -> (Arc<StreamInput>, Receiver<OutputItem>) {
+    fn stream(name: &str, frames: u64, offset: u64, smoothing: bool) -> (Arc<StreamInput>, Receiver<OutputItem>) {
         let ring = Arc::new(FrameRing::new(16, 16, false));
         for i in 0..frames {
-            let data: Vec<u8> = (0..64 * 48 * 4)
-                .map(|p| (p as u64 * (i + 3) + offset) as u8)
-                .collect();
+            let data: Vec<u8> = (0..64 * 48 * 4).map(|p| (p as u64 * (i + 3) + offset) as u8).collect();
             let pts = Some(i * FRAME_NS + offset);
-            ring.push(&DecodedFrame {
-                data: &data,
-                width: 64,
-                height: 48,
-                stride: 256,
-                format: PixelFormat::Rgba,
-                chroma: None,
-                pts,
-                duration: None,
-            });
+            ring.push(&DecodedFrame { data: &data, width: 64, height: 48, stride: 256, format: PixelFormat::Rgba, chroma: None, pts, duration: None });
         }
         let (output, rx) = unbounded();
         let smoothing = smoothing.then_some(DEFAULT_WEIGHT);
-        let temporal = StreamTemporal::new(TemporalSettings {
-            smoothing,
-            hood: false,
-            connected_road: false,
-        });
-        let input = StreamInput {
-            name: name.into(),
-            ring,
-            output,
-            counters: Arc::new(StreamCounters::default()),
-            want_masks: true,
-            temporal,
-        };
+        let temporal = StreamTemporal::new(TemporalSettings { smoothing, hood: false, connected_road: false });
+        let input = StreamInput { name: name.into(), ring, output, counters: Arc::new(StreamCounters::default()), want_masks: true, temporal };
         (Arc::new(input), rx)
     }
 
@@ -205,20 +141,13 @@ mod tests {
         let streams = [a.clone(), b.clone()];
         let (mut next, mut jobs) = (0, Vec::new());
         take_ready(&streams, &mut next, 4, &mut jobs);
-        let taken: Vec<_> = jobs
-            .iter()
-            .map(|j: &Job| (j.stream.name.as_str(), j.buf.seq))
-            .collect();
+        let taken: Vec<_> = jobs.iter().map(|j: &Job| (j.stream.name.as_str(), j.buf.seq)).collect();
         assert_eq!(taken, [("a", 0), ("b", 0), ("a", 1), ("a", 2)]);
         assert_eq!((a.in_flight(), b.in_flight()), (3, 1));
         jobs.clear();
         take_ready(&streams, &mut next, 4, &mut jobs);
         assert!(jobs.is_empty());
-        assert_eq!(
-            (a.in_flight(), b.in_flight()),
-            (3, 1),
-            "empty rings leave the counts alone"
-        );
+        assert_eq!((a.in_flight(), b.in_flight()), (3, 1), "empty rings leave the counts alone");
         // A batch of 2 from a fuller stream stops at 2.
         let (c, _rc) = stream("c", 5, 0, false);
         take_ready(std::slice::from_ref(&c), &mut 0, 2, &mut jobs);
@@ -231,28 +160,11 @@ mod tests {
         // Rule: with workers.batch = 4, frames from two streams (one smoothing its logits) run in shared batches, and each stream's output gets every frame once, in order, with its own pts and a frame-sized mask; the in-flight counts return to 0.
         let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/odd-bf16-203x141");
         let road = ["label_0".to_string()];
-        let spec = ModelSpec {
-            path: &model,
-            size: (96, 64),
-            preset: Preset::Fast,
-            road_classes: &road,
-            confidence_threshold: 0.3,
-            cuda_graphs: false,
-        };
-        let (engines, _) =
-            load_cpu_engines(&spec, CpuBackend::new(), 1).expect("the test model loads");
+        let spec = ModelSpec { path: &model, size: (96, 64), preset: Preset::Fast, road_classes: &road, confidence_threshold: 0.3, cuda_graphs: false };
+        let (engines, _) = load_cpu_engines(&spec, CpuBackend::new(), 1).expect("the test model loads");
         let engines = engines.into_iter().map(AnyEngine::from).collect();
-        let annotator = Annotator {
-            style: Default::default(),
-            show_text: true,
-        };
-        let pool = WorkerPool::start(
-            engines,
-            4,
-            annotator,
-            Arc::new(|_, _, _| {}),
-            Arc::new(|_| {}),
-        );
+        let annotator = Annotator { style: Default::default(), show_text: true };
+        let pool = WorkerPool::start(engines, 4, annotator, Arc::new(|_, _, _| {}), Arc::new(|_| {}));
         // Every frame is queued before its stream is added, so the first take
         // finds at least four frames ready.
         let (a, ra) = stream("a", 7, 0, true);
@@ -266,12 +178,7 @@ mod tests {
                 match rx.recv_timeout(Duration::from_secs(60)) {
                     Ok(OutputItem::Frame { buf, .. }) => {
                         assert_eq!(buf.seq, i, "{}: frames in order", input.name);
-                        assert_eq!(
-                            buf.timing.pts,
-                            Some(i * FRAME_NS + offset),
-                            "{} frame {i}: its own pts",
-                            input.name
-                        );
+                        assert_eq!(buf.timing.pts, Some(i * FRAME_NS + offset), "{} frame {i}: its own pts", input.name);
                         assert_eq!(buf.road_mask.len(), 64 * 48);
                         *inferred_at.entry(buf.stages.inferred).or_default() += 1;
                         input.ring.recycle(buf);
@@ -280,33 +187,12 @@ mod tests {
                 }
             }
         }
-        assert!(
-            ra.is_empty() && rb.is_empty(),
-            "nothing more than the frames"
-        );
+        assert!(ra.is_empty() && rb.is_empty(), "nothing more than the frames");
         // Frames of one batch share its inference instant; single runs never do.
-        assert!(
-            inferred_at.values().any(|&n| n >= 2),
-            "some frames ran as a batch: {inferred_at:?}"
-        );
-        assert!(
-            inferred_at.values().all(|&n| n <= 4),
-            "no batch over 4: {inferred_at:?}"
-        );
-        assert_eq!(
-            (
-                a.counters.in_flight.load(Ordering::SeqCst),
-                b.counters.in_flight.load(Ordering::SeqCst)
-            ),
-            (0, 0)
-        );
-        assert_eq!(
-            (
-                a.counters.inferred.load(Ordering::SeqCst),
-                b.counters.inferred.load(Ordering::SeqCst)
-            ),
-            (7, 6)
-        );
+        assert!(inferred_at.values().any(|&n| n >= 2), "some frames ran as a batch: {inferred_at:?}");
+        assert!(inferred_at.values().all(|&n| n <= 4), "no batch over 4: {inferred_at:?}");
+        assert_eq!((a.counters.in_flight.load(Ordering::SeqCst), b.counters.in_flight.load(Ordering::SeqCst)), (0, 0));
+        assert_eq!((a.counters.inferred.load(Ordering::SeqCst), b.counters.inferred.load(Ordering::SeqCst)), (7, 6));
         pool.shutdown();
     }
 }

@@ -54,12 +54,7 @@ impl RtspFeed {
         info: VideoInfo,
         encoder: &EncoderChoice,
     ) -> Result<(RtspFeed, rtsp::RTSPMediaFactory), RtspError> {
-        let packed = Packed::new(info.width, info.height, info.format).map_err(|source| {
-            RtspError::FrameSize {
-                path: path.to_string(),
-                source,
-            }
-        })?;
+        let packed = Packed::new(info.width, info.height, info.format).map_err(|source| RtspError::FrameSize { path: path.to_string(), source })?;
         let launch = fill(
             FEED,
             &[
@@ -103,19 +98,13 @@ impl RtspFeed {
             media.connect_unprepared(move |_| {
                 let Some(inner) = weak.upgrade() else { return };
                 if let Ok(mut live) = inner.live.lock()
-                    && live
-                        .as_ref()
-                        .is_some_and(|l| Some(&l.appsrc) == this.upgrade().as_ref())
+                    && live.as_ref().is_some_and(|l| Some(&l.appsrc) == this.upgrade().as_ref())
                 {
                     *live = None;
                 }
             });
             if let Ok(mut live) = inner.live.lock() {
-                *live = Some(Live {
-                    appsrc,
-                    offset: None,
-                    last_out: None,
-                });
+                *live = Some(Live { appsrc, offset: None, last_out: None });
             }
             tracing::info!(path = %inner.path, "RTSP stream has a client");
         });
@@ -134,50 +123,28 @@ impl RtspFeed {
     /// Sends one frame (laid out as the stream was added with) to every client of this stream. Ok(false): nobody is
     /// watching (or the stream was removed) and the frame was dropped, which is
     /// the normal case between clients. Never blocks on the network or encoder.
-    pub fn push(
-        &self,
-        pixels: &[u8],
-        stride: usize,
-        timing: FrameTiming,
-    ) -> Result<bool, RtspError> {
+    pub fn push(&self, pixels: &[u8], stride: usize, timing: FrameTiming) -> Result<bool, RtspError> {
         let inner = &self.inner;
         inner
             .packed
             .check(pixels.len(), stride)
-            .map_err(|source| RtspError::FrameSize {
-                path: inner.path.clone(),
-                source,
-            })?;
+            .map_err(|source| RtspError::FrameSize { path: inner.path.clone(), source })?;
         if inner.removed.load(Ordering::Acquire) {
             return Ok(false);
         }
         // Only the stamp is computed under the lock; the copy and push happen outside it.
         let (appsrc, pts) = {
-            let Ok(mut guard) = inner.live.lock() else {
-                return Ok(false);
-            };
-            let Some(live) = guard.as_mut() else {
-                return Ok(false);
-            };
+            let Ok(mut guard) = inner.live.lock() else { return Ok(false) };
+            let Some(live) = guard.as_mut() else { return Ok(false) };
             // Until the media is PLAYING its base time may still be unset, which
             // makes the "running time" the raw clock (hours): drop frames till then.
-            if live.appsrc.current_state() != gst::State::Playing
-                || live.appsrc.base_time().is_none()
-            {
+            if live.appsrc.current_state() != gst::State::Playing || live.appsrc.base_time().is_none() {
                 return Ok(false);
             }
-            let Some(now) = live.appsrc.current_running_time() else {
-                return Ok(false);
-            };
+            let Some(now) = live.appsrc.current_running_time() else { return Ok(false) };
             (live.appsrc.clone(), live.stamp(timing.pts, now.nseconds()))
         };
-        let buffer = inner.packed.buffer(
-            &inner.pool,
-            pixels,
-            stride,
-            Some(pts),
-            timing.duration.or(inner.frame_ns),
-        )?;
+        let buffer = inner.packed.buffer(&inner.pool, pixels, stride, Some(pts), timing.duration.or(inner.frame_ns))?;
         // Flushing here means the media is shutting down under us: a dropped frame.
         Ok(appsrc.push_buffer(buffer).is_ok())
     }
@@ -185,13 +152,7 @@ impl RtspFeed {
     /// Ends the stream for current clients and drops every later frame.
     pub(super) fn close(&self) {
         self.inner.removed.store(true, Ordering::Release);
-        let appsrc = self
-            .inner
-            .live
-            .lock()
-            .ok()
-            .and_then(|mut l| l.take())
-            .map(|l| l.appsrc);
+        let appsrc = self.inner.live.lock().ok().and_then(|mut l| l.take()).map(|l| l.appsrc);
         if let Some(appsrc) = appsrc {
             let _ = appsrc.end_of_stream();
         }
@@ -208,9 +169,7 @@ impl Live {
             _ => None,
         };
         let ok = |out: i128| {
-            out >= 0
-                && (out - now as i128).abs() < MAX_DRIFT_NS
-                && self.last_out.is_none_or(|l| out > l as i128)
+            out >= 0 && (out - now as i128).abs() < MAX_DRIFT_NS && self.last_out.is_none_or(|l| out > l as i128)
         };
         let out = match candidate {
             Some(out) if ok(out) => out as Nanos,
@@ -243,11 +202,7 @@ mod tests {
     fn live() -> Live {
         gst::init().unwrap();
         let appsrc = gst_app::AppSrc::builder().build();
-        Live {
-            appsrc,
-            offset: None,
-            last_out: None,
-        }
+        Live { appsrc, offset: None, last_out: None }
     }
 
     #[test]

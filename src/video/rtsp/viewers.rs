@@ -40,51 +40,28 @@ impl Viewers {
     fn mount_of(&self, request_path: &str) -> Option<String> {
         let path = request_path.trim_end_matches('/');
         let counts = self.lock();
-        counts
-            .keys()
-            .filter(|m| path == m.as_str() || path.starts_with(&format!("{m}/")))
-            .max_by_key(|m| m.len())
-            .cloned()
+        counts.keys().filter(|m| path == m.as_str() || path.starts_with(&format!("{m}/"))).max_by_key(|m| m.len()).cloned()
     }
 
     /// A PLAY for `request_path` from `client`.
     pub fn play(&self, client: &ClientMounts, request_path: &str) {
-        let Some(mount) = self.mount_of(request_path) else {
-            return;
-        };
-        if client
-            .playing
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(mount.clone())
-        {
+        let Some(mount) = self.mount_of(request_path) else { return };
+        if client.playing.lock().unwrap_or_else(PoisonError::into_inner).insert(mount.clone()) {
             *self.lock().entry(mount).or_insert(0) += 1;
         }
     }
 
     /// A TEARDOWN for `request_path` from `client`.
     pub fn teardown(&self, client: &ClientMounts, request_path: &str) {
-        let Some(mount) = self.mount_of(request_path) else {
-            return;
-        };
-        if client
-            .playing
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&mount)
-        {
+        let Some(mount) = self.mount_of(request_path) else { return };
+        if client.playing.lock().unwrap_or_else(PoisonError::into_inner).remove(&mount) {
             self.leave(&mount);
         }
     }
 
     /// `client` disconnected: it leaves every mount it still played.
     pub fn closed(&self, client: &ClientMounts) {
-        let mounts = std::mem::take(
-            &mut *client
-                .playing
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
+        let mounts = std::mem::take(&mut *client.playing.lock().unwrap_or_else(PoisonError::into_inner));
         for mount in mounts {
             self.leave(&mount);
         }

@@ -33,18 +33,12 @@ impl Watch {
             };
             let end = match msg.view() {
                 gst::MessageView::Eos(_) => Some(None),
-                gst::MessageView::Error(e) => Some(Some(classify(
-                    &self.uri,
-                    self.scheme,
-                    &Failure::from_message(e),
-                ))),
-                gst::MessageView::Application(a) => {
-                    match a.structure().map(|s| s.name().as_str()) {
-                        Some(STOP) => return,
-                        Some(NO_VIDEO) => Some(Some(no_video(&self.uri, a.structure()))),
-                        _ => None,
-                    }
-                }
+                gst::MessageView::Error(e) => Some(Some(classify(&self.uri, self.scheme, &Failure::from_message(e)))),
+                gst::MessageView::Application(a) => match a.structure().map(|s| s.name().as_str()) {
+                    Some(STOP) => return,
+                    Some(NO_VIDEO) => Some(Some(no_video(&self.uri, a.structure()))),
+                    _ => None,
+                },
                 gst::MessageView::Warning(w) => {
                     self.handler.on_damaged_input();
                     warnings.log(&self.uri, &describe_warning(w));
@@ -116,18 +110,10 @@ fn no_video(uri: &str, s: Option<&gst::StructureRef>) -> SourceError {
     let get = |f: &str| s.and_then(|s| s.get::<String>(f).ok()).unwrap_or_default();
     let undecodable = get("undecodable");
     if !undecodable.is_empty() {
-        return SourceProblem::MissingPlugin
-            .at(uri.into(), format!("no decoder for {undecodable}"));
+        return SourceProblem::MissingPlugin.at(uri.into(), format!("no decoder for {undecodable}"));
     }
     let streams = get("streams");
-    SourceError::NoVideo {
-        uri: uri.into(),
-        streams: if streams.is_empty() {
-            "nothing".into()
-        } else {
-            streams
-        },
-    }
+    SourceError::NoVideo { uri: uri.into(), streams: if streams.is_empty() { "nothing".into() } else { streams } }
 }
 
 /// GStreamer's error domains mapped to what the user should check.
@@ -137,15 +123,10 @@ pub(super) fn classify(uri: &str, scheme: Scheme, f: &Failure) -> SourceError {
     let network = scheme.is_network();
     if let Some(e) = f.error.kind::<ResourceError>() {
         return match e {
-            ResourceError::NotFound if scheme == Scheme::V4l2 => {
-                SourceProblem::CannotOpen.at(uri, detail)
-            }
+            ResourceError::NotFound if scheme == Scheme::V4l2 => SourceProblem::CannotOpen.at(uri, detail),
             ResourceError::NotFound => SourceError::NotFound { uri },
             ResourceError::NotAuthorized => SourceProblem::Unauthorized.at(uri, detail),
-            ResourceError::OpenRead
-            | ResourceError::OpenReadWrite
-            | ResourceError::Read
-            | ResourceError::Busy
+            ResourceError::OpenRead | ResourceError::OpenReadWrite | ResourceError::Read | ResourceError::Busy
                 if network =>
             {
                 SourceProblem::Unreachable.at(uri, detail)
@@ -155,17 +136,12 @@ pub(super) fn classify(uri: &str, scheme: Scheme, f: &Failure) -> SourceError {
     }
     // souphttpsrc (1.22) reports a refused or dropped connection only as its
     // streaming task failing, with no resource error of its own.
-    if network
-        && f.element == "source"
-        && f.error.kind::<StreamError>() == Some(StreamError::Failed)
-    {
+    if network && f.element == "source" && f.error.kind::<StreamError>() == Some(StreamError::Failed) {
         return SourceProblem::Unreachable.at(uri, format!("no data from the server ({detail})"));
     }
     if let Some(e) = f.error.kind::<StreamError>() {
         return match e {
-            StreamError::TypeNotFound | StreamError::WrongType => {
-                SourceProblem::NotMedia.at(uri, detail)
-            }
+            StreamError::TypeNotFound | StreamError::WrongType => SourceProblem::NotMedia.at(uri, detail),
             StreamError::CodecNotFound => SourceProblem::MissingPlugin.at(uri, detail),
             _ => SourceProblem::Stream.at(uri, detail),
         };

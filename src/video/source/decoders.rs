@@ -65,10 +65,7 @@ pub(super) fn skip_hardware(dec: &gst::Element) {
         return;
     };
     dec.connect("autoplug-select", false, move |args| {
-        let hw = args
-            .get(3)
-            .and_then(|v| v.get::<gst::ElementFactory>().ok())
-            .is_some_and(|f| is_hardware(&f));
+        let hw = args.get(3).and_then(|v| v.get::<gst::ElementFactory>().ok()).is_some_and(|f| is_hardware(&f));
         // 0 = TRY, 2 = SKIP
         glib::EnumClass::with_type(result_type).and_then(|c| c.to_value(if hw { 2 } else { 0 }))
     });

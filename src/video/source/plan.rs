@@ -16,9 +16,7 @@ const V4L2: &str = include_str!("../../../pipelines/source-v4l2.txt");
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TestUriError {
     /// `shown` stops short of any `user:password@`.
-    #[error(
-        "bad pattern {shown:?} (a videotestsrc pattern name such as smpte or ball; no user:password@)"
-    )]
+    #[error("bad pattern {shown:?} (a videotestsrc pattern name such as smpte or ball; no user:password@)")]
     Pattern { shown: String },
     #[error("query item {0:?} is not key=value")]
     NotKeyValue(String),
@@ -45,26 +43,18 @@ pub(super) fn plan(settings: &SourceSettings) -> Result<Plan, SourceError> {
     let shown = SourceUri::redacted(raw);
     if raw.contains('\0') {
         // glib's path and URI conversions panic on NUL.
-        return Err(SourceError::BadUri {
-            uri: shown.escape_default().to_string(),
-            reason: "contains a NUL byte".into(),
-        });
+        return Err(SourceError::BadUri { uri: shown.escape_default().to_string(), reason: "contains a NUL byte".into() });
     }
     let Some((_, rest)) = raw.split_once("://") else {
         return plan_path(raw, &shown, settings);
     };
-    let scheme =
-        Scheme::of(raw).ok_or_else(|| SourceError::UnsupportedScheme { uri: shown.clone() })?;
-    let bad = |reason: &str| SourceError::BadUri {
-        uri: shown.clone(),
-        reason: reason.into(),
-    };
+    let scheme = Scheme::of(raw).ok_or_else(|| SourceError::UnsupportedScheme { uri: shown.clone() })?;
+    let bad = |reason: &str| SourceError::BadUri { uri: shown.clone(), reason: reason.into() };
     let sync = if settings.live { "true" } else { "false" };
     let description = match scheme {
         Scheme::File => {
             // glib's message quotes the URI: show it masked.
-            let (path, _) =
-                glib::filename_from_uri(raw).map_err(|e| bad(&e.message().replace(raw, &shown)))?;
+            let (path, _) = glib::filename_from_uri(raw).map_err(|e| bad(&e.message().replace(raw, &shown)))?;
             if !path.exists() {
                 return Err(SourceError::NotFound { uri: shown });
             }
@@ -80,37 +70,22 @@ pub(super) fn plan(settings: &SourceSettings) -> Result<Plan, SourceError> {
             fill(V4L2, &[("device", &quote(rest))])
         }
         Scheme::Test => {
-            test_description(rest, settings.live).map_err(|source| SourceError::BadTestUri {
-                uri: shown.clone(),
-                source,
-            })?
+            test_description(rest, settings.live).map_err(|source| SourceError::BadTestUri { uri: shown.clone(), source })?
         }
     };
-    Ok(Plan {
-        scheme,
-        description,
-        shown,
-    })
+    Ok(Plan { scheme, description, shown })
 }
 
 /// A bare path is taken as a file, so `roadseg run clip.mp4` works.
 fn plan_path(raw: &str, shown: &str, settings: &SourceSettings) -> Result<Plan, SourceError> {
     if raw.is_empty() {
-        return Err(SourceError::BadUri {
-            uri: shown.into(),
-            reason: "empty".into(),
-        });
+        return Err(SourceError::BadUri { uri: shown.into(), reason: "empty".into() });
     }
     let path = Path::new(raw);
     let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-    let uri = glib::filename_to_uri(&abs, None).map_err(|e| SourceError::BadUri {
-        uri: shown.into(),
-        reason: e.message().into(),
-    })?;
-    plan(&SourceSettings {
-        uri: uri.to_string(),
-        ..settings.clone()
-    })
+    let uri = glib::filename_to_uri(&abs, None)
+        .map_err(|e| SourceError::BadUri { uri: shown.into(), reason: e.message().into() })?;
+    plan(&SourceSettings { uri: uri.to_string(), ..settings.clone() })
 }
 
 /// `test://smpte?width=640&height=480&fps=25&num-buffers=100`
@@ -119,30 +94,19 @@ fn test_description(rest: &str, live: bool) -> Result<String, TestUriError> {
     let pattern = pattern.trim_end_matches('/');
     let pattern = if pattern.is_empty() { "smpte" } else { pattern };
     // Only a pattern nick can go into the description, nothing that could add elements.
-    if !pattern
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || c == '-')
-    {
+    if !pattern.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
         // Not echoed past an '@': that part reads as user:password.
         let shown = pattern.rsplit_once('@').map_or(pattern, |(_, p)| p);
-        return Err(TestUriError::Pattern {
-            shown: shown.to_string(),
-        });
+        return Err(TestUriError::Pattern { shown: shown.to_string() });
     }
-    let (mut width, mut height, mut fps, mut num_buffers) =
-        (640u32, 480u32, "25/1".to_string(), -1i64);
+    let (mut width, mut height, mut fps, mut num_buffers) = (640u32, 480u32, "25/1".to_string(), -1i64);
     for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair
-            .split_once('=')
-            .ok_or_else(|| TestUriError::NotKeyValue(pair.to_string()))?;
+        let (k, v) = pair.split_once('=').ok_or_else(|| TestUriError::NotKeyValue(pair.to_string()))?;
         let num = |v: &str| {
             v.parse::<u32>()
                 .ok()
                 .filter(|n| *n > 0)
-                .ok_or_else(|| TestUriError::NotPositive {
-                    key: k.to_string(),
-                    value: v.to_string(),
-                })
+                .ok_or_else(|| TestUriError::NotPositive { key: k.to_string(), value: v.to_string() })
         };
         match k {
             "width" => width = num(v)?,
@@ -176,11 +140,7 @@ mod tests {
 
     #[test]
     fn test_uris_are_checked() {
-        assert!(
-            test_description("ball?width=64&height=48&fps=30000/1001", true)
-                .unwrap()
-                .contains("30000/1001")
-        );
+        assert!(test_description("ball?width=64&height=48&fps=30000/1001", true).unwrap().contains("30000/1001"));
         assert!(test_description("smpte ! filesink", true).is_err());
         assert!(test_description("smpte?width=0", true).is_err());
         assert!(test_description("smpte?colour=red", true).is_err());

@@ -123,24 +123,15 @@ impl FrameHandler for RingFeeder {
             let seq = self.ring.skip();
             // Still a decoded frame: fps in stays the source's rate.
             self.observer.decoded(self.ring.depth());
-            let _ = self.output.send(OutputItem::Skipped {
-                seq,
-                reason: SkipReason::RateLimited,
-            });
+            let _ = self.output.send(OutputItem::Skipped { seq, reason: SkipReason::RateLimited });
             return FlowAction::Continue;
         }
         let pushed = self.ring.push(&frame);
         self.observer.decoded(self.ring.depth());
         match pushed {
             Pushed::Queued { .. } | Pushed::RateLimited { .. } => {}
-            Pushed::QueuedDroppingOldest {
-                dropped_seq: seq, ..
-            }
-            | Pushed::DroppedIncoming { seq } => {
-                let _ = self.output.send(OutputItem::Skipped {
-                    seq,
-                    reason: SkipReason::RingFull,
-                });
+            Pushed::QueuedDroppingOldest { dropped_seq: seq, .. } | Pushed::DroppedIncoming { seq } => {
+                let _ = self.output.send(OutputItem::Skipped { seq, reason: SkipReason::RingFull });
             }
             Pushed::Closed => return FlowAction::Stop,
         }

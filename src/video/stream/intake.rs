@@ -50,14 +50,7 @@ impl Intake {
         feeder: Arc<RingFeeder>,
         (requeue, events): (Sender<SourceEvent>, Receiver<SourceEvent>),
     ) -> Intake {
-        Intake {
-            settings,
-            first_frame_timeout,
-            feeder,
-            events,
-            requeue,
-            source: None,
-        }
+        Intake { settings, first_frame_timeout, feeder, events, requeue, source: None }
     }
 
     /// What the source reports: its end or its failure.
@@ -83,13 +76,7 @@ impl Intake {
     pub(super) fn connect(&mut self, stop: &StopSignal) -> Result<VideoInfo, FirstFrameError> {
         self.drop_source();
         let source = Source::start(self.settings.clone(), self.feeder.clone())?;
-        match first_frame(
-            &source,
-            &self.events,
-            &self.requeue,
-            self.first_frame_timeout,
-            stop,
-        ) {
+        match first_frame(&source, &self.events, &self.requeue, self.first_frame_timeout, stop) {
             Ok(info) => {
                 self.source = Some(source);
                 Ok(info)
@@ -134,30 +121,19 @@ fn first_frame(
             Wake::Item(event) if source.info().is_some() => {
                 let _ = requeue.send(event);
             }
-            Wake::Item(SourceEvent::Eos) => {
-                return Err(FirstFrameError::Ended {
-                    uri: source.uri().to_string(),
-                });
-            }
+            Wake::Item(SourceEvent::Eos) => return Err(FirstFrameError::Ended { uri: source.uri().to_string() }),
             Wake::Item(SourceEvent::Error(e)) => return Err(e.into()),
             Wake::Idle => {}
         }
         if Instant::now() >= deadline {
-            return Err(FirstFrameError::Silent {
-                uri: source.uri().to_string(),
-                waited: limit,
-            });
+            return Err(FirstFrameError::Silent { uri: source.uri().to_string(), waited: limit });
         }
     }
 }
 
 /// The size and rate of `settings`' frames, from a source started for its
 /// first frame and stopped again; waits at most `limit`.
-pub fn probe(
-    settings: &SourceSettings,
-    limit: Duration,
-    stop: &StopSignal,
-) -> Result<VideoInfo, FirstFrameError> {
+pub fn probe(settings: &SourceSettings, limit: Duration, stop: &StopSignal) -> Result<VideoInfo, FirstFrameError> {
     let (tx, events) = crossbeam_channel::unbounded();
     let source = Source::start(settings.clone(), Arc::new(Probe(tx.clone())))?;
     let found = first_frame(&source, &events, &tx, limit, stop);

@@ -75,31 +75,18 @@ pub(super) fn open(
     info: VideoInfo,
     rtsp: Option<&Arc<RtspServer>>,
 ) -> Result<Opened, OutputsError> {
-    let mut mounts = Mounts {
-        server: rtsp.cloned(),
-        paths: Vec::new(),
-    };
+    let mut mounts = Mounts { server: rtsp.cloned(), paths: Vec::new() };
     let opened = open_each(stream, outputs, stats, info, &mut mounts);
     if opened.is_err() {
         mounts.remove(stream);
     }
     let (sinks, stats) = opened?;
-    Ok(Opened {
-        sinks,
-        stats,
-        mounts,
-    })
+    Ok(Opened { sinks, stats, mounts })
 }
 
 type Sinks = (Vec<Box<dyn FrameSink>>, Option<StatsWriter>);
 
-fn open_each(
-    stream: &str,
-    outputs: &[OutputSpec],
-    stats: Option<&StatsTarget>,
-    info: VideoInfo,
-    mounts: &mut Mounts,
-) -> Result<Sinks, OutputsError> {
+fn open_each(stream: &str, outputs: &[OutputSpec], stats: Option<&StatsTarget>, info: VideoInfo, mounts: &mut Mounts) -> Result<Sinks, OutputsError> {
     let mut sinks: Vec<Box<dyn FrameSink>> = Vec::new();
     for output in outputs {
         match output {
@@ -108,17 +95,10 @@ fn open_each(
                 tracing::info!(stream = %stream, file = %target.path.display(), "recording");
                 sinks.push(Box::new(file));
             }
-            OutputSpec::Rtsp {
-                mount,
-                bitrate_kbps,
-            } => {
+            OutputSpec::Rtsp { mount, bitrate_kbps } => {
                 let server = mounts.server.clone().ok_or(OutputsError::NoRtspServer)?;
                 let feed = server
-                    .add_stream_with(
-                        mount,
-                        info.with_known_rate(),
-                        &RtspServer::encoder(*bitrate_kbps),
-                    )
+                    .add_stream_with(mount, info.with_known_rate(), &RtspServer::encoder(*bitrate_kbps))
                     .map_err(OutputsError::Rtsp)?;
                 mounts.paths.push(mount.clone());
                 sinks.push(Box::new(RtspOutput(feed)));
@@ -127,12 +107,8 @@ fn open_each(
     }
     let stats = match stats {
         None => None,
-        Some(StatsTarget::Create(path)) => {
-            Some(StatsWriter::create(path).map_err(OutputsError::Stats)?)
-        }
-        Some(StatsTarget::Append { path, stream }) => {
-            Some(StatsWriter::append(path, stream).map_err(OutputsError::Stats)?)
-        }
+        Some(StatsTarget::Create(path)) => Some(StatsWriter::create(path).map_err(OutputsError::Stats)?),
+        Some(StatsTarget::Append { path, stream }) => Some(StatsWriter::append(path, stream).map_err(OutputsError::Stats)?),
     };
     Ok((sinks, stats))
 }

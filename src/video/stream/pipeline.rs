@@ -7,9 +7,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::temporal::{StreamTemporal, TemporalSettings};
-use crate::video::output::{
-    FrameSink, OutputParts, OutputStage, OutputSummary, StatsWriter, StreamObserver,
-};
+use crate::video::output::{FrameSink, OutputParts, OutputStage, OutputSummary, StatsWriter, StreamObserver};
 use crate::video::pool::{OutputItem, StreamCounters, StreamInput, WorkerPool};
 use crate::video::ring::FrameRing;
 
@@ -56,12 +54,7 @@ impl StreamPipeline {
             finish_timeout: parts.finish_timeout,
         });
         pool.add_stream(input.clone());
-        StreamPipeline {
-            name: parts.name,
-            ring: parts.ring,
-            input,
-            output,
-        }
+        StreamPipeline { name: parts.name, ring: parts.ring, input, output }
     }
 
     /// Waits (up to `deadline`) for queued and in-flight frames to be

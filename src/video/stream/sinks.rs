@@ -37,30 +37,17 @@ impl FileOutput {
     /// failure; one file ends at its first error (reopening would overwrite it).
     pub(super) fn open(target: FileTarget, info: VideoInfo) -> Result<Self, SinkError> {
         let sink = open_file_sink_at(&target, info, 0)?;
-        let reopen = target.segment_seconds.map(|_| Reopen {
-            target,
-            info,
-            next_index: 0,
-            retry_at: Instant::now(),
-            last_error: None,
-        });
-        Ok(FileOutput {
-            sink: Some(sink),
-            reopen,
-        })
+        let reopen = target.segment_seconds.map(|_| Reopen { target, info, next_index: 0, retry_at: Instant::now(), last_error: None });
+        Ok(FileOutput { sink: Some(sink), reopen })
     }
 
     /// The failed sink is closed (what it finished stays) and the next start
     /// numbered after every segment it may have begun.
     fn pause(&mut self, err: SinkError) -> OutputError {
-        let Some(r) = self.reopen.as_mut() else {
-            return err.into();
-        };
+        let Some(r) = self.reopen.as_mut() else { return err.into() };
         let err = Arc::new(err);
         if let Some(sink) = self.sink.take() {
-            let begun = sink
-                .finish(Duration::from_secs(1))
-                .map_or(1, |f| f.files.len() as u32 + 1);
+            let begun = sink.finish(Duration::from_secs(1)).map_or(1, |f| f.files.len() as u32 + 1);
             r.next_index += begun;
             tracing::warn!(file = %r.target.path.display(), "recording paused: {err}; retrying every {} s", REOPEN_EVERY.as_secs());
         }
@@ -70,26 +57,12 @@ impl FileOutput {
     }
 
     fn try_reopen(&mut self) -> Result<(), OutputError> {
-        let Some(r) = self.reopen.as_mut() else {
-            return Err(OutputError::Ended);
-        };
-        if let Some(err) = r
-            .last_error
-            .as_ref()
-            .filter(|_| Instant::now() < r.retry_at)
-        {
+        let Some(r) = self.reopen.as_mut() else { return Err(OutputError::Ended) };
+        if let Some(err) = r.last_error.as_ref().filter(|_| Instant::now() < r.retry_at) {
             return Err(OutputError::Paused(err.clone()));
         }
         // Skip numbers already on disk: a resumed recording never overwrites.
-        let name = |i: u32| {
-            PathBuf::from(
-                r.target
-                    .path
-                    .to_string_lossy()
-                    .replace("%05d", &format!("{i:05}"))
-                    .replace("%%", "%"),
-            )
-        };
+        let name = |i: u32| PathBuf::from(r.target.path.to_string_lossy().replace("%05d", &format!("{i:05}")).replace("%%", "%"));
         while !r.target.wall_clock_names && name(r.next_index).exists() {
             r.next_index += 1;
         }
@@ -125,10 +98,7 @@ impl FrameSink for FileOutput {
     }
     fn finish(self: Box<Self>, timeout: Duration) -> Result<(), OutputError> {
         let Some(sink) = self.sink else {
-            return Err(self
-                .reopen
-                .and_then(|r| r.last_error)
-                .map_or(OutputError::Failed, OutputError::File));
+            return Err(self.reopen.and_then(|r| r.last_error).map_or(OutputError::Failed, OutputError::File));
         };
         let files = sink.finish(timeout)?;
         for f in &files.files {
@@ -168,12 +138,7 @@ pub struct FileTarget {
 impl FileTarget {
     /// One file at the default bitrate.
     pub fn single(path: PathBuf) -> Self {
-        FileTarget {
-            path,
-            segment_seconds: None,
-            bitrate_kbps: DEFAULT_BITRATE_KBPS,
-            wall_clock_names: false,
-        }
+        FileTarget { path, segment_seconds: None, bitrate_kbps: DEFAULT_BITRATE_KBPS, wall_clock_names: false }
     }
 
     /// A sink writing frames of `info` here (for writers that are not a
@@ -188,28 +153,12 @@ pub const DEFAULT_BITRATE_KBPS: u32 = 4000;
 
 /// Opens the file sink for frames of `info`, making its folder, numbering
 /// segments from `start_index`.
-fn open_file_sink_at(
-    target: &FileTarget,
-    info: VideoInfo,
-    start_index: u32,
-) -> Result<FileSink, SinkError> {
+fn open_file_sink_at(target: &FileTarget, info: VideoInfo, start_index: u32) -> Result<FileSink, SinkError> {
     // Wall-clock folders are made per segment, by the sink.
-    if let Some(dir) = target
-        .path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty() && !target.wall_clock_names)
-    {
-        std::fs::create_dir_all(dir).map_err(|source| SinkError::CreateDir {
-            dir: dir.into(),
-            source,
-        })?;
+    if let Some(dir) = target.path.parent().filter(|d| !d.as_os_str().is_empty() && !target.wall_clock_names) {
+        std::fs::create_dir_all(dir).map_err(|source| SinkError::CreateDir { dir: dir.into(), source })?;
     }
-    let mut settings = FileSinkSettings::new(
-        target.path.clone(),
-        info.width,
-        info.height,
-        info.frame_rate(),
-    );
+    let mut settings = FileSinkSettings::new(target.path.clone(), info.width, info.height, info.frame_rate());
     settings.format = info.format;
     settings.segment_seconds = target.segment_seconds;
     settings.encoder.bitrate_kbps = target.bitrate_kbps;
@@ -217,3 +166,4 @@ fn open_file_sink_at(
     settings.start_index = start_index;
     FileSink::start(settings)
 }
+

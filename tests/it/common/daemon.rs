@@ -79,12 +79,7 @@ impl Daemon {
     }
 
     /// As under systemd's `Type=notify` with `WatchdogSec=0.4`: datagrams go to `socket`.
-    pub fn start_notified(
-        config: &Path,
-        socket: &Path,
-        log: &Path,
-        env: &[(&str, &str)],
-    ) -> Daemon {
+    pub fn start_notified(config: &Path, socket: &Path, log: &Path, env: &[(&str, &str)]) -> Daemon {
         let child = Command::new(BIN)
             .args(["run", "--config"])
             .arg(config)
@@ -96,10 +91,7 @@ impl Daemon {
             .stderr(std::fs::File::create(log).unwrap())
             .spawn()
             .unwrap();
-        Daemon {
-            child,
-            log: log.to_path_buf(),
-        }
+        Daemon { child, log: log.to_path_buf() }
     }
 
     pub fn log(&self) -> String {
@@ -132,9 +124,7 @@ impl Daemon {
     /// SIGTERM, then asserts the daemon exits 0 within 15 s.
     pub fn stop_cleanly(&mut self) {
         self.signal("-TERM");
-        let status = self
-            .wait(Duration::from_secs(15))
-            .expect("exit after SIGTERM");
+        let status = self.wait(Duration::from_secs(15)).expect("exit after SIGTERM");
         assert!(status.success(), "exit {status}; log:\n{}", self.log());
     }
 
@@ -143,16 +133,10 @@ impl Daemon {
         let deadline = Instant::now() + timeout;
         while !cond() {
             if let Some(s) = self.child.try_wait().unwrap() {
-                panic!(
-                    "daemon exited ({s}) while waiting for {what}; log:\n{}",
-                    self.log()
-                );
+                panic!("daemon exited ({s}) while waiting for {what}; log:\n{}", self.log());
             }
             if Instant::now() > deadline {
-                panic!(
-                    "timed out after {timeout:?} waiting for {what}; log:\n{}",
-                    self.log()
-                );
+                panic!("timed out after {timeout:?} waiting for {what}; log:\n{}", self.log());
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -170,9 +154,7 @@ impl Drop for Daemon {
 
 /// GET /metrics from `port` ("" when nothing answers).
 pub fn scrape(port: u16) -> String {
-    let Ok(mut s) =
-        TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2))
-    else {
+    let Ok(mut s) = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2)) else {
         return String::new();
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(3)));
@@ -205,11 +187,7 @@ pub fn labelled_metric(port: u16, name: &str, labels: &[&str]) -> Option<f64> {
 pub fn assert_playable(files: &[PathBuf]) {
     for f in files {
         let (frames, err) = probe_frames(f.to_str().unwrap(), &[]);
-        assert!(
-            frames > 0 && err.is_empty(),
-            "{}: {frames} frames, errors {err:?}",
-            f.display()
-        );
+        assert!(frames > 0 && err.is_empty(), "{}: {frames} frames, errors {err:?}", f.display());
     }
 }
 
@@ -247,26 +225,18 @@ pub fn mp4s(dir: &Path) -> Vec<PathBuf> {
 pub fn start_camera(dir: &Path) -> (Daemon, u16, PathBuf) {
     let camera_port = free_port();
     let camera_config = dir.join("camera.toml");
-    std::fs::write(
-        &camera_config,
-        header(0, camera_port) + &test_stream("cam", "rtsp = \"{stream}\""),
-    )
-    .unwrap();
+    std::fs::write(&camera_config, header(0, camera_port) + &test_stream("cam", "rtsp = \"{stream}\"")).unwrap();
     let camera = Daemon::start(&camera_config, &dir.join("camera.log"));
     (camera, camera_port, camera_config)
 }
 
 /// `GET path` on the metrics port: the whole response, status line first.
 pub fn get(port: u16, path: &str) -> String {
-    let Ok(mut s) =
-        TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2))
-    else {
+    let Ok(mut s) = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2)) else {
         return String::new();
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(3)));
-    let _ = s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
-    );
+    let _ = s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes());
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
     out
@@ -275,10 +245,6 @@ pub fn get(port: u16, path: &str) -> String {
 /// `name` on $PATH.
 pub fn which(name: &str) -> Result<PathBuf, ()> {
     std::env::var_os("PATH")
-        .and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|p| p.join(name))
-                .find(|p| p.is_file())
-        })
+        .and_then(|paths| std::env::split_paths(&paths).map(|p| p.join(name)).find(|p| p.is_file()))
         .ok_or(())
 }

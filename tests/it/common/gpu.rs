@@ -16,12 +16,8 @@ pub fn gpu_or_skip() -> Option<Arc<CudaDevice>> {
             return None;
         }
     };
-    let d = CudaDevice::open(&gpu, &info)
-        .unwrap_or_else(|e| panic!("GPU {} is usable but did not open: {e}", gpu.name));
-    eprintln!(
-        "GPU: {} (sm_{}{}), {} SMs",
-        d.gpu.name, d.gpu.compute_capability.0, d.gpu.compute_capability.1, d.sm_count
-    );
+    let d = CudaDevice::open(&gpu, &info).unwrap_or_else(|e| panic!("GPU {} is usable but did not open: {e}", gpu.name));
+    eprintln!("GPU: {} (sm_{}{}), {} SMs", d.gpu.name, d.gpu.compute_capability.0, d.gpu.compute_capability.1, d.sm_count);
     Some(d)
 }
 
@@ -40,17 +36,10 @@ pub fn test_frames() -> (Vec<u8>, Vec<u8>, usize, usize, usize) {
     let mut rgba = vec![0u8; stride * fh];
     for y in 0..fh {
         for x in 0..fw {
-            let v = [
-                (x * 255 / fw) as u8,
-                (y * 255 / fh) as u8,
-                ((x * 7 + y * 13) % 256) as u8,
-                255,
-            ];
+            let v = [(x * 255 / fw) as u8, (y * 255 / fh) as u8, ((x * 7 + y * 13) % 256) as u8, 255];
             rgba[y * stride + x * 4..y * stride + x * 4 + 4].copy_from_slice(&v);
         }
     }
-    let nv12: Vec<u8> = (0..fw * fh * 3 / 2)
-        .map(|i| ((i * 31 + i / fw * 17) % 256) as u8)
-        .collect();
+    let nv12: Vec<u8> = (0..fw * fh * 3 / 2).map(|i| ((i * 31 + i / fw * 17) % 256) as u8).collect();
     (rgba, nv12, fw, fh, stride)
 }

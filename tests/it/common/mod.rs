@@ -17,36 +17,24 @@ use roadseg::model::SegformerWeights;
 use roadseg::npy;
 
 /// HF reference fixtures in ../shared/fixtures/segformer.
-pub const SHARED_CASES: [&str; 4] = [
-    "b0-cityscapes-1024x1024",
-    "b5-shallow-fp16-320x256",
-    "tiny-1024x576",
-    "b0-image-1024x576",
-];
+pub const SHARED_CASES: [&str; 4] = ["b0-cityscapes-1024x1024", "b5-shallow-fp16-320x256", "tiny-1024x576", "b0-image-1024x576"];
 /// HF reference fixtures made by tools/make_test_fixtures.py, in tests/data.
 pub const LOCAL_CASES: [&str; 2] = ["odd-bf16-203x141", "three-stage-fp16-161x97"];
 
 /// The checkout: `$ROADSEG_REPO` when set (test executables carried to a
 /// machine where the checkout lives elsewhere), else where this was built.
 pub fn repo() -> PathBuf {
-    std::env::var_os("ROADSEG_REPO")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+    std::env::var_os("ROADSEG_REPO").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
 
 /// `../shared/<rel>`, or None (with a message saying the test is skipped).
 pub fn shared(rel: &str) -> Option<PathBuf> {
-    let root = std::env::var_os("ROADSEG_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("..").join("shared"));
+    let root = std::env::var_os("ROADSEG_SHARED").map(PathBuf::from).unwrap_or_else(|| repo().join("..").join("shared"));
     let p = root.join(rel);
     if p.exists() {
         Some(p)
     } else {
-        eprintln!(
-            "SKIP: {} is absent (the ../shared data set is not beside this checkout)",
-            p.display()
-        );
+        eprintln!("SKIP: {} is absent (the ../shared data set is not beside this checkout)", p.display());
         None
     }
 }
@@ -62,21 +50,9 @@ pub fn load<B: Backend>(dir: &Path, b: &B) -> Arc<SegformerWeights<B>> {
     SegformerWeights::load(&mut ckpt, b).unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
 }
 
-pub fn engine<B: Backend>(
-    b: Arc<B>,
-    dir: &Path,
-    width: usize,
-    height: usize,
-    scales: Vec<f32>,
-) -> Engine<B> {
+pub fn engine<B: Backend>(b: Arc<B>, dir: &Path, width: usize, height: usize, scales: Vec<f32>) -> Engine<B> {
     let weights = load(dir, &*b);
-    let options = EngineOptions {
-        width,
-        height,
-        scales,
-        road_classes: vec![],
-        confidence_threshold: 0.0,
-    };
+    let options = EngineOptions { width, height, scales, road_classes: vec![], confidence_threshold: 0.0 };
     Engine::new(b, weights, options).expect("engine builds")
 }
 
@@ -85,10 +61,7 @@ pub fn fixture_logits<B: Backend>(b: Arc<B>, dir: &Path) -> (Vec<f32>, Vec<usize
     let pv = npy::read_f32(dir.join("pixel_values.npy")).expect("pixel_values.npy");
     let (h, w) = (pv.shape[2], pv.shape[3]);
     let mut e = engine(b, dir, w, h, vec![1.0]);
-    let logits = e
-        .run_normalized(&chw_to_hwc(&pv.data, h, w, 3))
-        .expect("forward")
-        .to_vec();
+    let logits = e.run_normalized(&chw_to_hwc(&pv.data, h, w, 3)).expect("forward").to_vec();
     let (lw, lh) = e.logits_size();
     let labels = e.num_labels();
     (hwc_to_chw(&logits, lh, lw, labels), vec![1, labels, lh, lw])
@@ -136,16 +109,9 @@ pub fn roadseg(args: &[&str]) -> (i32, String, String) {
 
 /// Runs a command to completion within `timeout` (killed, and the test
 /// failed, after that): (success, stdout, stderr).
-pub fn run_with_timeout(
-    cmd: &mut std::process::Command,
-    timeout: std::time::Duration,
-) -> (bool, String, String) {
+pub fn run_with_timeout(cmd: &mut std::process::Command, timeout: std::time::Duration) -> (bool, String, String) {
     use std::process::Stdio;
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
     let deadline = std::time::Instant::now() + timeout;
     loop {
         if let Some(status) = child.try_wait().unwrap() {
@@ -156,10 +122,7 @@ pub fn run_with_timeout(
         if std::time::Instant::now() > deadline {
             let _ = child.kill();
             let out = child.wait_with_output().unwrap();
-            panic!(
-                "{cmd:?} timed out after {timeout:?}; stderr: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            panic!("{cmd:?} timed out after {timeout:?}; stderr: {}", String::from_utf8_lossy(&out.stderr));
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }

@@ -7,7 +7,7 @@ use anyhow::{Result, bail};
 use clap::Args;
 use roadseg::engine::{AnyEngine, FrameRef, PixelFormat};
 use roadseg::model::MAX_BATCH;
-use roadseg::temporal::{DEFAULT_WEIGHT, LogitsGrid, StreamTemporal, TemporalSettings};
+use roadseg::temporal::{DEFAULT_WEIGHT, StreamTemporal, TemporalSettings};
 
 use roadseg::backend::cpu::CpuBackend;
 
@@ -117,8 +117,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 let observed = std::time::Instant::now();
                 let unseen = temporal.observe(seq, Some(seq * 40_000_000), &frame).hood;
                 let mut spent = observed.elapsed();
-                let (width, height) = loaded.engine.logits_size();
-                let grid = LogitsGrid { width, height, labels: loaded.engine.labels().len() };
+                let grid = loaded.engine.logits_grid();
                 let road = loaded.engine.options().road_classes.clone();
                 loaded.engine.run_frame_filtered(
                     &frame,

@@ -111,12 +111,7 @@ pub fn run_still<'e>(
     if !connected_road {
         return Ok(engine.run_frame(frame)?);
     }
-    let (width, height) = engine.logits_size();
-    let grid = roadseg::temporal::LogitsGrid {
-        width,
-        height,
-        labels: engine.labels().len(),
-    };
+    let grid = engine.logits_grid();
     let road = engine.options().road_classes.clone();
     let unseen = roadseg::temporal::HoodMask::none(frame.width, frame.height);
     let mut cut = |logits: &mut [f32]| {

@@ -52,6 +52,12 @@ impl AnyEngine {
         each!(self, e => e.logits_size())
     }
 
+    /// The shape of the logits a [`LogitsFilter`] is handed.
+    pub fn logits_grid(&self) -> crate::temporal::LogitsGrid {
+        let (width, height) = self.logits_size();
+        crate::temporal::LogitsGrid { width, height, labels: self.labels().len() }
+    }
+
     pub fn logits(&self) -> &[f32] {
         each!(self, e => e.logits())
     }

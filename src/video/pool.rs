@@ -17,7 +17,7 @@ use self::batch::{Job, take_ready};
 use crate::annotate::{Annotator, FrameStats};
 use super::ring::{Doorbell, FrameBuf, FrameRing};
 use crate::engine::{AnyEngine, Segmentation, UNKNOWN};
-use crate::temporal::{HoodMask, LogitsGrid, StreamTemporal, scene_coverage};
+use crate::temporal::{HoodMask, StreamTemporal, scene_coverage};
 
 /// Why a frame never reached the output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -268,7 +268,7 @@ impl Worker {
             self.engine.set_overlays(&[self.annotator.overlay(&observed.hood, frame.width, frame.height)]);
         }
         let result = if temporal.filters_logits() {
-            let grid = logits_grid(&self.engine);
+            let grid = self.engine.logits_grid();
             let road = self.engine.options().road_classes.clone();
             let unseen = observed.hood.clone();
             self.engine.run_frame_filtered(
@@ -346,10 +346,4 @@ impl Done<'_> {
             }
         }
     }
-}
-
-/// The shape of the logits the engine hands a filter.
-pub(super) fn logits_grid(engine: &AnyEngine) -> LogitsGrid {
-    let (width, height) = engine.logits_size();
-    LogitsGrid { width, height, labels: engine.labels().len() }
 }

@@ -241,7 +241,7 @@ fn eval_road_polygons_scores_the_road_classes_inside_the_drawn_road() {
         let (cx, cy) = (x as f64 + 0.5, y as f64 + 0.5);
         // Scored: at least 1 px from every drawn edge (x = 0, 80; y = 0, 90 within the road's span).
         let near_edge =
-            (cx < 1.0 || (cx - 80.0).abs() < 1.0 || ((cy < 1.0 || cy > 89.0) && cx < 81.0));
+            cx < 1.0 || (cx - 80.0).abs() < 1.0 || ((cy < 1.0 || cy > 89.0) && cx < 81.0);
         if near_edge {
             continue;
         }

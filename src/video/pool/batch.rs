@@ -59,7 +59,7 @@ impl Worker {
         let frames: Vec<FrameRef<'_>> = jobs.iter().map(|j| j.buf.frame()).collect();
         // Filtering streams (smoothing, connected road) get their own frames'
         // logits, in batch (so seq) order.
-        let grid = super::logits_grid(&self.engine);
+        let grid = self.engine.logits_grid();
         let road = self.engine.options().road_classes.clone();
         let mut smooth = |i: usize, logits: &mut [f32]| {
             let j: &Job = &jobs[i];

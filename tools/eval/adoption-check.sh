@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Every figure a candidate bundled model is adopted on (issue 20; the model
+# card's "Metrics" and "Unseen frames"), measured by roadseg itself on the
+# CPU with its defaults, in one go, so that a trained run and the shipped
+# model are compared by the same commands on the same machine:
+#   tools/eval/adoption-check.sh MODEL_DIR [OUT_DIR]
+# prints one line per figure and writes OUT_DIR/summary.txt (default
+# target/adoption/<model folder name>). Needs target/release/roadseg,
+# ../shared (or $ROADSEG_SHARED), ffmpeg, and a python with PIL and numpy
+# ($PYTHON, default /usr/bin/python3: Debian's python3-pil python3-numpy).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+model=${1:?usage: tools/eval/adoption-check.sh MODEL_DIR [OUT_DIR]}
+out=${2:-target/adoption/$(basename "$model")}
+shared=${ROADSEG_SHARED:-../shared}
+bin=${ROADSEG_BIN:-target/release/roadseg}
+py=${PYTHON:-/usr/bin/python3}
+[ -x "$bin" ] || { echo "build first: cargo build --release --locked" >&2; exit 2; }
+[ -d "$shared/data/camvid" ] || { echo "no $shared/data/camvid: set ROADSEG_SHARED" >&2; exit 2; }
+rm -rf "$out"
+mkdir -p "$out"
+summary="$out/summary.txt"
+: > "$summary"
+say() { echo "$*" | tee -a "$summary"; }
+say "model $model ($(sha256sum "$model/model.safetensors" | cut -c1-16)), $(date -u +%FT%TZ), $(nproc) cores"
+
+# 1. CamVid val, fast preset, 1024x768.
+"$bin" eval --model "$model" --images "$shared/data/camvid/val" --labels "$shared/data/camvid/valannot" \
+  --ignore-index 11 --device cpu > "$out/camvid.txt"
+say "camvid val: $(grep -i '^road ' "$out/camvid.txt" | head -1 | tr -s ' ') | $(grep -i 'miou' "$out/camvid.txt" | head -1 | tr -s ' ')"
+
+# 2. The synthetic drive of tests/it/bundled_model.rs (640x360, 12 frames, seed 7), smoothing off.
+"$bin" synth -o "$out/drive.mp4" --frames 12 --size 640x360 --seed 7 --masks-out "$out/drive-truth" > /dev/null
+"$bin" process "$out/drive.mp4" -o "$out/drive-out.mp4" --model "$model" --device cpu --threshold 0 \
+  --smooth off --masks-out "$out/drive-pred" > /dev/null
+say "synthetic drive road IoU (smoothing off): $("$py" - "$out/drive-truth" "$out/drive-pred" <<'EOF'
+import sys, os
+import numpy as np
+from PIL import Image
+truth_dir, pred_dir = sys.argv[1:3]
+inter = union = 0
+for name in sorted(os.listdir(truth_dir)):
+    t = np.asarray(Image.open(os.path.join(truth_dir, name)).convert("L")) > 127
+    p = np.asarray(Image.open(os.path.join(pred_dir, name)).convert("L")) > 127
+    inter += int((t & p).sum())
+    union += int((t | p).sum())
+print(f"{inter / union:.4f}")
+EOF
+)"
+
+# 3. The hand-labelled unseen frames.
+tools/eval/stage-unseen-road.sh "$out/unseen-frames" > /dev/null
+"$bin" eval --model "$model" --images "$out/unseen-frames" --road-polygons tools/eval/unseen-road.json \
+  --device cpu --compare-out "$out/unseen-compare" > "$out/unseen.txt"
+say "unseen: $(grep '^road, pooled' "$out/unseen.txt" | tr -s ' ')"
+
+# 4. Flicker on the dashcam clip, plain and smoothed.
+for smooth in off on; do
+  line=$("$bin" process "$shared/data/dashcam/solidWhiteRight.mp4" -o "$out/swr-$smooth.mp4" --model "$model" \
+    --device cpu --threshold 0 --smooth "$smooth")
+  say "flicker (smooth $smooth): $(echo "$line" | grep -o 'road flicker [0-9.]*%')"
+done
+
+# 5. The CPU frame path at 1024x576.
+"$bin" bench --model "$model" --device cpu --size 1024x576 --frame 1280x720 --frames 30 > "$out/bench.json"
+say "bench: $(cat "$out/bench.json")"

@@ -29,6 +29,16 @@ say "model $model ($(sha256sum "$model/model.safetensors" | cut -c1-16)), $(date
   --ignore-index 11 --device cpu > "$out/camvid.txt"
 say "camvid val: $(grep -i '^road ' "$out/camvid.txt" | head -1 | tr -s ' ') | $(grep -i 'miou' "$out/camvid.txt" | head -1 | tr -s ' ')"
 
+# 1b. Every 4th val frame: the subset whose figures tests/it/bundled_model.rs holds the model to.
+mkdir -p "$out/camvid-subset/img" "$out/camvid-subset/lab"
+ls "$shared/data/camvid/val" | LC_ALL=C sort | awk 'NR % 4 == 1' | while read -r f; do
+  ln -s "$(realpath "$shared/data/camvid/val/$f")" "$out/camvid-subset/img/$f"
+  ln -s "$(realpath "$shared/data/camvid/valannot/${f%.*}.png")" "$out/camvid-subset/lab/${f%.*}.png"
+done
+"$bin" eval --model "$model" --images "$out/camvid-subset/img" --labels "$out/camvid-subset/lab" \
+  --ignore-index 11 --device cpu > "$out/camvid-subset.txt"
+say "camvid val, every 4th frame ($(ls "$out/camvid-subset/img" | wc -l)): $(grep -i '^road ' "$out/camvid-subset.txt" | head -1 | tr -s ' ') | $(grep -i 'miou' "$out/camvid-subset.txt" | head -1 | tr -s ' ')"
+
 # 2. The synthetic drive of tests/it/bundled_model.rs (640x360, 12 frames, seed 7), smoothing off.
 "$bin" synth -o "$out/drive.mp4" --frames 12 --size 640x360 --seed 7 --masks-out "$out/drive-truth" > /dev/null
 "$bin" process "$out/drive.mp4" -o "$out/drive-out.mp4" --model "$model" --device cpu --threshold 0 \

@@ -24,10 +24,15 @@ summary="$out/summary.txt"
 say() { echo "$*" | tee -a "$summary"; }
 say "model $model ($(sha256sum "$model/model.safetensors" | cut -c1-16)), $(date -u +%FT%TZ), $(nproc) cores"
 
-# 1. CamVid val, fast preset, 1024x768.
-"$bin" eval --model "$model" --images "$shared/data/camvid/val" --labels "$shared/data/camvid/valannot" \
-  --ignore-index 11 --device cpu > "$out/camvid.txt"
-say "camvid val: $(grep -i '^road ' "$out/camvid.txt" | head -1 | tr -s ' ') | $(grep -i 'miou' "$out/camvid.txt" | head -1 | tr -s ' ')"
+# CamVid figures of IMAGES against LABELS, fast preset, 1024x768: road IoU and mIoU.
+camvid() {
+  local name=$1 images=$2 labels=$3 report="$out/$1.txt"
+  "$bin" eval --model "$model" --images "$images" --labels "$labels" --ignore-index 11 --device cpu > "$report"
+  say "$name ($(ls "$images" | wc -l) frames): $(grep '^road ' "$report" | tr -s ' ') | $(grep '^mIoU ' "$report" | tr -s ' ')"
+}
+
+# 1. CamVid val.
+camvid camvid-val "$shared/data/camvid/val" "$shared/data/camvid/valannot"
 
 # 1b. Every 4th val frame: the subset whose figures tests/it/bundled_model.rs holds the model to.
 mkdir -p "$out/camvid-subset/img" "$out/camvid-subset/lab"
@@ -35,9 +40,7 @@ ls "$shared/data/camvid/val" | LC_ALL=C sort | awk 'NR % 4 == 1' | while read -r
   ln -s "$(realpath "$shared/data/camvid/val/$f")" "$out/camvid-subset/img/$f"
   ln -s "$(realpath "$shared/data/camvid/valannot/${f%.*}.png")" "$out/camvid-subset/lab/${f%.*}.png"
 done
-"$bin" eval --model "$model" --images "$out/camvid-subset/img" --labels "$out/camvid-subset/lab" \
-  --ignore-index 11 --device cpu > "$out/camvid-subset.txt"
-say "camvid val, every 4th frame ($(ls "$out/camvid-subset/img" | wc -l)): $(grep -i '^road ' "$out/camvid-subset.txt" | head -1 | tr -s ' ') | $(grep -i 'miou' "$out/camvid-subset.txt" | head -1 | tr -s ' ')"
+camvid camvid-val-every-4th "$out/camvid-subset/img" "$out/camvid-subset/lab"
 
 # 2. The synthetic drive of tests/it/bundled_model.rs (640x360, 12 frames, seed 7), smoothing off.
 "$bin" synth -o "$out/drive.mp4" --frames 12 --size 640x360 --seed 7 --masks-out "$out/drive-truth" > /dev/null

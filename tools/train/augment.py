@@ -28,6 +28,11 @@ Each takes and returns (image: PIL RGB, label: uint8 HxW, rng):
   road (issue 20: an overpass painted as road, a highway in its shadow missed);
 - `reflection`: the dashboard mirrored in the windshield, a faint streaky
   band over the bottom of the frame; what is seen through it keeps its label;
+- `near_car`: one of the frame's own cars, enlarged to 30-60% of the frame's
+  height and pasted at the left or right edge, partly out of the picture,
+  standing on the ground with a contact shadow (labelled car; the shadow
+  keeps its label): the side of a car in the next lane, which the bundled
+  model painted as road (issue 20);
 - `hood`: an ego-vehicle bonnet along the bottom (random height 6-22%,
   curved edge, paint colour, sky reflection, dashboard band), labelled car,
   so that a bonnet is never road.
@@ -177,6 +182,65 @@ def hood(im, lab, rng):
     return _img(a), lab
 
 
+def _component(mask, y, x):
+    """Bounding box (y0, y1, x0, x1) of the 4-connected True region of
+    ``mask`` (a small grid) that holds (y, x)."""
+    h, w = mask.shape
+    seen = np.zeros_like(mask)
+    seen[y, x] = True
+    stack, y0, y1, x0, x1 = [(y, x)], y, y, x, x
+    while stack:
+        cy, cx = stack.pop()
+        y0, y1, x0, x1 = min(y0, cy), max(y1, cy), min(x0, cx), max(x1, cx)
+        for ny, nx in ((cy - 1, cx), (cy + 1, cx), (cy, cx - 1), (cy, cx + 1)):
+            if 0 <= ny < h and 0 <= nx < w and mask[ny, nx] and not seen[ny, nx]:
+                seen[ny, nx] = True
+                stack.append((ny, nx))
+    return y0, y1 + 1, x0, x1 + 1
+
+
+def near_car(im, lab, rng):
+    h, w = lab.shape
+    cell = 4  # components are found on a 1/4 grid: fast in pure Python
+    grid = lab[::cell, ::cell] == CAR
+    ys, xs = np.nonzero(grid)
+    if len(ys) < 20:
+        return im, lab
+    k = rng.randrange(len(ys))
+    gy0, gy1, gx0, gx1 = _component(grid, ys[k], xs[k])
+    y0, y1, x0, x1 = gy0 * cell, min(h, gy1 * cell), gx0 * cell, min(w, gx1 * cell)
+    if y1 - y0 < h * 0.05 or x1 - x0 < w * 0.05:
+        return im, lab  # too small to enlarge into anything like a car
+    src = im.crop((x0, y0, x1, y1))
+    src_mask = Image.fromarray(((lab[y0:y1, x0:x1] == CAR) * 255).astype(np.uint8))
+    if rng.random() < 0.5:
+        src, src_mask = src.transpose(Image.FLIP_LEFT_RIGHT), src_mask.transpose(Image.FLIP_LEFT_RIGHT)
+    ph = int(h * rng.uniform(0.3, 0.6))
+    pw = min(int(w * 0.7), max(1, int(ph * (x1 - x0) / (y1 - y0))))
+    src, src_mask = src.resize((pw, ph), Image.BILINEAR), src_mask.resize((pw, ph), Image.NEAREST)
+    out_of_frame = int(pw * rng.uniform(0.0, 0.45))
+    px = -out_of_frame if rng.random() < 0.5 else w - pw + out_of_frame
+    bottom = int(h * rng.uniform(0.75, 1.05))
+    py = bottom - ph
+    a = _arr(im)
+    # Contact shadow: a flat dark ellipse on the ground under the car.
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    e = ((xx - (px + pw / 2)) / (pw * 0.55)) ** 2 + ((yy - bottom) / (ph * 0.08 + 1)) ** 2
+    a *= (1 - rng.uniform(0.3, 0.6) * np.exp(-e * 2))[..., None]
+    # Paste the car's pixels only, clipped to the frame.
+    cx0, cy0 = max(px, 0), max(py, 0)
+    cx1, cy1 = min(px + pw, w), min(py + ph, h)
+    if cx1 <= cx0 or cy1 <= cy0:
+        return _img(a), lab
+    car = _arr(src)[cy0 - py:cy1 - py, cx0 - px:cx1 - px]
+    m = np.asarray(src_mask)[cy0 - py:cy1 - py, cx0 - px:cx1 - px] > 127
+    region = a[cy0:cy1, cx0:cx1]
+    region[m] = car[m]
+    lab = lab.copy()
+    lab[cy0:cy1, cx0:cx1][m] = CAR
+    return _img(a), lab
+
+
 def overpass(im, lab, rng):
     a = _arr(im)
     h, w = lab.shape
@@ -228,6 +292,7 @@ def reflection(im, lab, rng):
 # (function, probability) in the order applied: geometry first, then the
 # scene's light, then what the camera and codec do to it.
 AUGMENTS = [
+    (near_car, 0.4),
     (camera, 0.35),
     (overpass, 0.12),
     (hood, 0.25),
@@ -290,6 +355,12 @@ def _selftest():
     assert (ol == BUILDING).any() and (ol[-1] == ROAD).all(), "the deck is building, the road below stays road"
     out, rl = reflection(im, lab, random.Random(3))
     assert (rl == lab).all() and (np.asarray(out)[:45] == np.asarray(im)[:45]).all(), "a reflection keeps labels and the top"
+    car_lab = lab.copy()
+    car_lab[40:70, 50:90] = CAR
+    out, cl = near_car(im, car_lab, random.Random(4))
+    assert (cl == CAR).sum() > (car_lab == CAR).sum(), "an enlarged car is pasted"
+    assert ((cl == CAR)[:, :3].any() or (cl == CAR)[:, -3:].any()), "it stands at a side edge"
+    assert near_car(im, lab, random.Random(5))[1] is lab, "no car in the frame: unchanged"
     print("augment self-test: ok")
 
 

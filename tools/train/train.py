@@ -499,7 +499,8 @@ def evaluate(model, imgs, labs, width: int, device, batch: int = 1):
 # main
 # ----------------------------------------------------------------------------
 
-def main(argv=None):
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (also used by soup.py to rebuild a run's batch recipe)."""
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default="/work/shared/data/camvid",
@@ -582,6 +583,11 @@ def main(argv=None):
                     help="also export every validated epoch to DIR/epoch-NNN, so that a "
                          "later epoch than the one --select picks can be scored elsewhere "
                          "(e.g. on frames unlike the val set)")
+    return ap
+
+
+def main(argv=None):
+    ap = build_parser()
     args = ap.parse_args(argv)
 
     t_start = time.time()

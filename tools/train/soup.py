@@ -89,8 +89,7 @@ def recompute_batch_norm(model, recipe, batches: int) -> int:
     per_epoch = len(batches_of)
     for k in range(batches):
         x, _ = batches_of[(1 + k // per_epoch, k % per_epoch)]
-        x, _ = train.to_device(x, torch.zeros(1), torch.device("cpu"))
-        model(pixel_values=x)
+        model(pixel_values=train.normalize(x.float()))
     for bn in bns:
         bn.eval()
     return len(bns)

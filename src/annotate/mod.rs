@@ -19,6 +19,10 @@ pub struct FrameStats {
     pub road_coverage: f32,
     /// Share of the frame that is the ego vehicle's hood.
     pub hood_coverage: f32,
+    /// Share of the frame whose road the grounded-road rule handed to another
+    /// class (islands joined to nothing below: night sky, lit walls, tunnel
+    /// ceilings); 0 with the rule off.
+    pub road_cut: f32,
     pub mean_confidence: f32,
     pub inference_ms: f64,
     pub fps: f64,
@@ -150,7 +154,7 @@ mod tests {
             mean_confidence: 0.9,
         };
         let a = Annotator { style: OverlayStyle { road_classes: vec![0], ..OverlayStyle::default() }, show_text: true };
-        let stats = FrameStats { road_coverage: 0.5, hood_coverage: 0.0, mean_confidence: 0.9, inference_ms: 12.0, fps: 25.0 };
+        let stats = FrameStats { road_coverage: 0.5, hood_coverage: 0.0, road_cut: 0.0, mean_confidence: 0.9, inference_ms: 12.0, fps: 25.0 };
         (seg, a, stats)
     }
 

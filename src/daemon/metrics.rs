@@ -26,6 +26,7 @@ pub const STAGE: &str = "roadseg_stage_seconds";
 pub const RING_DEPTH: &str = "roadseg_ring_depth";
 pub const ROAD_COVERAGE: &str = "roadseg_road_coverage_ratio";
 pub const HOOD_COVERAGE: &str = "roadseg_hood_coverage_ratio";
+pub const ROAD_CUT: &str = "roadseg_road_cut_ratio";
 pub const MEAN_CONFIDENCE: &str = "roadseg_mean_confidence_ratio";
 pub const LAST_INFERRED: &str = "roadseg_last_inferred_timestamp_seconds";
 pub const LAST_WRITTEN: &str = "roadseg_last_written_timestamp_seconds";
@@ -49,7 +50,7 @@ pub const GPU_BUSY: &str = "roadseg_gpu_busy_ratio";
 pub const SHARD_STREAMS: &str = "roadseg_shard_streams";
 
 /// Every name above, for checks that dashboards and docs use only real ones.
-pub const ALL_NAMES: [&str; 31] = [
+pub const ALL_NAMES: [&str; 32] = [
     GPU_UTILIZATION,
     GPU_BUSY,
     STAGE,
@@ -65,6 +66,7 @@ pub const ALL_NAMES: [&str; 31] = [
     RING_DEPTH,
     ROAD_COVERAGE,
     HOOD_COVERAGE,
+    ROAD_CUT,
     MEAN_CONFIDENCE,
     LAST_INFERRED,
     LAST_WRITTEN,
@@ -164,6 +166,11 @@ const GAUGES: &[(&str, Option<Unit>, &str)] = &[
     (ROAD_COVERAGE, None, "Fraction of the last frame's scene (pixels outside the hood) classified as road"),
     (MEAN_CONFIDENCE, None, "Mean per-pixel confidence (max class probability) of the last inferred frame"),
     (HOOD_COVERAGE, None, "Fraction of the frame that is the ego vehicle's hood (0 when none is seen)"),
+    (
+        ROAD_CUT,
+        None,
+        "Fraction of the last frame the model called road that joins no road in the lower picture (night sky, lit walls, tunnel ceilings), drawn and counted as its next-best class instead; high and lasting means this camera or light confuses the model",
+    ),
     (STREAM_UP, None, "1 while the stream's source delivers frames"),
     (WORKER_BUSY, None, "Fraction of recent time the worker spent inferring"),
     (MODEL_LOADED, None, "1 once the model is loaded"),
@@ -289,6 +296,7 @@ pub struct StreamMetrics {
     pub road_coverage: Gauge,
     pub mean_confidence: Gauge,
     pub hood_coverage: Gauge,
+    pub road_cut: Gauge,
     pub last_inferred: Gauge,
     pub last_written: Gauge,
     pub reconnects: Counter,
@@ -318,6 +326,7 @@ impl StreamMetrics {
             road_coverage: Gauge::from_arc(Arc::new(TeeGauge { inner: gauge!(ROAD_COVERAGE, "stream" => s.clone()), readings: r.clone(), into: |r| &r.road_coverage })),
             mean_confidence: Gauge::from_arc(Arc::new(TeeGauge { inner: gauge!(MEAN_CONFIDENCE, "stream" => s.clone()), readings: r.clone(), into: |r| &r.mean_confidence })),
             hood_coverage: gauge!(HOOD_COVERAGE, "stream" => s.clone()),
+            road_cut: gauge!(ROAD_CUT, "stream" => s.clone()),
             last_inferred: gauge!(LAST_INFERRED, "stream" => s.clone()),
             last_written: gauge!(LAST_WRITTEN, "stream" => s.clone()),
             reconnects: tee(counter!(RECONNECTS, "stream" => s.clone()), Slot::Reconnects),

@@ -96,14 +96,19 @@ impl StreamTemporal {
 
     /// One frame's averaged logits `grid`, before they become classes:
     /// smoothed over time, then cut to the road that reaches the car, whose
-    /// picture ends at `unseen` (the frame's hood and bars).
-    pub fn filter_logits(&self, seq: u64, logits: &mut [f32], grid: LogitsGrid, road: &[usize], unseen: &HoodMask) {
+    /// picture ends at `unseen` (the frame's hood and bars). Returns the
+    /// share of the logits grid whose road was cut (0 with the cut off):
+    /// an operator's sign that this camera or light confuses the model.
+    pub fn filter_logits(&self, seq: u64, logits: &mut [f32], grid: LogitsGrid, road: &[usize], unseen: &HoodMask) -> f32 {
         if self.smooths() {
             self.smooth(seq, logits);
         }
-        if self.settings.connected_road {
-            reach::keep_grounded_road(logits, grid, road, unseen);
+        if !self.settings.connected_road {
+            return 0.0;
         }
+        let cut = reach::keep_grounded_road(logits, grid, road, unseen);
+        let cells = grid.width * grid.height;
+        if cells == 0 { 0.0 } else { cut as f32 / cells as f32 }
     }
 
     /// The latest hood estimate (None when off or before the first frame).
@@ -236,6 +241,22 @@ mod tests {
         let mut logits = [logit];
         t.smooth(seq, &mut logits);
         logits[0]
+    }
+
+    #[test]
+    fn filter_logits_reports_the_share_of_road_it_cut() {
+        // Rule: the filter returns the share of the logits grid whose road it handed to another class, 0 with the grounded-road rule off.
+        let grid = LogitsGrid { width: 4, height: 4, labels: 2 };
+        // Road (label 1) in the bottom two rows and one island cell in the top row.
+        let road_rows = |x: usize, y: usize| y >= 2 || (x, y) == (1, 0);
+        let logits: Vec<f32> = (0..16).flat_map(|i| if road_rows(i % 4, i / 4) { [0.0, 1.0] } else { [1.0, 0.0] }).collect();
+        let unseen = HoodMask::none(16, 16);
+        for (connected_road, want) in [(true, 1.0 / 16.0), (false, 0.0)] {
+            let t = StreamTemporal::new(TemporalSettings { smoothing: None, hood: false, connected_road });
+            let mut filtered = logits.clone();
+            assert_eq!(t.filter_logits(0, &mut filtered, grid, &[1], &unseen), want, "connected_road {connected_road}");
+            assert_eq!(filtered[3] > filtered[2], !connected_road, "the island is cut only with the rule on");
+        }
     }
 
     #[test]

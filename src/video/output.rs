@@ -137,6 +137,7 @@ impl StatsWriter {
             "pts": frame.timing.pts.map(|p| p as f64 / 1e9),
             "road_coverage": (stats.road_coverage as f64 * 1e5).round() / 1e5,
             "hood_pct": (stats.hood_coverage as f64 * 1e4).round() / 1e2,
+            "road_cut": (stats.road_cut as f64 * 1e5).round() / 1e5,
             "mean_confidence": (stats.mean_confidence as f64 * 1e5).round() / 1e5,
             "inference_ms": (stats.inference_ms * 100.0).round() / 100.0,
             "dropped_before": frame.dropped_before,

@@ -267,13 +267,14 @@ impl Worker {
         if self.engine.annotates_frames() {
             self.engine.set_overlays(&[self.annotator.overlay(&observed.hood, frame.width, frame.height)]);
         }
+        let mut road_cut = 0.0;
         let result = if temporal.filters_logits() {
             let grid = self.engine.logits_grid();
             let road = self.engine.options().road_classes.clone();
             let unseen = observed.hood.clone();
             self.engine.run_frame_filtered(
                 &frame,
-                Some(&mut |logits: &mut [f32]| temporal.filter_logits(seq, logits, grid, &road, &unseen)),
+                Some(&mut |logits: &mut [f32]| road_cut = temporal.filter_logits(seq, logits, grid, &road, &unseen)),
             )
         } else {
             self.engine.run_frame(&frame)
@@ -286,7 +287,8 @@ impl Worker {
         let t = self.engine.timings();
         let inference_ms = t.preprocess_ms + t.inference_ms + t.postprocess_ms;
         let done = Done { annotator: &self.annotator, on_inference: &self.on_inference, road: &self.engine.options().road_classes };
-        done.deliver(stream, buf, self.engine.segmentation(), &observed.hood, inference_ms, self.engine.annotated(0));
+        let seen = Seen { hood: &observed.hood, road_cut };
+        done.deliver(stream, buf, self.engine.segmentation(), seen, inference_ms, self.engine.annotated(0));
         true
     }
 }
@@ -308,17 +310,26 @@ struct Done<'a> {
     road: &'a [usize],
 }
 
+/// What the stream's temporal filters made of one frame.
+#[derive(Clone, Copy)]
+struct Seen<'a> {
+    hood: &'a HoodMask,
+    /// Share of the logits grid whose road the grounded-road rule cut.
+    road_cut: f32,
+}
+
 impl Done<'_> {
     /// Stats, the metrics hook, the road mask, annotation, then the output
     /// stage. `inference_ms` is what the frame waited for its segmentation
     /// (its whole batch's time when batched). `annotated`: the frame as the
     /// engine's backend drew it (then only the status line is drawn here).
-    fn deliver(&self, stream: &StreamInput, mut buf: FrameBuf, seg: &Segmentation, hood: &HoodMask, inference_ms: f64, annotated: Option<&[u8]>) {
-        let road = self.road;
+    fn deliver(&self, stream: &StreamInput, mut buf: FrameBuf, seg: &Segmentation, seen: Seen<'_>, inference_ms: f64, annotated: Option<&[u8]>) {
+        let (road, hood) = (self.road, seen.hood);
         let (road_coverage, hood_coverage) = scene_coverage(seg, hood, road);
         let stats = FrameStats {
             road_coverage,
             hood_coverage,
+            road_cut: seen.road_cut,
             mean_confidence: seg.mean_confidence,
             inference_ms,
             fps: stream.counters.fps_milli.load(Ordering::Relaxed) as f64 / 1000.0,

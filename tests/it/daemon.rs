@@ -42,6 +42,8 @@ fn live_stream_is_inferred_served_recorded_and_stops_cleanly() {
     // A test pattern has no bonnet: the hood gauge is exported and stays 0.
     assert_eq!(metric(mport, "roadseg_hood_coverage_ratio", "cam"), 0.0, "hood gauge\n{}", scrape(mport));
     assert!((0.0..=1.0).contains(&metric(mport, "roadseg_road_coverage_ratio", "cam")));
+    let cut = metric(mport, "roadseg_road_cut_ratio", "cam");
+    assert!((0.0..=1.0).contains(&cut), "road cut gauge {cut}\n{}", scrape(mport));
     // Where the latency goes: every stage, the recording's encoder included.
     for stage in ["decode_to_ring", "ring_wait", "inference", "annotate", "reorder", "encode"] {
         let stage_label = format!("stage=\"{stage}\"");
@@ -72,6 +74,7 @@ fn live_stream_is_inferred_served_recorded_and_stops_cleanly() {
     for line in stats.lines().skip(1) {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
         assert!(v["hood_pct"].is_number(), "hood_pct in every line: {line}");
+        assert!(v["road_cut"].as_f64().is_some_and(|c| (0.0..=1.0).contains(&c)), "road_cut in every line: {line}");
         assert_eq!(v["stream"], "cam", "{line}");
         let time = v["time"].as_str().unwrap_or_default();
         assert!(time.len() == 24 && time.starts_with("20") && time.ends_with('Z'), "wall-clock time: {line}");

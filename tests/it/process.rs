@@ -63,7 +63,7 @@ fn every_frame_of_the_dashcam_clip_comes_out_in_order_with_its_timestamps() {
         assert_eq!(line["frame"].as_u64(), Some(i as u64), "frames in order");
         let pts = line["pts"].as_f64().unwrap();
         assert!((pts - i as f64 * 0.04).abs() < 1e-3, "frame {i} pts {pts}: input timestamps kept");
-        for key in ["road_coverage", "mean_confidence", "inference_ms", "dropped_before"] {
+        for key in ["road_coverage", "hood_pct", "road_cut", "mean_confidence", "inference_ms", "dropped_before"] {
             assert!(!line[key].is_null(), "{key} in {line}");
         }
         assert_eq!(line["dropped_before"], 0, "a file never drops frames");

@@ -75,6 +75,7 @@ pub(super) fn start_pool(config: &DaemonConfig, height: u32, resolved: &Resolved
                 m.road_coverage.set(f64::from(stats.road_coverage));
                 m.mean_confidence.set(f64::from(stats.mean_confidence));
                 m.hood_coverage.set(f64::from(stats.hood_coverage));
+                m.road_cut.set(f64::from(stats.road_cut));
                 m.last_inferred.set(metrics::unix_now());
             }
         })

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::{Done, StreamInput, Worker, drop_failed};
+use super::{Done, Seen, StreamInput, Worker, drop_failed};
 use crate::engine::FrameRef;
 use crate::video::ring::FrameBuf;
 
@@ -61,10 +61,11 @@ impl Worker {
         // logits, in batch (so seq) order.
         let grid = self.engine.logits_grid();
         let road = self.engine.options().road_classes.clone();
+        let mut road_cut = vec![0.0f32; jobs.len()];
         let mut smooth = |i: usize, logits: &mut [f32]| {
             let j: &Job = &jobs[i];
             if j.stream.temporal.filters_logits() {
-                j.stream.temporal.filter_logits(j.buf.seq, logits, grid, &road, &observed[i].hood);
+                road_cut[i] = j.stream.temporal.filter_logits(j.buf.seq, logits, grid, &road, &observed[i].hood);
             }
         };
         let any_smooths = jobs.iter().any(|j| j.stream.temporal.filters_logits());
@@ -88,7 +89,8 @@ impl Worker {
         let segs = self.engine.batch_segmentations();
         for (i, ((Job { stream, mut buf }, seg), observed)) in jobs.drain(..).zip(segs).zip(observed).enumerate() {
             buf.stages.inferred = inferred;
-            done.deliver(&stream, buf, seg, &observed.hood, inference_ms, self.engine.annotated(i));
+            let seen = Seen { hood: &observed.hood, road_cut: road_cut[i] };
+            done.deliver(&stream, buf, seg, seen, inference_ms, self.engine.annotated(i));
             stream.counters.in_flight.fetch_sub(1, Ordering::SeqCst);
         }
         true
@@ -109,7 +111,7 @@ mod tests {
     use crate::backend::cpu::CpuBackend;
     use crate::engine::{AnyEngine, ModelSpec, Preset, load_cpu_engines};
     use crate::frame::PixelFormat;
-    use crate::temporal::{DEFAULT_WEIGHT, StreamTemporal, TemporalSettings};
+    use crate::temporal::{DEFAULT_WEIGHT, HoodMask, StreamTemporal, TemporalSettings, keep_grounded_road};
     use crate::annotate::Annotator;
     use crate::video::frame::DecodedFrame;
     use crate::video::pool::{OutputItem, StreamCounters, StreamInput, WorkerPool};
@@ -117,18 +119,27 @@ mod tests {
 
     const FRAME_NS: u64 = 40_000_000;
 
+    /// Frame `i` of a stream: 64x48 RGBA stripes, distinct per frame and offset.
+    fn pixels(i: u64, offset: u64) -> Vec<u8> {
+        (0..64 * 48 * 4).map(|p| (p as u64 * (i + 3) + offset) as u8).collect()
+    }
+
     /// A file-like stream whose ring already holds `frames` distinct 64x48
     /// RGBA frames, pts `i * FRAME_NS + offset`.
     fn stream(name: &str, frames: u64, offset: u64, smoothing: bool) -> (Arc<StreamInput>, Receiver<OutputItem>) {
+        let smoothing = smoothing.then_some(DEFAULT_WEIGHT);
+        stream_with(name, frames, offset, TemporalSettings { smoothing, hood: false, connected_road: false })
+    }
+
+    fn stream_with(name: &str, frames: u64, offset: u64, settings: TemporalSettings) -> (Arc<StreamInput>, Receiver<OutputItem>) {
         let ring = Arc::new(FrameRing::new(16, 16, false));
         for i in 0..frames {
-            let data: Vec<u8> = (0..64 * 48 * 4).map(|p| (p as u64 * (i + 3) + offset) as u8).collect();
+            let data = pixels(i, offset);
             let pts = Some(i * FRAME_NS + offset);
             ring.push(&DecodedFrame { data: &data, width: 64, height: 48, stride: 256, format: PixelFormat::Rgba, chroma: None, pts, duration: None });
         }
         let (output, rx) = unbounded();
-        let smoothing = smoothing.then_some(DEFAULT_WEIGHT);
-        let temporal = StreamTemporal::new(TemporalSettings { smoothing, hood: false, connected_road: false });
+        let temporal = StreamTemporal::new(settings);
         let input = StreamInput { name: name.into(), ring, output, counters: Arc::new(StreamCounters::default()), want_masks: true, temporal };
         (Arc::new(input), rx)
     }
@@ -153,6 +164,71 @@ mod tests {
         take_ready(std::slice::from_ref(&c), &mut 0, 2, &mut jobs);
         assert_eq!(jobs.iter().map(|j| j.buf.seq).collect::<Vec<_>>(), [0, 1]);
         assert_eq!(c.in_flight(), 2);
+    }
+
+    fn test_model_engines(road: &str, workers: usize) -> Vec<AnyEngine> {
+        let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/odd-bf16-203x141");
+        let road = [road.to_string()];
+        let spec = ModelSpec { path: &model, size: (96, 64), preset: Preset::Fast, road_classes: &road, confidence_threshold: 0.3, cuda_graphs: false };
+        let (engines, _) = load_cpu_engines(&spec, CpuBackend::new(), workers).expect("the test model loads");
+        engines.into_iter().map(AnyEngine::from).collect()
+    }
+
+    /// Share of frame `i`'s logits grid that the grounded-road rule cuts
+    /// (no hood, no bars), run apart from any pool.
+    fn reference_cut(engine: &mut AnyEngine, i: u64, offset: u64) -> f32 {
+        let data = pixels(i, offset);
+        let frame = crate::engine::FrameRef { data: &data, width: 64, height: 48, stride: 256, format: PixelFormat::Rgba };
+        let grid = engine.logits_grid();
+        let road = engine.options().road_classes.clone();
+        let mut cut = 0;
+        engine
+            .run_frame_filtered(&frame, Some(&mut |logits: &mut [f32]| cut = keep_grounded_road(logits, grid, &road, &HoodMask::none(64, 48))))
+            .expect("the reference frame runs");
+        cut as f32 / (grid.width * grid.height) as f32
+    }
+
+    #[test]
+    fn the_grounded_road_cut_is_reported_per_frame_batched_or_not() {
+        // Rule: the share of each frame's road that the grounded-road rule cuts reaches the metrics hook and the output's stats, the same whether the frame ran alone or in a batch, and equal to the rule's own count on that frame.
+        let offset = 0;
+        // A road class for which the test model's stripes leave road islands high in the picture.
+        let (road, expected) = (0..7)
+            .map(|k| format!("label_{k}"))
+            .find_map(|road| {
+                let mut engine = test_model_engines(&road, 1).remove(0);
+                let cuts: Vec<f32> = (0..4).map(|i| reference_cut(&mut engine, i, offset)).collect();
+                cuts.iter().any(|&c| c > 0.0).then_some((road, cuts))
+            })
+            .expect("some class of the test model leaves islands to cut");
+        let settings = TemporalSettings { smoothing: None, hood: false, connected_road: true };
+        for batch in [1, 4] {
+            let reported = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let on_inference = {
+                let reported = reported.clone();
+                Arc::new(move |_: &str, _: f64, stats: &crate::annotate::FrameStats| reported.lock().unwrap().push(stats.road_cut))
+            };
+            let annotator = Annotator { style: Default::default(), show_text: false };
+            let pool = WorkerPool::start(test_model_engines(&road, 1), batch, annotator, on_inference, Arc::new(|_| {}));
+            let (s, rx) = stream_with("cut", 4, offset, settings);
+            pool.add_stream(s.clone());
+            pool.notify();
+            let mut out = Vec::new();
+            for i in 0..4 {
+                match rx.recv_timeout(Duration::from_secs(60)) {
+                    Ok(OutputItem::Frame { buf, stats }) => {
+                        out.push(stats.road_cut);
+                        s.ring.recycle(buf);
+                    }
+                    other => panic!("batch {batch} frame {i}: {other:?}"),
+                }
+            }
+            pool.shutdown();
+            for (i, (&got, &want)) in out.iter().zip(&expected).enumerate() {
+                assert!((got - want).abs() < 1e-6, "batch {batch} frame {i}: stats say {got}, the rule cuts {want}");
+            }
+            assert_eq!(*reported.lock().unwrap(), out, "batch {batch}: the metrics hook saw what the output saw");
+        }
     }
 
     #[test]

@@ -250,7 +250,16 @@ fn run_road_polygons(args: &EvalArgs, polygons: &Path) -> Result<()> {
     if args.json {
         let frames: serde_json::Map<String, serde_json::Value> = per_frame
             .iter()
-            .map(|(n, s)| (n.clone(), serde_json::json!({"road_iou": s.iou(), "recall": s.recall(), "false_road": s.false_road_rate()})))
+            .map(|(n, s)| {
+                // The counts as well as the ratios, so that frames can be
+                // pooled in any subset (tools/eval/compare-unseen.py resamples them).
+                let (intersection, union) = (s.true_road, s.true_road + s.false_road + s.missed_road);
+                let scores = serde_json::json!({
+                    "road_iou": s.iou(), "recall": s.recall(), "false_road": s.false_road_rate(),
+                    "intersection": intersection, "union": union,
+                });
+                (n.clone(), scores)
+            })
             .collect();
         let out = serde_json::json!({
             "images": files.len(), "size": [size.0, size.1], "preset": args.model.preset,

@@ -278,6 +278,8 @@ fn eval_road_polygons_scores_the_road_classes_inside_the_drawn_road() {
         (got - expected).abs() < 1e-9,
         "road IoU {got}, expected {expected} ({stdout})"
     );
+    let frame = &json["frames"]["a.png"];
+    assert_eq!((frame["intersection"].as_u64(), frame["union"].as_u64()), (Some(inter), Some(union)), "{stdout}");
 
     std::fs::write(
         &polygons,

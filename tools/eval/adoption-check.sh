@@ -8,6 +8,8 @@
 # target/adoption/<model folder name>). Needs target/release/roadseg,
 # ../shared (or $ROADSEG_SHARED), ffmpeg, and a python with PIL and numpy
 # ($PYTHON, default /usr/bin/python3: Debian's python3-pil python3-numpy).
+# Against the shipped model's run of this script:
+#   tools/eval/compare-unseen.py target/adoption/roadseg-camvid/unseen.json OUT_DIR/unseen.json
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 model=${1:?usage: tools/eval/adoption-check.sh MODEL_DIR [OUT_DIR]}
@@ -64,7 +66,9 @@ EOF
 # 3. The hand-labelled unseen frames.
 tools/eval/stage-unseen-road.sh "$out/unseen-frames" > /dev/null
 "$bin" eval --model "$model" --images "$out/unseen-frames" --road-polygons tools/eval/unseen-road.json \
-  --device cpu --compare-out "$out/unseen-compare" > "$out/unseen.txt"
+  --device cpu --compare-out "$out/unseen-compare" --json > "$out/unseen.txt"
+# Per-frame counts, for tools/eval/compare-unseen.py (is a difference more than the frame sample?).
+tail -n 1 "$out/unseen.txt" > "$out/unseen.json"
 say "unseen: $(grep '^road, pooled' "$out/unseen.txt" | tr -s ' ')"
 
 # 4. Flicker on the dashcam clip, plain and smoothed.

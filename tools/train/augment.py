@@ -306,10 +306,16 @@ AUGMENTS = [
 ]
 
 
-def random_road_augment(im, lab, rng, strength=1.0):
-    """Applies each augmentation with its probability times `strength`."""
+def augment_names():
+    return [fn.__name__ for fn, _ in AUGMENTS]
+
+
+def random_road_augment(im, lab, rng, strength=1.0, skip=()):
+    """Applies each augmentation with its probability times `strength`,
+    except those named in `skip`. A skipped one still draws its random
+    number, so the others see the same draws whatever is skipped."""
     for fn, p in AUGMENTS:
-        if rng.random() < p * strength:
+        if rng.random() < p * strength and fn.__name__ not in skip:
             im, lab = fn(im, lab, rng)
     return im, lab
 

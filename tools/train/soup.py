@@ -124,7 +124,7 @@ def main(argv=None) -> int:
             ["--data", args.data] + (["--synth", args.synth] if args.synth else []) + recipe_flags)
         n = recompute_batch_norm(soup, recipe, args.bn_batches)
         print(f"recomputed {n} BatchNorm(s) from {args.bn_batches} batches of "
-              f"{json.dumps({k: getattr(recipe, k) for k in ('batch_size', 'crop_w', 'crop_h', 'scale_min', 'scale_max', 'road_augment', 'synth_per_batch', 'seed')})}")
+              f"{json.dumps({k: getattr(recipe, k) for k in ('batch_size', 'crop_w', 'crop_h', 'scale_min', 'scale_max', 'road_augment', 'road_augment_skip', 'synth_per_batch', 'seed')})}")
     size = train.export(soup, args.out)
     print(f"exported {args.out} (model.safetensors {size / 1e6:.2f} MB) in {time.time() - t0:.0f} s")
     return 0

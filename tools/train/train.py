@@ -175,7 +175,7 @@ def augment(im: Image.Image, lab: np.ndarray, rng: random.Random, args):
     horizontal flip + colour jitter.  Returns uint8 HWC image and uint8 HW
     label of size crop_h x crop_w."""
     if args.road_augment > 0:
-        im, lab = road_augment.random_road_augment(im, lab, rng, args.road_augment)
+        im, lab = road_augment.random_road_augment(im, lab, rng, args.road_augment, args.road_augment_skip)
     W, H = im.size
     ch, cw = args.crop_h, args.crop_w
     s = (args.base_width / W) * rng.uniform(args.scale_min, args.scale_max)
@@ -499,6 +499,15 @@ def evaluate(model, imgs, labs, width: int, device, batch: int = 1):
 # main
 # ----------------------------------------------------------------------------
 
+def _augment_names(text):
+    names = tuple(n for n in text.split(",") if n)
+    unknown = sorted(set(names) - set(road_augment.augment_names()))
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"no augmentation {', '.join(unknown)} (there are: {', '.join(road_augment.augment_names())})")
+    return names
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line (also used by soup.py to rebuild a run's batch recipe)."""
     ap = argparse.ArgumentParser(description=__doc__,
@@ -562,6 +571,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="strength of tools/train/augment.py's road-scene augmentations "
                          "(night, dusk, glare, haze, blur/codec, camera, bars, bonnet): "
                          "each applied with its probability times S; 0 = off")
+    ap.add_argument("--road-augment-skip", type=_augment_names, default=(),
+                    metavar="NAME,...",
+                    help="augmentations of --road-augment left out, e.g. near_car,overpass,reflection "
+                         "(run 7's set): " + ", ".join(road_augment.augment_names()))
     ap.add_argument("--val-width", type=int, default=1024,
                     help="validation inference width (height from the image aspect)")
     ap.add_argument("--val-every", type=int, default=1,

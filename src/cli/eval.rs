@@ -253,10 +253,9 @@ fn run_road_polygons(args: &EvalArgs, polygons: &Path) -> Result<()> {
             .map(|(n, s)| {
                 // The counts as well as the ratios, so that frames can be
                 // pooled in any subset (tools/eval/compare-unseen.py resamples them).
-                let (intersection, union) = (s.true_road, s.true_road + s.false_road + s.missed_road);
                 let scores = serde_json::json!({
                     "road_iou": s.iou(), "recall": s.recall(), "false_road": s.false_road_rate(),
-                    "intersection": intersection, "union": union,
+                    "intersection": s.true_road, "union": s.union(),
                 });
                 (n.clone(), scores)
             })

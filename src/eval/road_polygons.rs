@@ -253,8 +253,13 @@ impl RoadScore {
         self.true_rest += other.true_rest;
     }
 
+    /// Pixels that are road in the truth, the prediction or both.
+    pub fn union(&self) -> u64 {
+        self.true_road + self.false_road + self.missed_road
+    }
+
     pub fn iou(&self) -> f64 {
-        let union = self.true_road + self.false_road + self.missed_road;
+        let union = self.union();
         if union == 0 {
             1.0
         } else {

@@ -166,12 +166,13 @@ mod tests {
         assert_eq!(c.in_flight(), 2);
     }
 
-    fn test_model_engines(road: &str, workers: usize) -> Vec<AnyEngine> {
+    /// One CPU engine of the small test model at 96x64, `road` its road class.
+    fn test_model_engine(road: &str) -> AnyEngine {
         let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/odd-bf16-203x141");
         let road = [road.to_string()];
         let spec = ModelSpec { path: &model, size: (96, 64), preset: Preset::Fast, road_classes: &road, confidence_threshold: 0.3, cuda_graphs: false };
-        let (engines, _) = load_cpu_engines(&spec, CpuBackend::new(), workers).expect("the test model loads");
-        engines.into_iter().map(AnyEngine::from).collect()
+        let (engines, _) = load_cpu_engines(&spec, CpuBackend::new(), 1).expect("the test model loads");
+        AnyEngine::from(engines.into_iter().next().expect("one engine"))
     }
 
     /// Share of frame `i`'s logits grid that the grounded-road rule cuts
@@ -196,7 +197,7 @@ mod tests {
         let (road, expected) = (0..7)
             .map(|k| format!("label_{k}"))
             .find_map(|road| {
-                let mut engine = test_model_engines(&road, 1).remove(0);
+                let mut engine = test_model_engine(&road);
                 let cuts: Vec<f32> = (0..4).map(|i| reference_cut(&mut engine, i, offset)).collect();
                 cuts.iter().any(|&c| c > 0.0).then_some((road, cuts))
             })
@@ -209,7 +210,7 @@ mod tests {
                 Arc::new(move |_: &str, _: f64, stats: &crate::annotate::FrameStats| reported.lock().unwrap().push(stats.road_cut))
             };
             let annotator = Annotator { style: Default::default(), show_text: false };
-            let pool = WorkerPool::start(test_model_engines(&road, 1), batch, annotator, on_inference, Arc::new(|_| {}));
+            let pool = WorkerPool::start(vec![test_model_engine(&road)], batch, annotator, on_inference, Arc::new(|_| {}));
             let (s, rx) = stream_with("cut", 4, offset, settings);
             pool.add_stream(s.clone());
             pool.notify();
@@ -234,13 +235,8 @@ mod tests {
     #[test]
     fn two_streams_in_batches_of_four_keep_every_frame_in_order_with_its_timestamps() {
         // Rule: with workers.batch = 4, frames from two streams (one smoothing its logits) run in shared batches, and each stream's output gets every frame once, in order, with its own pts and a frame-sized mask; the in-flight counts return to 0.
-        let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/odd-bf16-203x141");
-        let road = ["label_0".to_string()];
-        let spec = ModelSpec { path: &model, size: (96, 64), preset: Preset::Fast, road_classes: &road, confidence_threshold: 0.3, cuda_graphs: false };
-        let (engines, _) = load_cpu_engines(&spec, CpuBackend::new(), 1).expect("the test model loads");
-        let engines = engines.into_iter().map(AnyEngine::from).collect();
         let annotator = Annotator { style: Default::default(), show_text: true };
-        let pool = WorkerPool::start(engines, 4, annotator, Arc::new(|_, _, _| {}), Arc::new(|_| {}));
+        let pool = WorkerPool::start(vec![test_model_engine("label_0")], 4, annotator, Arc::new(|_, _, _| {}), Arc::new(|_| {}));
         // Every frame is queued before its stream is added, so the first take
         // finds at least four frames ready.
         let (a, ra) = stream("a", 7, 0, true);

@@ -35,7 +35,13 @@ Each takes and returns (image: PIL RGB, label: uint8 HxW, rng):
   model painted as road (issue 20);
 - `hood`: an ego-vehicle bonnet along the bottom (random height 6-22%,
   curved edge, paint colour, sky reflection, dashboard band), labelled car,
-  so that a bonnet is never road.
+  so that a bonnet is never road;
+- `dashboard`: the inside of the car along the bottom (10-30% of the
+  height) where a camera behind the windscreen sees no bonnet: dark grained
+  plastic with a lit rim, blotches and vents, and its faint mirror image in
+  the glass above (labels there unchanged); labelled car. On the unseen BDD
+  frames the bundled model painted such textured dark-grey dashboards as
+  road and left the lighter road beyond them unpainted (issue 20);
 `random_road_augment` applies each with its probability.
 """
 import argparse
@@ -182,6 +188,48 @@ def hood(im, lab, rng):
     return _img(a), lab
 
 
+def dashboard(im, lab, rng):
+    a = _arr(im)
+    h, w = lab.shape
+    g = np.random.default_rng(rng.randrange(1 << 30))
+    height = h * rng.uniform(0.1, 0.3)
+    top = h - height
+    tilt, bow = h * rng.uniform(-0.03, 0.03), height * rng.uniform(-0.1, 0.1)
+    u = np.linspace(-1, 1, w, dtype=np.float32)
+    edge = top + tilt * u + bow * u ** 2  # the windscreen's base, per column
+    yy = np.mgrid[0:h, 0:w][0].astype(np.float32)
+    inside = yy >= edge[None, :]
+    depth = np.clip((yy - edge[None, :]) / max(height, 1.0), 0, 1)  # 0 at the rim, 1 at the bottom
+    base = rng.uniform(18, 80) + np.array([rng.uniform(-6, 6) for _ in range(3)], np.float32)
+    # Plastic grain (fine) and blotches of light and dust (coarse), both multiplicative.
+    grain = g.normal(0, rng.uniform(0.03, 0.12), (h, w)).astype(np.float32)
+    coarse = g.random((h // 24 + 2, w // 24 + 2)).astype(np.float32)
+    coarse = np.asarray(Image.fromarray((coarse * 255).astype(np.uint8)).resize((w, h), Image.BILINEAR), np.float32) / 255.0
+    shade = 1 + grain + rng.uniform(0.1, 0.4) * (coarse - 0.5)
+    shade *= 1 + rng.uniform(-0.3, 0.5) * (1 - depth)  # sky light on the far part, or its shade
+    body = base[None, None, :] * shade[..., None]
+    rim = np.abs(yy - edge[None, :]) < max(1.0, h / 300)  # the dash's lit top edge
+    body[rim] = body[rim] * rng.uniform(1.3, 2.2)
+    for _ in range(rng.randint(0, 3)):  # vents and mounts: dark slotted boxes
+        vw, vh = int(w * rng.uniform(0.04, 0.14)), int(height * rng.uniform(0.08, 0.25))
+        vx, vy = rng.randrange(0, max(1, w - vw)), int(top + height * rng.uniform(0.2, 0.8))
+        slats = (np.arange(vh) % 4 < 2)[:, None, None]
+        body[vy:vy + vh, vx:vx + vw] *= np.where(slats, 0.35, 0.6)[: body[vy:vy + vh].shape[0]]
+    # Its mirror image in the glass above the rim, fading upwards; what is seen through keeps its label.
+    band = int(min(top, height * rng.uniform(0.5, 1.2)))
+    if band > 0:
+        rows = np.clip(np.arange(band)[:, None] + edge[None, :].astype(int) - band, 0, h - 1).astype(int)
+        mirror = np.clip(2 * edge[None, :].astype(int) - rows, 0, h - 1)
+        ghost = np.take_along_axis(body, mirror[..., None].repeat(3, axis=2), axis=0)
+        alpha = rng.uniform(0.05, 0.3) * np.linspace(0, 1, band, dtype=np.float32)[:, None, None]
+        cols = np.arange(w)[None, :].repeat(band, 0)
+        a[rows, cols] = a[rows, cols] * (1 - alpha) + (ghost + 60) * alpha
+    a = np.where(inside[..., None], body, a)
+    lab = lab.copy()
+    lab[inside] = CAR
+    return _img(a), lab
+
+
 def _component(mask, y, x):
     """Bounding box (y0, y1, x0, x1) of the 4-connected True region of
     ``mask`` (a small grid) that holds (y, x)."""
@@ -296,6 +344,7 @@ AUGMENTS = [
     (camera, 0.35),
     (overpass, 0.12),
     (hood, 0.25),
+    (dashboard, 0.25),
     (night, 0.15),
     (dusk, 0.15),
     (glare, 0.1),
@@ -357,6 +406,8 @@ def _selftest():
         assert set(np.unique(out_lab)) <= {ROAD, CAR, IGNORE, BUILDING}, fn.__name__
     _, hl = hood(im, lab, random.Random(1))
     assert (hl[-1] == CAR).all() and (hl[0] == ROAD).all(), "the bonnet is car at the bottom, the top untouched"
+    out, dl = dashboard(im, lab, random.Random(6))
+    assert (dl[-1] == CAR).all() and (dl[0] == ROAD).all() and (dl == ROAD).mean() > 0.6, "the dashboard is car at the bottom only"
     _, ol = overpass(im, lab, random.Random(2))
     assert (ol == BUILDING).any() and (ol[-1] == ROAD).all(), "the deck is building, the road below stays road"
     out, rl = reflection(im, lab, random.Random(3))

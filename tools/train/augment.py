@@ -33,6 +33,13 @@ Each takes and returns (image: PIL RGB, label: uint8 HxW, rng):
   standing on the ground with a contact shadow (labelled car; the shadow
   keeps its label): the side of a car in the next lane, which the bundled
   model painted as road (issue 20);
+- `surface`: the road's surface and the pavement's, each given its own
+  tone: light concrete, fresh black asphalt, salt-bleached or sun-washed
+  grey, in places patched in another tone (labels unchanged). CamVid's road
+  is mostly mid-dark asphalt beside lighter pavement, and the bundled model
+  learnt brightness as the cue: on the unseen BDD frames it called light
+  concrete lanes pavement (the overpass, the avenue, the snowy street;
+  issue 20);
 - `hood`: an ego-vehicle bonnet along the bottom (random height 6-22%,
   curved edge, paint colour, sky reflection, dashboard band), labelled car,
   so that a bonnet is never road;
@@ -161,6 +168,49 @@ def bars(im, lab, rng):
         a[:n] = a[h - n:] = 0
         lab[:n] = lab[h - n:] = IGNORE
     return Image.fromarray(a), lab
+
+
+PAVEMENT = 4
+
+
+def _retone(a, region, rng):
+    """Gives the pixels of `region` (soft mask, HxW in 0..1) a new mean tone
+    and contrast, keeping their texture."""
+    m = region[..., None]
+    if m.sum() < 16:
+        return a
+    mean = (a * m).sum(axis=(0, 1)) / m.sum()
+    lum = float(mean.mean())
+    target = rng.uniform(35, 190)  # fresh asphalt to sun-washed concrete
+    tint = np.array([rng.uniform(-3, 3) for _ in range(3)], np.float32) + rng.uniform(-3, 6) * np.array([1, 0.6, -0.4], np.float32)
+    contrast = rng.uniform(0.6, 1.4)
+    grey = a.mean(axis=2, keepdims=True)
+    desat = rng.uniform(0.3, 1.0)  # road surfaces are nearly grey
+    texture = (grey * desat + a * (1 - desat)) - lum
+    new = target + tint + texture * contrast
+    return a * (1 - m) + new * m
+
+
+def surface(im, lab, rng):
+    a = _arr(im)
+    h, w = lab.shape
+
+    def soft(mask):
+        return np.asarray(Image.fromarray((mask * 255).astype(np.uint8)).filter(ImageFilter.GaussianBlur(1.5)), np.float32) / 255.0
+
+    road = lab == ROAD
+    if rng.random() < 0.35 and road.any():  # a lane in another tone: a wedge from a vanishing point
+        vx, vy = w * rng.uniform(0.35, 0.65), h * rng.uniform(0.35, 0.5)
+        yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+        angle = np.arctan2(xx - vx, np.maximum(yy - vy, 1e-3))  # 0 straight down, +-pi/2 sideways
+        a0 = rng.uniform(-1.2, 1.0)
+        patch = road & (yy > vy) & (angle > a0) & (angle < a0 + rng.uniform(0.2, 0.8))
+        a = _retone(a, soft(patch), rng)
+        road = road & ~patch
+    a = _retone(a, soft(road), rng)
+    if rng.random() < 0.7:
+        a = _retone(a, soft(lab == PAVEMENT), rng)
+    return _img(a), lab
 
 
 def hood(im, lab, rng):
@@ -342,6 +392,7 @@ def reflection(im, lab, rng):
 AUGMENTS = [
     (near_car, 0.4),
     (camera, 0.35),
+    (surface, 0.5),
     (overpass, 0.12),
     (hood, 0.25),
     (dashboard, 0.25),
@@ -406,6 +457,8 @@ def _selftest():
         assert set(np.unique(out_lab)) <= {ROAD, CAR, IGNORE, BUILDING}, fn.__name__
     _, hl = hood(im, lab, random.Random(1))
     assert (hl[-1] == CAR).all() and (hl[0] == ROAD).all(), "the bonnet is car at the bottom, the top untouched"
+    out, sl = surface(im, lab, random.Random(7))
+    assert (sl == lab).all() and (np.asarray(out) != np.asarray(im)).any(), "a new surface tone keeps the labels"
     out, dl = dashboard(im, lab, random.Random(6))
     assert (dl[-1] == CAR).all() and (dl[0] == ROAD).all() and (dl == ROAD).mean() > 0.6, "the dashboard is car at the bottom only"
     _, ol = overpass(im, lab, random.Random(2))

@@ -63,6 +63,7 @@ IGNORE = 11
 BUILDING = 1  # CamVid's 11-class set folds bridges into building
 CAR = 8
 ROAD = 3
+PAVEMENT = 4
 
 
 def _arr(im):
@@ -171,18 +172,15 @@ def bars(im, lab, rng):
     return Image.fromarray(a), lab
 
 
-PAVEMENT = 4
-
-
-def _retone(a, region, rng, lightest_first=35):
+def _retone(a, region, rng, darkest=35):
     """Gives the pixels of `region` (soft mask, HxW in 0..1) a new mean tone
-    (grey `lightest_first`-190) and contrast, keeping their texture."""
+    (grey `darkest`-190) and contrast, keeping their texture."""
     m = region[..., None]
     if m.sum() < 16:
         return a
     mean = (a * m).sum(axis=(0, 1)) / m.sum()
     lum = float(mean.mean())
-    target = rng.uniform(lightest_first, 190)  # fresh asphalt to sun-washed concrete
+    target = rng.uniform(darkest, 190)  # fresh asphalt to sun-washed concrete
     tint = np.array([rng.uniform(-3, 3) for _ in range(3)], np.float32) + rng.uniform(-3, 6) * np.array([1, 0.6, -0.4], np.float32)
     contrast = rng.uniform(0.6, 1.4)
     grey = a.mean(axis=2, keepdims=True)

@@ -41,6 +41,11 @@ Each takes and returns (image: PIL RGB, label: uint8 HxW, rng):
   learnt brightness as the cue: on the unseen BDD frames it called light
   concrete lanes pavement (the overpass, the avenue, the snowy street;
   issue 20);
+- `sky`: CamVid's sky (mostly white, overcast Cambridge) repainted blue,
+  deep at the top to pale at the horizon, clear to broken cloud (labels
+  unchanged). On the unseen BDD overpass frame, under a clear blue sky, the
+  bundled model called the sky car and fence and the sunlit road car
+  (issue 20);
 - `hood`: an ego-vehicle bonnet along the bottom (random height 6-22%,
   curved edge, paint colour, sky reflection, dashboard band), labelled car,
   so that a bonnet is never road;
@@ -60,6 +65,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
 IGNORE = 11
+SKY = 0
 BUILDING = 1  # CamVid's 11-class set folds bridges into building
 CAR = 8
 ROAD = 3
@@ -221,6 +227,45 @@ def surface(im, lab, rng):
     if rng.random() < 0.7:
         a = _retone(a, soft(lab == PAVEMENT), rng, PAVEMENT_TONE_MIN)
     return _img(a), lab
+
+
+def _soft(mask, radius=1.5):
+    """A boolean mask as 0..1 floats with its edge blurred, for blending."""
+    return np.asarray(Image.fromarray((mask * 255).astype(np.uint8)).filter(ImageFilter.GaussianBlur(radius)), np.float32) / 255.0
+
+
+def _noise(h, w, rng, octaves=4):
+    """Smooth value noise in 0..1 over HxW: random grids of 4, 8, 16, ...
+    cells across, upsampled bicubically and summed with halving weights."""
+    g = np.random.default_rng(rng.randrange(1 << 30))
+    total, weight = np.zeros((h, w), np.float32), 0.0
+    for i in range(octaves):
+        cells = 4 << i
+        grid = (g.random((max(2, cells * h // w), cells)) * 255).astype(np.uint8)
+        total += 0.5 ** i * np.asarray(Image.fromarray(grid).resize((w, h), Image.BICUBIC), np.float32) / 255.0
+        weight += 0.5 ** i
+    return total / weight
+
+
+def sky(im, lab, rng):
+    region = lab == SKY
+    if region.mean() < 0.02:
+        return im, lab
+    a = _arr(im)
+    h, w = lab.shape
+    horizon = int(np.nonzero(region.any(axis=1))[0].max()) + 1  # the lowest sky row
+    t = (np.clip(np.arange(h, dtype=np.float32) / horizon, 0, 1) ** 0.7)[:, None, None]  # 0 zenith, 1 horizon
+    zenith = np.array([rng.uniform(25, 90), rng.uniform(80, 150), rng.uniform(170, 245)], np.float32)
+    pale = np.array([rng.uniform(150, 215), rng.uniform(185, 230), rng.uniform(220, 255)], np.float32)
+    blue = zenith * (1 - t) + pale * t
+    cover = rng.uniform(0.0, 0.7)  # clear to broken cloud
+    cloud = np.clip((_noise(h, w, rng) - (1 - cover)) / 0.12, 0, 1)[..., None] * rng.uniform(0.7, 1.0)
+    shade = 1 - 0.25 * _noise(h, w, rng)[..., None]  # greyer cloud undersides
+    new = blue * (1 - cloud) + rng.uniform(215, 255) * shade * cloud
+    lum = a.mean(axis=2, keepdims=True)
+    new += (lum - float(lum[region].mean())) * rng.uniform(0.0, 0.3)  # a trace of the old sky's texture
+    m = _soft(region)[..., None]
+    return _img(a * (1 - m) + new * m), lab
 
 
 def hood(im, lab, rng):
@@ -469,6 +514,12 @@ def _selftest():
     assert (hl[-1] == CAR).all() and (hl[0] == ROAD).all(), "the bonnet is car at the bottom, the top untouched"
     out, sl = surface(im, lab, random.Random(7))
     assert (sl == lab).all() and (np.asarray(out) != np.asarray(im)).any(), "a new surface tone keeps the labels"
+    sky_lab = lab.copy()
+    sky_lab[:30] = SKY
+    out, kl = sky(im, sky_lab, random.Random(8))
+    changed = (np.asarray(out) != np.asarray(im)).any(axis=2)
+    assert (kl == sky_lab).all() and changed[:25].mean() > 0.9 and not changed[40:].any(), "only the sky is repainted"
+    assert sky(im, lab, random.Random(8))[0] is im, "no sky: unchanged"
     out, dl = dashboard(im, lab, random.Random(6))
     assert (dl[-1] == CAR).all() and (dl[0] == ROAD).all() and (dl == ROAD).mean() > 0.6, "the dashboard is car at the bottom only"
     _, ol = overpass(im, lab, random.Random(2))

@@ -448,6 +448,7 @@ AUGMENTS = [
     (near_car, 0.4),
     (camera, 0.35),
     (surface, 0.5),
+    (sky, 0.3),
     (overpass, 0.12),
     (hood, 0.25),
     (dashboard, 0.25),

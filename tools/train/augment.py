@@ -178,6 +178,11 @@ def bars(im, lab, rng):
     return Image.fromarray(a), lab
 
 
+def _soft(mask, radius=1.5):
+    """A boolean mask as 0..1 floats with its edge blurred, for blending."""
+    return np.asarray(Image.fromarray((mask * 255).astype(np.uint8)).filter(ImageFilter.GaussianBlur(radius)), np.float32) / 255.0
+
+
 def _retone(a, region, rng, darkest=35):
     """Gives the pixels of `region` (soft mask, HxW in 0..1) a new mean tone
     (grey `darkest`-190) and contrast, keeping their texture."""
@@ -211,9 +216,6 @@ def surface(im, lab, rng):
     a = _arr(im)
     h, w = lab.shape
 
-    def soft(mask):
-        return np.asarray(Image.fromarray((mask * 255).astype(np.uint8)).filter(ImageFilter.GaussianBlur(1.5)), np.float32) / 255.0
-
     road = lab == ROAD
     if rng.random() < 0.35 and road.any():  # a lane in another tone: a wedge from a vanishing point
         vx, vy = w * rng.uniform(0.35, 0.65), h * rng.uniform(0.35, 0.5)
@@ -221,17 +223,12 @@ def surface(im, lab, rng):
         angle = np.arctan2(xx - vx, np.maximum(yy - vy, 1e-3))  # 0 straight down, +-pi/2 sideways
         a0 = rng.uniform(-1.2, 1.0)
         patch = road & (yy > vy) & (angle > a0) & (angle < a0 + rng.uniform(0.2, 0.8))
-        a = _retone(a, soft(patch), rng, ROAD_TONE_MIN)
+        a = _retone(a, _soft(patch), rng, ROAD_TONE_MIN)
         road = road & ~patch
-    a = _retone(a, soft(road), rng, ROAD_TONE_MIN)
+    a = _retone(a, _soft(road), rng, ROAD_TONE_MIN)
     if rng.random() < 0.7:
-        a = _retone(a, soft(lab == PAVEMENT), rng, PAVEMENT_TONE_MIN)
+        a = _retone(a, _soft(lab == PAVEMENT), rng, PAVEMENT_TONE_MIN)
     return _img(a), lab
-
-
-def _soft(mask, radius=1.5):
-    """A boolean mask as 0..1 floats with its edge blurred, for blending."""
-    return np.asarray(Image.fromarray((mask * 255).astype(np.uint8)).filter(ImageFilter.GaussianBlur(radius)), np.float32) / 255.0
 
 
 def _noise(h, w, rng, octaves=4):

@@ -51,7 +51,7 @@ Each takes and returns (image: PIL RGB, label: uint8 HxW, rng):
   so that a bonnet is never road;
 - `dashboard`: the inside of the car along the bottom (10-30% of the
   height) where a camera behind the windscreen sees no bonnet: dark grained
-  plastic with a lit rim, blotches and vents, and its faint mirror image in
+  plastic (grey 12-65) with a lit rim, strong blotches and vents, and its faint mirror image in
   the glass above (labels there unchanged); labelled car. On the unseen BDD
   frames the bundled model painted such textured dark-grey dashboards as
   road and left the lighter road beyond them unpainted (issue 20);

@@ -231,9 +231,9 @@ fn run_road_polygons(args: &EvalArgs, polygons: &Path) -> Result<()> {
             frame.what
         );
         total.add(score);
-        per_frame.push((frame.name.clone(), score));
+        per_frame.push((frame.name.clone(), score, hood_out));
     }
-    let mean = per_frame.iter().map(|(_, s)| s.iou()).sum::<f64>() / per_frame.len() as f64;
+    let mean = per_frame.iter().map(|(_, s, _)| s.iou()).sum::<f64>() / per_frame.len() as f64;
     println!(
         "{:<28} {:>8.4} {:>8.4} {:>10.2}% {:>9.4}  (all pixels of all frames)",
         "road, pooled",
@@ -250,12 +250,14 @@ fn run_road_polygons(args: &EvalArgs, polygons: &Path) -> Result<()> {
     if args.json {
         let frames: serde_json::Map<String, serde_json::Value> = per_frame
             .iter()
-            .map(|(n, s)| {
+            .map(|(n, s, h)| {
                 // The counts as well as the ratios, so that frames can be
-                // pooled in any subset (tools/eval/compare-unseen.py resamples them).
+                // pooled in any subset (tools/eval/compare-unseen.py resamples them),
+                // with the hood in (what a still shows) and out (what video shows).
                 let scores = serde_json::json!({
                     "road_iou": s.iou(), "recall": s.recall(), "false_road": s.false_road_rate(),
                     "intersection": s.true_road, "union": s.union(),
+                    "hood_out": {"road_iou": h.iou(), "intersection": h.true_road, "union": h.union()},
                 });
                 (n.clone(), scores)
             })

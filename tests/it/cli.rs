@@ -206,7 +206,7 @@ fn a_source_build_finds_its_checkouts_model_from_any_directory() {
 
 #[test]
 fn eval_road_polygons_scores_the_road_classes_inside_the_drawn_road() {
-    // Rule: with --road-polygons, road IoU is (pixels of the road classes inside the drawn road) over the drawn road and the road classes outside it, on scored pixels only; missing frames and size mismatches are named.
+    // Rule: with --road-polygons, road IoU is (pixels of the road classes inside the drawn road) over the drawn road and the road classes outside it, on scored pixels only, and again with the drawn hood left out of the prediction (per frame in --json); missing frames and size mismatches are named.
     let tmp = tempfile::tempdir().unwrap();
     let images = tmp.path().join("images");
     write_test_images(&images);
@@ -231,12 +231,14 @@ fn eval_road_polygons_scores_the_road_classes_inside_the_drawn_road() {
     let polygons = tmp.path().join("road.json");
     std::fs::write(
         &polygons,
-        r#"{"frames": [{"name": "a.png", "size": [160, 90], "road": [[[0,0],[80,0],[80,90],[0,90]]]}]}"#,
+        r#"{"frames": [{"name": "a.png", "size": [160, 90], "road": [[[0,0],[80,0],[80,90],[0,90]]], "hood": [[[0,60],[160,60],[160,90],[0,90]]]}]}"#,
     )
     .unwrap();
     let class_map = image::open(classes.join("a.png")).unwrap().to_luma8();
     let road_class = 4u8; // the class this model paints most of a.png with
     let (mut inter, mut union) = (0u64, 0u64);
+    // The same with the hood (rows 60-89, pixel centres inside the drawn hood) never road.
+    let (mut inter_hood_out, mut union_hood_out) = (0u64, 0u64);
     for (x, y, p) in class_map.enumerate_pixels() {
         let (cx, cy) = (x as f64 + 0.5, y as f64 + 0.5);
         // Scored: at least 1 px from every drawn edge (x = 0, 80; y = 0, 90 within the road's span).
@@ -248,7 +250,11 @@ fn eval_road_polygons_scores_the_road_classes_inside_the_drawn_road() {
         let (truth, pred) = (x < 80, p[0] == road_class);
         inter += (truth && pred) as u64;
         union += (truth || pred) as u64;
+        let pred_hood_out = pred && y < 60;
+        inter_hood_out += (truth && pred_hood_out) as u64;
+        union_hood_out += (truth || pred_hood_out) as u64;
     }
+    assert_ne!((inter, union), (inter_hood_out, union_hood_out), "the hood must cover some predicted road");
     let expected = inter as f64 / union as f64;
     assert!(
         expected > 0.2 && expected < 0.9,
@@ -280,6 +286,14 @@ fn eval_road_polygons_scores_the_road_classes_inside_the_drawn_road() {
     );
     let frame = &json["frames"]["a.png"];
     assert_eq!((frame["intersection"].as_u64(), frame["union"].as_u64()), (Some(inter), Some(union)), "{stdout}");
+    let hood_out = &frame["hood_out"];
+    assert_eq!(
+        (hood_out["intersection"].as_u64(), hood_out["union"].as_u64()),
+        (Some(inter_hood_out), Some(union_hood_out)),
+        "{stdout}"
+    );
+    let pooled_hood_out = json["road_iou_hood_out"].as_f64().unwrap();
+    assert!((pooled_hood_out - inter_hood_out as f64 / union_hood_out as f64).abs() < 1e-9, "{stdout}");
 
     std::fs::write(
         &polygons,

@@ -10,6 +10,7 @@
 # ($PYTHON, default /usr/bin/python3: Debian's python3-pil python3-numpy).
 # Against the shipped model's run of this script:
 #   tools/eval/compare-unseen.py target/adoption/roadseg-camvid/unseen.json OUT_DIR/unseen.json
+#   tools/eval/compare-unseen.py --hood-out ...   # the same with the drawn hood left out, as on video
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 model=${1:?usage: tools/eval/adoption-check.sh MODEL_DIR [OUT_DIR]}

@@ -290,8 +290,9 @@ def hood(im, lab, rng):
     return _img(a), lab
 
 
-# Run 17: darker and more mottled than runs 12's (18-80, 0.1-0.4), which
-# looked flat beside the real ones and taught nothing visible.
+# Run 17: darker and more mottled than run 12's (18-80, 0.1-0.4), which
+# looked flat beside the real ones and taught nothing visible. The tones
+# were read off the unseen frames' dashboards: a bias on that figure.
 DASH_TONE = (12, 65)
 DASH_BLOTCH = (0.2, 0.8)
 

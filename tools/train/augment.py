@@ -51,8 +51,8 @@ Each takes and returns (image: PIL RGB, label: uint8 HxW, rng):
   so that a bonnet is never road;
 - `dashboard`: the inside of the car along the bottom (10-30% of the
   height) where a camera behind the windscreen sees no bonnet: dark grained
-  plastic (grey 12-65) with a lit rim, strong blotches and vents, and its faint mirror image in
-  the glass above (labels there unchanged); labelled car. On the unseen BDD
+  plastic (grey 12-65) with a lit rim, strong blotches and vents, and its
+  faint mirror image in the glass above (labels there unchanged); labelled car. On the unseen BDD
   frames the bundled model painted such textured dark-grey dashboards as
   road and left the lighter road beyond them unpainted (issue 20);
 `random_road_augment` applies each with its probability.
@@ -311,7 +311,7 @@ def dashboard(im, lab, rng):
     depth = np.clip((yy - edge[None, :]) / max(height, 1.0), 0, 1)  # 0 at the rim, 1 at the bottom
     # Real dashboards on the unseen BDD frames: median grey 27-62, their 10th-90th
     # percentiles 30-80 grey apart (seams, dust, the sky's glare on the top).
-    base = rng.uniform(DASH_TONE[0], DASH_TONE[1]) + np.array([rng.uniform(-6, 6) for _ in range(3)], np.float32)
+    base = rng.uniform(*DASH_TONE) + np.array([rng.uniform(-6, 6) for _ in range(3)], np.float32)
     # Plastic grain (fine) and blotches of light and dust (coarse), both multiplicative.
     grain = g.normal(0, rng.uniform(0.03, 0.12), (h, w)).astype(np.float32)
     coarse = g.random((h // 24 + 2, w // 24 + 2)).astype(np.float32)

@@ -10,13 +10,15 @@
 #                 test with "cuda" in its path plus overlay:: (GPU), parity::
 #                 (CPU) beside them; the ../shared fixtures regenerated first
 #     kernels     roadseg bench of random B5 and B0 checkpoints at 1024x1024,
-#                 each opt-in kernel on and off (split attention, fused
-#                 decoder, naive layer norm, naive im2col, all opt-ins on)
+#                 the defaults against each alternative (no split attention,
+#                 no fused decoder, naive layer norm, naive im2col, and the
+#                 defaults before 2026-11-26: neither split nor fused)
 #     torch       the bundled model's accurate/fast ratio (1280x720 frames),
 #                 then B5 1024x1024: roadseg beside PyTorch eager,
 #                 channels_last+SDPA and torch.compile (reduce-overhead)
 #     ncu         Nsight Compute, one B5 forward: default kernels, then the
-#                 opt-ins (NCU_KERNELS, default split attention + fused decoder)
+#                 alternatives in NCU_KERNELS (default: split attention and
+#                 fused decoder off)
 #     b0-compile  torch.compile max-autotune of B0 alone (~390 s of compile)
 #   bench/gpu-check.sh --plan [CALL...]     each call's steps, limits and
 #                 worst-case time; exit 1 when a call's is over CALL_LIMIT_S
@@ -65,7 +67,7 @@ PYTHON=${PYTHON:-python3}
 CKPT_DIR=${CKPT_DIR:-${TMPDIR:-/tmp}/roadseg-bench-ckpt}
 FRAMES=${FRAMES:-100}
 NCU_CLOCK_CONTROL=${NCU_CLOCK_CONTROL:-base}
-NCU_KERNELS=${NCU_KERNELS:-ROADSEG_CUDA_SPLIT_ATTENTION=1 ROADSEG_CUDA_FUSED_DECODER=1}
+NCU_KERNELS=${NCU_KERNELS:-ROADSEG_CUDA_SPLIT_ATTENTION=0 ROADSEG_CUDA_FUSED_DECODER=0}
 BUNDLED_SIZE=${BUNDLED_SIZE:-1024x576}
 BUNDLED_FRAME=${BUNDLED_FRAME:-1280x720}
 MEMTEST=cuda::ten_thousand_replays_do_not_grow_memory # asserts device-wide free memory: runs alone
@@ -82,11 +84,11 @@ export ROADSEG_REPO=$REPO
 # ---------------------------------------------------------------------------
 KERNEL_CONFIGS=(
   "default|"
-  "split-attention|ROADSEG_CUDA_SPLIT_ATTENTION=1"
-  "fused-decoder|ROADSEG_CUDA_FUSED_DECODER=1"
+  "no-split-attention|ROADSEG_CUDA_SPLIT_ATTENTION=0"
+  "no-fused-decoder|ROADSEG_CUDA_FUSED_DECODER=0"
   "naive-layer-norm|ROADSEG_CUDA_LAYER_NORM=naive"
   "naive-im2col|ROADSEG_CUDA_IM2COL=naive"
-  "all-opt-ins|ROADSEG_CUDA_SPLIT_ATTENTION=1 ROADSEG_CUDA_FUSED_DECODER=1"
+  "before-2026-11-26|ROADSEG_CUDA_SPLIT_ATTENTION=0 ROADSEG_CUDA_FUSED_DECODER=0"
 )
 
 plan() {
@@ -123,7 +125,7 @@ plan() {
       echo "1 20 header header"
       echo "2 60 ckpt-b5 ckpt b5"
       echo "3 200 ncu-default ncu default"
-      echo "4 200 ncu-opt-ins ncu opt-ins"
+      echo "4 200 ncu-alternatives ncu alternatives"
       ;;
     b0-compile)
       echo "1 20 header header"
@@ -329,9 +331,9 @@ step_torch() { # step_torch ARCH COMPILE_MODE CONFIGS: bench/cuda.sh's PyTorch s
   env OUT="$BENCH/torch" COMPILE_MODE="$mode" TORCH_CONFIGS="$configs" bench/cuda.sh "torch-$arch"
 }
 
-step_ncu() { # step_ncu default|opt-ins: one B5 forward profiled, per-kernel table
+step_ncu() { # step_ncu default|alternatives: one B5 forward profiled, per-kernel table
   local variant=$1 envs=""
-  [ "$variant" = opt-ins ] && envs=$NCU_KERNELS
+  [ "$variant" = alternatives ] && envs=$NCU_KERNELS
   mkdir -p "$NCU_DIR"
   local rep=$NCU_DIR/b5-$variant table=$NCU_DIR/b5-$variant.md label="kernels: ${envs:-defaults}"
   if [ "$DRY" = 1 ]; then # the table code on a made-up profile

@@ -307,7 +307,9 @@ pub trait Backend: Send + Sync + 'static {
     /// Runs `forward`, which must only enqueue this backend's ops on buffers
     /// that live as long as `recording`. A backend may record the first run
     /// into `recording` and replay it on later calls instead of calling
-    /// `forward` (the CUDA backend's graphs); others just call it.
+    /// `forward` (the CUDA backend's graphs); others just call it. Either
+    /// way each call does the forward's work once, so a forward may change
+    /// its own inputs (the frame path tints the uploaded frame in place).
     fn run_recorded<E: From<BackendError>>(&self, recording: &Self::Recording, forward: &mut dyn FnMut() -> Result<(), E>) -> Result<(), E>;
 
     /// Buffers for frames of `geometry`; `road_classes` are counted in the

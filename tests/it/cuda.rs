@@ -75,11 +75,22 @@ fn run_fixture<T: GemmElem>(b: Arc<CudaBackend<T>>, dir: &Path, times: usize) ->
 where
     CudaBlasLT: Matmul<T>,
 {
+    run_fixture_then(b, dir, times, || {})
+}
+
+/// As `run_fixture`, calling `before_drop` after the runs, while the engine
+/// (and so its graphs) still exists.
+fn run_fixture_then<T: GemmElem>(b: Arc<CudaBackend<T>>, dir: &Path, times: usize, before_drop: impl FnOnce()) -> Vec<Vec<f32>>
+where
+    CudaBlasLT: Matmul<T>,
+{
     let pv = npy::read_f32(dir.join("pixel_values.npy")).unwrap();
     let (h, w) = (pv.shape[2], pv.shape[3]);
     let hwc = chw_to_hwc(&pv.data, h, w, 3);
     let mut e = engine(b, dir, w, h, vec![1.0]);
-    (0..times).map(|_| e.run_normalized(&hwc).unwrap().to_vec()).collect()
+    let out = (0..times).map(|_| e.run_normalized(&hwc).unwrap().to_vec()).collect();
+    before_drop();
+    out
 }
 
 #[test]
@@ -88,12 +99,16 @@ fn graph_replay_is_bit_identical_to_eager() {
     let dir = repo().join("tests/data/odd-bf16-203x141");
     let eager = run_fixture(backend::<f16>(&d, CudaOptions { graphs: false, ..CudaOptions::default() }), &dir, 2);
     let graphed_backend = backend::<f16>(&d, CudaOptions::default());
-    let graphed = run_fixture(graphed_backend.clone(), &dir, 3);
-    assert_eq!(graphed_backend.recordings(), 1, "one graph for the one model instance");
+    // Counted while the engine lives: dropping it drops its graph (on the
+    // first H100 run this was counted after the drop and read 0).
+    let mut graphs_while_running = 0;
+    let graphed = run_fixture_then(graphed_backend.clone(), &dir, 3, || graphs_while_running = graphed_backend.recordings());
     assert_eq!(eager[0], eager[1], "eager runs are deterministic");
     for (i, g) in graphed.iter().enumerate() {
         assert!(g == &eager[0], "graph run {i} differs from the eager run");
     }
+    assert_eq!(graphs_while_running, 1, "one graph for the one model instance");
+    assert_eq!(graphed_backend.recordings(), 0, "the engine's graph went with it");
 }
 
 #[test]
@@ -397,10 +412,11 @@ fn fused_decoder_matches_the_separate_ops_and_hf_reference() {
     let local = LOCAL_CASES.iter().map(|c| Some(repo().join("tests/data").join(c)));
     let shared_dirs = SHARED_CASES.iter().map(|c| shared(&format!("fixtures/segformer/{c}")));
     let fused = CudaOptions { fused_decoder: true, ..CudaOptions::default() };
+    let separate_ops = CudaOptions { fused_decoder: false, ..CudaOptions::default() };
     for dir in local.chain(shared_dirs).flatten() {
         let reference = npy::read_f32(dir.join("logits.npy")).unwrap();
         let labels = reference.shape[1];
-        let (separate, _) = fixture_logits(backend::<f16>(&d, CudaOptions::default()), &dir);
+        let (separate, _) = fixture_logits(backend::<f16>(&d, separate_ops), &dir);
         let (one_kernel, shape) = fixture_logits(backend::<f16>(&d, fused), &dir);
         assert_eq!(shape, reference.shape);
         let (rel, agree) = compare(&one_kernel, &separate, labels);
@@ -408,7 +424,7 @@ fn fused_decoder_matches_the_separate_ops_and_hf_reference() {
         eprintln!("fused fp16 {}: vs separate ops rel L2 {rel:.3e} argmax {:.4}%; vs HF {rel_hf:.3e} {:.4}%", dir.display(), agree * 100.0, agree_hf * 100.0);
         assert!(rel <= 5e-3 && agree >= 0.995, "{}: fused vs separate rel L2 {rel}, argmax {agree}", dir.display());
         assert!(rel_hf <= 1e-2 && agree_hf >= 0.995, "{}: fused vs HF rel L2 {rel_hf}, argmax {agree_hf}", dir.display());
-        let (bf_separate, _) = fixture_logits(backend::<bf16>(&d, CudaOptions::default()), &dir);
+        let (bf_separate, _) = fixture_logits(backend::<bf16>(&d, separate_ops), &dir);
         let (bf_fused, _) = fixture_logits(backend::<bf16>(&d, fused), &dir);
         let (rel, agree) = compare(&bf_fused, &bf_separate, labels);
         assert!(rel <= 4e-2 && agree >= 0.98, "{}: bf16 fused vs separate rel L2 {rel}, argmax {agree}", dir.display());
@@ -440,13 +456,15 @@ where
 #[test]
 fn batch_of_three_equals_three_single_frames() {
     // Rule: batch-N output equals N single-frame runs on the GPU too. cuBLASLt
-    // may pick another GEMM algorithm for 3x the rows (another summation
-    // order), so f32 agrees to rounding and fp16 to its own precision.
+    // may pick another GEMM algorithm for 3x the rows, so the two agree to the
+    // GEMMs' precision: f32 GEMMs run as TF32 (cudarc's compute type for f32:
+    // 10-bit mantissa, unit roundoff 4.9e-4; the first H100 run measured
+    // relative L2 4.9e-4 and 99.98% of classes), fp16 to its own.
     let Some(d) = gpu_or_skip() else { return };
     let mut cases = vec![(repo().join("tests/data/odd-bf16-203x141"), (224, 160))];
     cases.extend(shared("fixtures/segformer/tiny-1024x576").map(|dir| (dir, (1024, 576))));
     for (dir, size) in &cases {
-        batch_matches_singles_on::<f32>(&d, dir, *size, 1e-5, 0.9999);
+        batch_matches_singles_on::<f32>(&d, dir, *size, 2e-3, 0.999);
         batch_matches_singles_on::<f16>(&d, dir, *size, 5e-3, 0.995);
     }
 }

@@ -471,11 +471,16 @@ where
                 return Ok(());
             }
         }
-        // First run eagerly: module loading, cuBLASLt's heuristics and any
-        // lazy initialisation happen outside the capture.
-        forward()?;
+        // The first run is eager and its results are this call's: module
+        // loading, cuBLASLt's heuristics and any lazy initialisation happen
+        // outside the capture. The graph is not launched as well: a forward
+        // may change its own input (the frame path tints the uploaded frame in
+        // place), so it runs exactly once per staged input (seen on an H100:
+        // the first frame of each recording came out tinted twice).
+        self.busy.around(&self.stream, &mut *forward)?;
         self.stream.synchronize().map_err(BackendError::from)?;
         // Thread-local mode: other workers' streams keep running uncaptured.
+        // Capturing records the forward's work without running it.
         self.stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(BackendError::from)?;
         let captured = forward();
         // End the capture whatever happened, or the stream stays unusable.
@@ -483,7 +488,6 @@ where
         captured?;
         let graph = graph?.ok_or_else(|| BackendError::from(CudaError::EmptyGraph))?;
         graph.upload().map_err(BackendError::from)?;
-        self.busy.around(&self.stream, || graph.launch()).map_err(BackendError::from)?;
         self.recordings.lock().unwrap_or_else(|e| e.into_inner()).insert(recording.id, Recording(graph));
         Ok(())
     }

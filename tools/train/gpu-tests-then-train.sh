@@ -45,7 +45,7 @@ PYTHONUNBUFFERED=1 timeout -k 5 $((budget_s + 15)) python3 tools/train/train.py 
   --data target/train-data/camvid --synth target/train-data/synth --synth-per-batch 2 \
   --arch b0-d128 --init-from models/roadseg-camvid --device "${TRAIN_DEVICE:-cuda}" --workers "${TRAIN_WORKERS:-12}" ${TRAIN_EXTRA:-} \
   --batch-size 16 --crop-w 512 --crop-h 384 --scale-min 0.5 --scale-max 2.0 \
-  --lr 4e-4 --warmup-iters 50 --class-weights none --road-augment 0.5 \
+  --lr ${LR:-4e-4} --warmup-iters 50 --class-weights none --road-augment 0.5 \
   --road-augment-skip near_car,overpass,reflection --epochs 1000 \
   --time-budget-min "$budget_min" --val-every 4 --select road \
   --out /tmp/gpu-model --snapshots /tmp/gpu-snap --log "$OUT/train.log" >"$OUT/train.out" 2>&1

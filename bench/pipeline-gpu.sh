@@ -11,7 +11,10 @@
 #   header   nvidia-smi, the bundle's MANIFEST, host glibc
 #   synth    roadseg synth: a FRAMES-frame 1280x720 H.264 clip
 #   bench    roadseg bench --frame 1280x720 --size SIZE --device DEVICE: the
-#            model alone (preprocess + model + postprocess), frames/s
+#            model alone (preprocess + model + postprocess), frames/s; then
+#            the same with --temporal: a stream worker's whole path (hood
+#            observed, overlay, logits smoothed and cut on the host), with the
+#            median of each phase (worker_phases_median_ms)
 #   process  roadseg process of the clip --device DEVICE: decode, infer,
 #            annotate, encode; frames/s from its summary, and ratio
 #            process/bench (1.0 = the video edges cost nothing); the decoder
@@ -180,11 +183,19 @@ s_header() {
   else
     echo "nvidia-smi: not found"
   fi
+  # NVENC: nvcodec registers nvh264enc only where the driver's encode library loads.
+  echo "NVIDIA video libraries: $( (ldconfig -p 2>/dev/null | grep -oE 'lib(nvidia-encode|nvcuvid)\.so[.0-9]*' | sort -u | tr '\n' ' ') || true)"
   [ -x "$R" ] || { echo "$R is missing: run tools/device-bundle.sh and carry the bundle"; return 1; }
 }
 
 s_synth() {
-  "$R" synth -o "$WORK/clip.mp4" --frames "$FRAMES" --size 1280x720 --fps 30
+  # The first GStreamer use scans the plugins: nvcodec says here why an element
+  # (nvh264enc) is missing.
+  GST_DEBUG=nvcodec:4,nvenc:4 GST_DEBUG_NO_COLOR=1 "$R" synth -o "$WORK/clip.mp4" --frames "$FRAMES" --size 1280x720 --fps 30 \
+    2>"$WORK/synth.err"
+  local rc=$?
+  grep -v -iE 'nvenc|nvcodec' "$WORK/synth.err" | tail -n 5
+  return "$rc"
 }
 
 s_bench() {
@@ -193,6 +204,9 @@ s_bench() {
   local rc=$?
   tail -n 5 "$WORK/bench.err"
   cat "$OUT/bench.json"
+  "$R" bench --model "$MODEL" --device "$DEVICE" --frame 1280x720 --size "$SIZE" --frames "$BENCH_FRAMES" --temporal \
+    >"$WORK/bench-temporal.json" 2>>"$WORK/bench.err" || rc=$?
+  cat "$WORK/bench-temporal.json"
   return "$rc"
 }
 
@@ -351,6 +365,21 @@ write_summary() {
     echo "| \`roadseg bench\` (1280x720 frames, model $SIZE, $BENCH_FRAMES frames) | ${bench_fps:-n/a} |"
     echo "| \`roadseg process\` ($FRAMES-frame 1280x720 H.264 clip) | ${process_fps:-n/a} |"
     echo "| ratio process / bench | $ratio |"
+    echo "| \`roadseg bench --temporal\` (a stream worker's whole path) | $(json_num "$WORK/bench-temporal.json" fps) |"
+    echo
+    echo "A worker's frame by phase (\`bench --temporal\`, medians in ms; observe = hood, bars and"
+    echo "overlay; to_logits = staging, model, logits to the host; filter = smoothing and the"
+    echo "grounded-road cut; after_filter = logits back, classes, overlay, results collected):"
+    echo
+    echo '```'
+    grep -o '"worker_phases_median_ms":{[^}]*}' "$WORK/bench-temporal.json" 2>/dev/null || echo "(none)"
+    echo '```'
+    echo
+    echo "NVENC (why nvh264enc is or is not there):"
+    echo
+    echo '```'
+    grep -iE 'nvenc|libnvidia-encode' "$WORK/synth.err" 2>/dev/null | grep -v GST_ELEMENT_FACTORY | cut -c1-220 | head -n 6
+    echo '```'
     echo
     echo "GPU busy during \`roadseg process\` (CUDA events around its forwards / wall time; target >= 80%): ${process_gpu:-n/a}"
     echo

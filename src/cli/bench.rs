@@ -5,6 +5,7 @@
 
 use anyhow::{Result, bail};
 use clap::Args;
+use roadseg::annotate::Annotator;
 use roadseg::engine::{AnyEngine, FrameRef, PixelFormat};
 use roadseg::model::MAX_BATCH;
 use roadseg::temporal::{DEFAULT_WEIGHT, StreamTemporal, TemporalSettings};
@@ -40,8 +41,11 @@ pub struct BenchArgs {
     /// (one thread each, as the daemon's workers) and report their total fps.
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
-    /// Also do the per-stream temporal work of a live stream (hood estimate
-    /// and logit smoothing) for every frame, timed apart ("temporal_median_ms").
+    /// Run each frame as a stream's worker does by default: the hood and bars
+    /// observed, the overlay staged (on a backend that draws it), the logits
+    /// smoothed and cut to grounded road on the host. Reports the host's part
+    /// ("temporal_median_ms": observing and filtering) and where the frame's
+    /// time went ("worker_phases_median_ms").
     #[arg(long)]
     pub temporal: bool,
 }
@@ -71,6 +75,50 @@ fn test_frame(w: usize, h: usize) -> Vec<u8> {
         }
     }
     px
+}
+
+/// Where one frame's time goes on a stream worker's path (ms): `observe`
+/// (hood and bars, and the overlay staged), `to_logits` (staging, the model
+/// and the logits brought to the host), `filter` (smoothing and the
+/// grounded-road cut on the host), `after_filter` (logits back, classes,
+/// overlay and results collected).
+#[derive(Clone, Copy, Debug, Default)]
+struct WorkerPhases {
+    observe: f64,
+    to_logits: f64,
+    filter: f64,
+    after_filter: f64,
+}
+
+/// One frame as a live stream's worker runs it (`pool.rs`), timed by phase.
+fn worker_step(engine: &mut AnyEngine, temporal: &StreamTemporal, frame: &FrameRef<'_>, seq: u64) -> Result<WorkerPhases> {
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let started = std::time::Instant::now();
+    let unseen = temporal.observe(seq, Some(seq * 40_000_000), frame).hood;
+    if engine.annotates_frames() {
+        let annotator = Annotator { style: Default::default(), show_text: true };
+        engine.set_overlays(&[annotator.overlay(&unseen, frame.width, frame.height)]);
+    }
+    let observed = std::time::Instant::now();
+    let grid = engine.logits_grid();
+    let road = engine.options().road_classes.clone();
+    let mut filtered = None;
+    engine.run_frame_filtered(
+        frame,
+        Some(&mut |logits: &mut [f32]| {
+            let at = std::time::Instant::now();
+            temporal.filter_logits(seq, logits, grid, &road, &unseen);
+            filtered = Some((at, std::time::Instant::now()));
+        }),
+    )?;
+    let done = std::time::Instant::now();
+    let (filter_start, filter_end) = filtered.unwrap_or((done, done));
+    Ok(WorkerPhases {
+        observe: ms(observed - started),
+        to_logits: ms(filter_start - observed),
+        filter: ms(filter_end - filter_start),
+        after_filter: ms(done - filter_end),
+    })
 }
 
 /// One step of the benchmark: one frame, or `copies.len()` of them as a batch.
@@ -105,30 +153,14 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     let mut total = Vec::with_capacity(batches);
     let mut model = Vec::with_capacity(batches);
-    let mut temporal_ms = Vec::with_capacity(frames);
+    let mut phases: Vec<WorkerPhases> = Vec::with_capacity(frames);
     let temporal = args.temporal.then(|| StreamTemporal::new(TemporalSettings { smoothing: Some(DEFAULT_WEIGHT), hood: true, connected_road: true }));
     let (mut rss_at_10, mut rss_peak) = (None, 0.0f64);
     let started = std::time::Instant::now();
     for i in 0..batches {
         let t = std::time::Instant::now();
         match &temporal {
-            Some(temporal) => {
-                let seq = i as u64;
-                let observed = std::time::Instant::now();
-                let unseen = temporal.observe(seq, Some(seq * 40_000_000), &frame).hood;
-                let mut spent = observed.elapsed();
-                let grid = loaded.engine.logits_grid();
-                let road = loaded.engine.options().road_classes.clone();
-                loaded.engine.run_frame_filtered(
-                    &frame,
-                    Some(&mut |logits: &mut [f32]| {
-                        let filtered = std::time::Instant::now();
-                        temporal.filter_logits(seq, logits, grid, &road, &unseen);
-                        spent += filtered.elapsed();
-                    }),
-                )?;
-                temporal_ms.push(spent.as_secs_f64() * 1e3);
-            }
+            Some(temporal) => phases.push(worker_step(&mut loaded.engine, temporal, &frame, i as u64)?),
             None => step(&mut loaded.engine, &copies)?,
         }
         total.push(t.elapsed().as_secs_f64() * 1e3);
@@ -145,7 +177,19 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let concurrent = if args.workers > 1 { Some(run_workers(&args, &copies, batches)?) } else { None };
     total.sort_by(f64::total_cmp);
     model.sort_by(f64::total_cmp);
-    temporal_ms.sort_by(f64::total_cmp);
+    let phase = |pick: fn(&WorkerPhases) -> f64| {
+        let mut ms: Vec<f64> = phases.iter().map(pick).collect();
+        ms.sort_by(f64::total_cmp);
+        round2(percentile(&ms, 0.5))
+    };
+    let worker_phases = (!phases.is_empty()).then(|| {
+        serde_json::json!({
+            "observe": phase(|p| p.observe),
+            "to_logits": phase(|p| p.to_logits),
+            "filter": phase(|p| p.filter),
+            "after_filter": phase(|p| p.after_filter),
+        })
+    });
     let out = serde_json::json!({
         "device": loaded.device,
         "precision": loaded.precision.to_string(),
@@ -166,7 +210,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "backend": backend,
         "workers": args.workers,
         "fps_all_workers": concurrent.map(round2),
-        "temporal_median_ms": (!temporal_ms.is_empty()).then(|| round2(percentile(&temporal_ms, 0.5))),
+        "temporal_median_ms": (!phases.is_empty()).then(|| phase(|p| p.observe + p.filter)),
+        "worker_phases_median_ms": worker_phases,
     });
     for (op, ms, calls) in profile {
         eprintln!("{op:<12} {:>9.2} ms/frame {:>6} calls/batch", ms / frames as f64, calls / batches as u64);

@@ -3,15 +3,18 @@
 //! dark and unchanging), and masks that do not flicker (logits smoothed over
 //! time, restarted at scene cuts and reconnects).
 //!
-//! One [`StreamTemporal`] per stream. Workers call [`StreamTemporal::observe`]
-//! before inference and [`StreamTemporal::smooth`] on the logits after it;
-//! both take a short lock, so several workers can serve one stream.
+//! One [`StreamTemporal`] per stream. The stream's intake calls
+//! [`StreamTemporal::observe`] as each frame enters the ring (in order, on
+//! the source's thread, off the workers' path); workers call
+//! [`StreamTemporal::filter_logits`] on the logits after inference. Both take
+//! a short lock, so several workers can serve one stream.
 
 mod bars;
 mod hood;
 mod reach;
 mod smooth;
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
 pub use bars::{Bars, BarsEstimator};
@@ -28,6 +31,10 @@ const CUT_MOTION: f32 = 40.0;
 /// A timestamp gap longer than this (or backwards) means the source
 /// restarted: the past no longer predicts the present.
 const GAP_NS: u64 = 1_000_000_000;
+/// Restart points remembered: frames are observed on arrival, up to a ring's
+/// worth ahead of the frame being smoothed, so more than one cut can lie
+/// between them; far more than any ring holds.
+const MAX_CUTS: usize = 64;
 
 /// Per-stream temporal settings (inert data; see the daemon config).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -69,8 +76,10 @@ struct State {
     /// Newest frame observed, and its timestamp.
     newest: Option<u64>,
     newest_pts: Option<u64>,
-    /// Smoothing restarts at this frame (the latest cut or gap).
-    restart_at: u64,
+    /// Frames at which smoothing restarts (cuts, gaps, size changes),
+    /// ascending. A frame is smoothed within the scene of the last one at or
+    /// before it.
+    restarts: VecDeque<u64>,
     luma: Vec<u8>,
 }
 
@@ -150,7 +159,10 @@ impl StreamTemporal {
                 st.bars.as_mut().expect("made with the hood estimator").observe(&st.luma);
             }
             if resized || gap || motion.is_some_and(|m| m > CUT_MOTION) {
-                st.restart_at = seq;
+                if st.restarts.len() == MAX_CUTS {
+                    st.restarts.pop_front();
+                }
+                st.restarts.push_back(seq);
             }
             st.newest = Some(seq);
             st.newest_pts = pts_ns.or(st.newest_pts);
@@ -168,12 +180,15 @@ impl StreamTemporal {
     /// when smoothing is off).
     pub fn smooth(&self, seq: u64, logits: &mut [f32]) {
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let restart_at = st.restart_at;
+        let st = &mut *st;
         let Some(smoother) = st.smoother.as_mut() else { return };
-        if seq < restart_at && smoother.newest().is_some_and(|n| n >= restart_at) {
-            return; // a late frame from before a cut: the state is the new scene's
+        let scene_start = st.restarts.iter().rev().find(|&&r| r <= seq).copied().unwrap_or(0);
+        let next_scene = st.restarts.iter().find(|&&r| r > seq).copied();
+        let newest = smoother.newest();
+        if next_scene.is_some_and(|next| newest.is_some_and(|n| n >= next)) {
+            return; // a late frame from before a cut: the state is a later scene's
         }
-        if seq >= restart_at && smoother.newest().is_none_or(|n| n < restart_at) {
+        if newest.is_none_or(|n| n < scene_start) {
             smoother.reset();
         }
         smoother.apply(seq, logits);
@@ -265,6 +280,27 @@ mod tests {
         step(&t, 0, 0, 10, 4.0);
         assert_eq!(step(&t, 1, 40_000_000, 12, 0.0), 2.0);
         assert_eq!(step(&t, 2, 80_000_000, 200, 0.0), 0.0, "a cut starts the average afresh");
+    }
+
+    #[test]
+    fn cuts_observed_ahead_of_smoothing_each_restart_it() {
+        // Rule: frames are observed on arrival, up to a ring ahead of the frame being smoothed; every cut among them restarts the average at its own frame, not only the latest.
+        let t = StreamTemporal::new(TemporalSettings { smoothing: Some(0.5), hood: false, connected_road: false });
+        // Cuts at frames 2 (12 -> 200) and 4 (202 -> 20).
+        for (seq, value) in [10u8, 12, 200, 202, 20, 22].into_iter().enumerate() {
+            let pixels = vec![value; 8 * 8 * 4];
+            t.observe(seq as u64, Some(seq as u64 * 40_000_000), &FrameRef::packed(&pixels, 8, 8, crate::frame::PixelFormat::Rgba));
+        }
+        let smoothed: Vec<f32> = [4.0, 0.0, 4.0, 0.0, 4.0, 0.0]
+            .into_iter()
+            .enumerate()
+            .map(|(seq, logit)| {
+                let mut logits = [logit];
+                t.smooth(seq as u64, &mut logits);
+                logits[0]
+            })
+            .collect();
+        assert_eq!(smoothed, [4.0, 2.0, 4.0, 2.0, 4.0, 2.0]);
     }
 
     #[test]

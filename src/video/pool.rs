@@ -69,11 +69,21 @@ pub struct StreamInput {
     pub counters: Arc<StreamCounters>,
     /// Fill each frame's `road_mask` (costs a pass over the class map).
     pub want_masks: bool,
-    /// Hood estimate and logit smoothing across this stream's frames.
-    pub temporal: StreamTemporal,
+    /// Hood estimate and logit smoothing across this stream's frames
+    /// (shared with the intake, which observes each frame on arrival).
+    pub temporal: Arc<StreamTemporal>,
 }
 
 impl StreamInput {
+    /// The hood and bars as of `buf`'s frame: observed on arrival by the
+    /// stream's intake, else (a ring fed directly) observed now.
+    pub(crate) fn unseen_in(&self, buf: &mut FrameBuf) -> Arc<HoodMask> {
+        match buf.unseen.take() {
+            Some(unseen) => unseen,
+            None => self.temporal.observe(buf.seq, buf.timing.pts, &buf.frame()).hood,
+        }
+    }
+
     /// Frames taken from the ring and not yet handed to the output stage.
     pub fn in_flight(&self) -> u64 {
         self.counters.in_flight.load(Ordering::SeqCst)
@@ -260,18 +270,18 @@ impl Worker {
     /// Infers, annotates and hands on one frame; false when inference failed
     /// (the frame is then dropped and counted).
     fn process(&mut self, stream: &StreamInput, mut buf: FrameBuf) -> bool {
+        let hood = stream.unseen_in(&mut buf);
         let frame = buf.frame();
         let temporal = &stream.temporal;
-        let observed = temporal.observe(buf.seq, buf.timing.pts, &frame);
         let seq = buf.seq;
         if self.engine.annotates_frames() {
-            self.engine.set_overlays(&[self.annotator.overlay(&observed.hood, frame.width, frame.height)]);
+            self.engine.set_overlays(&[self.annotator.overlay(&hood, frame.width, frame.height)]);
         }
         let mut road_cut = 0.0;
         let result = if temporal.filters_logits() {
             let grid = self.engine.logits_grid();
             let road = self.engine.options().road_classes.clone();
-            let unseen = observed.hood.clone();
+            let unseen = hood.clone();
             self.engine.run_frame_filtered(
                 &frame,
                 Some(&mut |logits: &mut [f32]| road_cut = temporal.filter_logits(seq, logits, grid, &road, &unseen)),
@@ -287,7 +297,7 @@ impl Worker {
         let t = self.engine.timings();
         let inference_ms = t.preprocess_ms + t.inference_ms + t.postprocess_ms;
         let done = Done { annotator: &self.annotator, on_inference: &self.on_inference, road: &self.engine.options().road_classes };
-        let seen = Seen { hood: &observed.hood, road_cut };
+        let seen = Seen { hood: &hood, road_cut };
         done.deliver(stream, buf, self.engine.segmentation(), seen, inference_ms, self.engine.annotated(0));
         true
     }

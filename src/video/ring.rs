@@ -16,9 +16,12 @@ use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
 
+use std::sync::Arc;
+
 use super::frame::{DecodedFrame, FrameTiming, PixelFormat, StageTimes};
 use crate::frame::FrameRef;
 use crate::host_memory::FrameMemory;
+use crate::temporal::HoodMask;
 
 /// One frame travelling through the pipeline.
 #[derive(Debug)]
@@ -39,12 +42,15 @@ pub struct FrameBuf {
     /// Road mask (1 = road) at frame size, filled only for streams that ask
     /// for masks (`process --masks-out`); the allocation is reused.
     pub road_mask: Vec<u8>,
+    /// What the stream saw of its hood and bars as of this frame, observed
+    /// on arrival (None where nobody observed it: the worker then does).
+    pub unseen: Option<Arc<HoodMask>>,
     pub stages: StageTimes,
 }
 
 impl FrameBuf {
     pub(crate) fn empty() -> Self {
-        FrameBuf { seq: 0, timing: FrameTiming::default(), width: 0, height: 0, format: PixelFormat::Rgba, data: FrameMemory::default(), dropped_before: 0, road_mask: Vec::new(), stages: StageTimes::starting(Instant::now()) }
+        FrameBuf { seq: 0, timing: FrameTiming::default(), width: 0, height: 0, format: PixelFormat::Rgba, data: FrameMemory::default(), dropped_before: 0, road_mask: Vec::new(), unseen: None, stages: StageTimes::starting(Instant::now()) }
     }
 
     /// Bytes per row (of the Y plane, for NV12).
@@ -72,6 +78,7 @@ impl FrameBuf {
             copy_rows(uv, plane, stride, row);
         }
         self.timing = FrameTiming { pts: src.pts, duration: src.duration };
+        self.unseen = None;
         self.stages = StageTimes::starting(offered);
     }
 }
@@ -182,6 +189,12 @@ impl FrameRing {
     /// Copies `frame` into a pooled buffer and queues it. Files block while
     /// every buffer is in use; live sources drop instead.
     pub fn push(&self, frame: &DecodedFrame<'_>) -> Pushed {
+        self.push_with(frame, |_| {})
+    }
+
+    /// As [`FrameRing::push`], with `prepare` run on the filled and numbered
+    /// buffer before any worker can see it (not for frames dropped on arrival).
+    pub fn push_with(&self, frame: &DecodedFrame<'_>, prepare: impl FnOnce(&mut FrameBuf)) -> Pushed {
         let offered = Instant::now();
         let mut dropped_seq = None;
         let mut buf = loop {
@@ -210,6 +223,7 @@ impl FrameRing {
         buf.fill_from(frame, offered);
         buf.seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         buf.dropped_before = self.dropped_pending.swap(0, Ordering::Relaxed);
+        prepare(&mut buf);
         let seq = buf.seq;
         let mut pending = buf;
         loop {

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
-use crate::temporal::{HoodMask, TemporalSettings};
+use crate::temporal::{HoodMask, StreamTemporal, TemporalSettings};
 use crate::video::frame::VideoInfo;
 use crate::video::output::{OutputSummary, StreamObserver};
 use crate::video::pool::WorkerPool;
@@ -106,6 +106,7 @@ impl StreamSpec {
         let ring = Arc::new(FrameRing::new(self.ring_capacity, services.pool.workers() + IN_FLIGHT_SLACK, live));
         let (output_tx, output_rx) = crossbeam_channel::unbounded();
         let (events_tx, events_rx) = crossbeam_channel::unbounded();
+        let temporal = Arc::new(StreamTemporal::new(self.temporal));
         let feeder = Arc::new(RingFeeder::new(FeederParts {
             ring: ring.clone(),
             output: output_tx.clone(),
@@ -114,6 +115,7 @@ impl StreamSpec {
             live,
             infer_fps: self.infer_fps,
             observer: self.observer.clone(),
+            temporal: temporal.clone(),
         }));
         let mut intake = Intake::new(self.source, self.first_frame_timeout, feeder, (events_tx, events_rx));
         let info = intake.connect(stop)?;
@@ -135,7 +137,7 @@ impl StreamSpec {
             observer: self.observer,
             finish_timeout: self.finish_timeout,
             want_masks: self.want_masks,
-            temporal: self.temporal,
+            temporal,
         };
         let pipeline = StreamPipeline::start(parts, &services.pool);
         Ok(StreamHandle { name: self.name, info, intake, pipeline, pool: services.pool.clone(), mounts: opened.mounts })

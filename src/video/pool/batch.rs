@@ -55,7 +55,7 @@ impl Worker {
     /// per frame.
     pub(super) fn process_batch(&mut self, jobs: &mut Vec<Job>) -> bool {
         // Hood estimates first, per frame, as the single-frame path does.
-        let observed: Vec<_> = jobs.iter().map(|j| j.stream.temporal.observe(j.buf.seq, j.buf.timing.pts, &j.buf.frame())).collect();
+        let observed: Vec<_> = jobs.iter_mut().map(|j| j.stream.unseen_in(&mut j.buf)).collect();
         let frames: Vec<FrameRef<'_>> = jobs.iter().map(|j| j.buf.frame()).collect();
         // Filtering streams (smoothing, connected road) get their own frames'
         // logits, in batch (so seq) order.
@@ -65,12 +65,12 @@ impl Worker {
         let mut smooth = |i: usize, logits: &mut [f32]| {
             let j: &Job = &jobs[i];
             if j.stream.temporal.filters_logits() {
-                road_cut[i] = j.stream.temporal.filter_logits(j.buf.seq, logits, grid, &road, &observed[i].hood);
+                road_cut[i] = j.stream.temporal.filter_logits(j.buf.seq, logits, grid, &road, &observed[i]);
             }
         };
         let any_smooths = jobs.iter().any(|j| j.stream.temporal.filters_logits());
         if self.engine.annotates_frames() {
-            let overlays: Vec<_> = frames.iter().zip(&observed).map(|(f, o)| self.annotator.overlay(&o.hood, f.width, f.height)).collect();
+            let overlays: Vec<_> = frames.iter().zip(&observed).map(|(f, o)| self.annotator.overlay(o, f.width, f.height)).collect();
             self.engine.set_overlays(&overlays);
         }
         let result = self.engine.run_batch(&frames, if any_smooths { Some(&mut smooth) } else { None }).map(|_| ());
@@ -89,7 +89,7 @@ impl Worker {
         let segs = self.engine.batch_segmentations();
         for (i, ((Job { stream, mut buf }, seg), observed)) in jobs.drain(..).zip(segs).zip(observed).enumerate() {
             buf.stages.inferred = inferred;
-            let seen = Seen { hood: &observed.hood, road_cut: road_cut[i] };
+            let seen = Seen { hood: &observed, road_cut: road_cut[i] };
             done.deliver(&stream, buf, seg, seen, inference_ms, self.engine.annotated(i));
             stream.counters.in_flight.fetch_sub(1, Ordering::SeqCst);
         }
@@ -140,7 +140,7 @@ mod tests {
         }
         let (output, rx) = unbounded();
         let temporal = StreamTemporal::new(settings);
-        let input = StreamInput { name: name.into(), ring, output, counters: Arc::new(StreamCounters::default()), want_masks: true, temporal };
+        let input = StreamInput { name: name.into(), ring, output, counters: Arc::new(StreamCounters::default()), want_masks: true, temporal: Arc::new(temporal) };
         (Arc::new(input), rx)
     }
 

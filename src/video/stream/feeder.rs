@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use crossbeam_channel::Sender;
 
+use crate::temporal::StreamTemporal;
 use crate::video::frame::DecodedFrame;
 use crate::video::output::StreamObserver;
 use crate::video::pool::{OutputItem, SkipReason};
@@ -33,6 +34,7 @@ pub(super) struct RingFeeder {
     observer: Arc<dyn StreamObserver>,
     stopped: AtomicBool,
     rate: Option<RateLimit>,
+    temporal: Arc<StreamTemporal>,
 }
 
 /// What a feeder is built from.
@@ -45,6 +47,9 @@ pub(super) struct FeederParts {
     /// Frames a second sent to inference at most (None or 0: every frame).
     pub infer_fps: Option<f64>,
     pub observer: Arc<dyn StreamObserver>,
+    /// The stream's hood, bars and cut detector: fed each frame that enters
+    /// the ring, here on the source's thread, so workers only infer.
+    pub temporal: Arc<StreamTemporal>,
 }
 
 /// At most `1 / interval` frames a second go to inference, evenly spread
@@ -94,6 +99,7 @@ impl RingFeeder {
                 next_due: Mutex::new(None),
                 started: now,
             }),
+            temporal: p.temporal,
         }
     }
 
@@ -126,7 +132,9 @@ impl FrameHandler for RingFeeder {
             let _ = self.output.send(OutputItem::Skipped { seq, reason: SkipReason::RateLimited });
             return FlowAction::Continue;
         }
-        let pushed = self.ring.push(&frame);
+        let pushed = self.ring.push_with(&frame, |buf| {
+            buf.unseen = Some(self.temporal.observe(buf.seq, buf.timing.pts, &buf.frame()).hood);
+        });
         self.observer.decoded(self.ring.depth());
         match pushed {
             Pushed::Queued { .. } | Pushed::RateLimited { .. } => {}

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::temporal::{StreamTemporal, TemporalSettings};
+use crate::temporal::StreamTemporal;
 use crate::video::output::{FrameSink, OutputParts, OutputStage, OutputSummary, StatsWriter, StreamObserver};
 use crate::video::pool::{OutputItem, StreamCounters, StreamInput, WorkerPool};
 use crate::video::ring::FrameRing;
@@ -28,7 +28,8 @@ pub(super) struct PipelineParts {
     pub observer: Arc<dyn StreamObserver>,
     pub finish_timeout: Duration,
     pub want_masks: bool,
-    pub temporal: TemporalSettings,
+    /// Shared with the stream's intake, which observes each frame.
+    pub temporal: Arc<StreamTemporal>,
 }
 
 impl StreamPipeline {
@@ -41,7 +42,7 @@ impl StreamPipeline {
             output: parts.output_tx,
             counters: counters.clone(),
             want_masks: parts.want_masks,
-            temporal: StreamTemporal::new(parts.temporal),
+            temporal: parts.temporal,
         });
         let output = OutputStage::start(OutputParts {
             stream: parts.name.clone(),

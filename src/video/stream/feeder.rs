@@ -159,3 +159,42 @@ impl FrameHandler for RingFeeder {
         self.observer.damaged_input();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::PixelFormat;
+    use crate::temporal::TemporalSettings;
+    use crate::video::output::NoObserver;
+
+    #[test]
+    fn frames_enter_the_ring_with_their_observation() {
+        // Rule: every frame a stream's intake puts in the ring carries its hood-and-bars observation, made in order on the source's thread before a worker can take it.
+        let ring = Arc::new(FrameRing::new(4, 1, false));
+        let (output, _outputs) = crossbeam_channel::unbounded();
+        let (events, _events) = crossbeam_channel::unbounded();
+        let temporal = Arc::new(StreamTemporal::new(TemporalSettings { smoothing: Some(0.5), hood: true, connected_road: true }));
+        let feeder = RingFeeder::new(FeederParts {
+            ring: ring.clone(),
+            output,
+            wake_workers: Box::new(|| {}),
+            events,
+            live: false,
+            infer_fps: None,
+            observer: Arc::new(NoObserver),
+            temporal: temporal.clone(),
+        });
+        for value in [10u8, 20, 30] {
+            let pixels = vec![value; 8 * 6 * 4];
+            let frame = DecodedFrame { data: &pixels, width: 8, height: 6, stride: 32, format: PixelFormat::Rgba, chroma: None, pts: Some(value as u64 * 40_000_000), duration: None };
+            assert!(matches!(feeder.on_frame(frame), FlowAction::Continue));
+        }
+        for seq in 0..3 {
+            let buf = ring.pop().expect("queued");
+            assert_eq!(buf.seq, seq);
+            let unseen = buf.unseen.as_ref().expect("observed on arrival");
+            assert_eq!((unseen.width, unseen.height), (8, 6), "frame {seq}");
+        }
+        assert!(temporal.hood().is_some(), "the stream's estimator saw the frames");
+    }
+}

@@ -378,7 +378,8 @@ write_summary() {
     echo "NVENC (why nvh264enc is or is not there):"
     echo
     echo '```'
-    grep -iE 'nvenc|libnvidia-encode' "$WORK/synth.err" 2>/dev/null | grep -v GST_ELEMENT_FACTORY | cut -c1-220 | head -n 6
+    grep -iE 'nvenc|libnvidia-encode' "$WORK/synth.err" 2>/dev/null | grep -v GST_ELEMENT_FACTORY | cut -c1-220 | head -n 6 |
+      grep . || echo "(nvcodec said nothing about NVENC: the plugin is not loaded here)"
     echo '```'
     echo
     echo "GPU busy during \`roadseg process\` (CUDA events around its forwards / wall time; target >= 80%): ${process_gpu:-n/a}"

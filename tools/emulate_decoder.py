@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Emulates kernels/decoder.cu's decode_tail thread by thread (its block and
-pixel arithmetic, the shared-memory layout, both loops) and compares it with
+pixel arithmetic, the per-pixel taps and the shared-memory layout, all three loops) and compares it with
 the decode head as the model runs it unfused: project, upsample each stage
 and add, ReLU, classifier. Shapes cover B0 and B5 heads, a last block with
 fewer than DEC_PIXELS pixels, and stages smaller and larger than 1/4 size.
@@ -13,6 +13,7 @@ import numpy as np
 
 DEC_PIXELS = 8
 DEC_MAX_HIDDEN = 1024
+DEC_STAGES = 3
 BLOCK = 256
 
 
@@ -58,21 +59,34 @@ def emulate(acc, stages, cls_w, cls_b, batch, h0, w0, d, labels):
     logits = np.full(pixels * labels, np.nan)
     for block in range(grid):
         hidden = np.full(DEC_PIXELS * DEC_MAX_HIDDEN, np.nan)
+        taps = [[None] * DEC_STAGES for _ in range(DEC_PIXELS)]
         first = block * DEC_PIXELS
         count = min(DEC_PIXELS, pixels - first)
+        # Each pixel's taps, once per (pixel, stage).
+        for tid in range(BLOCK):
+            for i in range(tid, count * DEC_STAGES, BLOCK):
+                j, stage = i // DEC_STAGES, i - (i // DEC_STAGES) * DEC_STAGES
+                p = first + j
+                img, q = p // per_image, p % per_image
+                dx, dy = q % w0, q // w0
+                _, sh, sw = stages[stage]
+                x0, x1, lx = bilinear_source(dx, sw, w0)
+                y0, y1, ly = bilinear_source(dy, sh, h0)
+                base = img * sh * sw * d
+                offs = [base + (y0 * sw + x0) * d, base + (y0 * sw + x1) * d, base + (y1 * sw + x0) * d, base + (y1 * sw + x1) * d]
+                taps[j][stage] = (offs, lx, ly)
+        # __syncthreads()
         for tid in range(BLOCK):
             for i in range(tid, count * d, BLOCK):
                 j, ch = i // d, i - (i // d) * d
                 p = first + j
-                img, q = p // per_image, p % per_image
-                dx, dy = q % w0, q // w0
                 v = float(acc.reshape(-1)[p * d + ch])
-                for s, sh, sw in stages:
-                    x0, x1, lx = bilinear_source(dx, sw, w0)
-                    y0, y1, ly = bilinear_source(dy, sh, h0)
-                    flat = s.reshape(-1)[img * sh * sw * d:]
-                    a, b = flat[(y0 * sw + x0) * d + ch], flat[(y0 * sw + x1) * d + ch]
-                    c, e = flat[(y1 * sw + x0) * d + ch], flat[(y1 * sw + x1) * d + ch]
+                for stage, (s, _, _) in enumerate(stages):
+                    assert taps[j][stage] is not None, "read taps no thread wrote"
+                    offs, lx, ly = taps[j][stage]
+                    flat = s.reshape(-1)
+                    a, b = flat[offs[0] + ch], flat[offs[1] + ch]
+                    c, e = flat[offs[2] + ch], flat[offs[3] + ch]
                     v += (1 - ly) * ((1 - lx) * a + lx * b) + ly * ((1 - lx) * c + lx * e)
                 hidden[j * d + ch] = max(v, 0.0)
         # __syncthreads()

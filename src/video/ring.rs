@@ -11,12 +11,10 @@
 //! instead (back-pressure) and never lose a frame.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
-
-use std::sync::Arc;
 
 use super::frame::{DecodedFrame, FrameTiming, PixelFormat, StageTimes};
 use crate::frame::FrameRef;

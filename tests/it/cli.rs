@@ -120,6 +120,29 @@ fn bench_batch_prints_one_json_line_counting_every_frame() {
 }
 
 #[test]
+fn bench_temporal_reports_a_workers_frame_by_phase() {
+    // Rule: bench --temporal runs a stream worker's whole path and reports the host's part (temporal_median_ms) and each phase's median (observe, to_logits, filter, after_filter), which add up to no more than the frame; it refuses --batch.
+    let args = ["bench", "--model", MODEL, "--device", "cpu", "--size", "203x141", "--frame", "320x200", "--frames", "6", "--warmup", "1", "--temporal"];
+    let (code, stdout, stderr) = roadseg(&args);
+    assert_eq!(code, 0, "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let phases = &json["worker_phases_median_ms"];
+    let phase = |name: &str| phases[name].as_f64().unwrap_or_else(|| panic!("{name} missing in {stdout}"));
+    let sum: f64 = ["observe", "to_logits", "filter", "after_filter"].iter().map(|p| phase(p)).sum();
+    assert!(phase("to_logits") > 0.0, "the model runs before the filter: {stdout}");
+    assert!(phase("observe") > 0.0 && phase("filter") >= 0.0, "{stdout}");
+    // Medians of parts need not add up exactly; within the p90 of the whole they must.
+    assert!(sum <= json["p90_ms"].as_f64().unwrap() * 1.05 + 0.1, "phases {sum} ms vs frame p90 in {stdout}");
+    assert!(json["temporal_median_ms"].as_f64().unwrap() > 0.0, "{stdout}");
+    let (code, _, stderr) = roadseg(&["bench", "--model", MODEL, "--device", "cpu", "--size", "203x141", "--temporal", "--batch", "2"]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("--temporal"), "{stderr}");
+    // Without --temporal there are no phases.
+    let (_, stdout, _) = roadseg(&["bench", "--model", MODEL, "--device", "cpu", "--size", "203x141", "--frames", "2", "--warmup", "0"]);
+    assert!(stdout.contains("\"worker_phases_median_ms\":null"), "{stdout}");
+}
+
+#[test]
 fn bad_arguments_are_explained() {
     let (code, _, stderr) = roadseg(&["infer", "--model", MODEL, "--image", "/nonexistent.png", "--device", "cpu"]);
     assert_ne!(code, 0);

@@ -41,9 +41,10 @@ pub struct BenchArgs {
     /// (one thread each, as the daemon's workers) and report their total fps.
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
-    /// Run each frame as a stream's worker does by default: the hood and bars
-    /// observed, the overlay staged (on a backend that draws it), the logits
-    /// smoothed and cut to grounded road on the host. Reports the host's part
+    /// Run each frame as a stream does by default: the hood and bars observed
+    /// (in the daemon on the source's thread), the overlay staged (on a
+    /// backend that draws it), the logits smoothed and cut to grounded road on
+    /// the host. Reports the host's part
     /// ("temporal_median_ms": observing and filtering) and where the frame's
     /// time went ("worker_phases_median_ms").
     #[arg(long)]
@@ -91,12 +92,11 @@ struct WorkerPhases {
 }
 
 /// One frame as a live stream's worker runs it (`pool.rs`), timed by phase.
-fn worker_step(engine: &mut AnyEngine, temporal: &StreamTemporal, frame: &FrameRef<'_>, seq: u64) -> Result<WorkerPhases> {
+fn worker_step(engine: &mut AnyEngine, temporal: &StreamTemporal, annotator: &Annotator, frame: &FrameRef<'_>, seq: u64) -> Result<WorkerPhases> {
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     let started = std::time::Instant::now();
     let unseen = temporal.observe(seq, Some(seq * 40_000_000), frame).hood;
     if engine.annotates_frames() {
-        let annotator = Annotator { style: Default::default(), show_text: true };
         engine.set_overlays(&[annotator.overlay(&unseen, frame.width, frame.height)]);
     }
     let observed = std::time::Instant::now();
@@ -155,12 +155,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let mut model = Vec::with_capacity(batches);
     let mut phases: Vec<WorkerPhases> = Vec::with_capacity(frames);
     let temporal = args.temporal.then(|| StreamTemporal::new(TemporalSettings { smoothing: Some(DEFAULT_WEIGHT), hood: true, connected_road: true }));
+    let annotator = Annotator { style: Default::default(), show_text: true };
     let (mut rss_at_10, mut rss_peak) = (None, 0.0f64);
     let started = std::time::Instant::now();
     for i in 0..batches {
         let t = std::time::Instant::now();
         match &temporal {
-            Some(temporal) => phases.push(worker_step(&mut loaded.engine, temporal, &frame, i as u64)?),
+            Some(temporal) => phases.push(worker_step(&mut loaded.engine, temporal, &annotator, &frame, i as u64)?),
             None => step(&mut loaded.engine, &copies)?,
         }
         total.push(t.elapsed().as_secs_f64() * 1e3);

@@ -4,6 +4,7 @@
 
 use rayon::prelude::*;
 
+use super::attention_tiled as tiled;
 use super::gemm::{MatRef, matmul};
 use super::kernels::softmax_rows;
 use crate::backend::AttnDims;
@@ -17,10 +18,13 @@ pub fn lanes() -> usize {
 }
 
 pub fn workspace_len(d: AttnDims) -> usize {
-    lanes() * BLOCK * d.keys
+    if tiled::supported(d) { tiled::workspace_len(d, lanes()) } else { lanes() * BLOCK * d.keys }
 }
 
 pub fn attention(q: &[f32], kv: &[f32], y: &mut [f32], workspace: &mut [f32], d: AttnDims) {
+    if tiled::supported(d) {
+        return tiled::attention(q, kv, y, workspace, d);
+    }
     let channels = d.heads * d.head_dim;
     let scale = 1.0 / (d.head_dim as f32).sqrt();
     // The lane count comes from the workspace the caller sized, so a thread

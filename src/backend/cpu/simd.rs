@@ -19,6 +19,22 @@ pub fn has_avx2_fma() -> bool {
     })
 }
 
+/// AVX-512F, which the attention tiles and (inside the `gemm` crate) the
+/// GEMMs use where present.
+pub fn has_avx512() -> bool {
+    static DETECTED: OnceLock<bool> = OnceLock::new();
+    *DETECTED.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::is_x86_feature_detected!("avx512f") && has_avx2_fma()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    })
+}
+
 /// Defines `pub fn $name(args)` that runs `$body` compiled with AVX2+FMA when
 /// the CPU has them, else the baseline build of the same body.
 macro_rules! multiversion {
@@ -32,6 +48,15 @@ macro_rules! multiversion {
             #[target_feature(enable = "avx2,fma")]
             unsafe fn body_avx2($($arg: $ty),*) { body($($arg),*) }
 
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx512f,avx2,fma")]
+            unsafe fn body_avx512($($arg: $ty),*) { body($($arg),*) }
+
+            #[cfg(target_arch = "x86_64")]
+            if $crate::backend::cpu::simd::has_avx512() {
+                // SAFETY: the CPU was just checked to support AVX-512F (and AVX2, FMA).
+                return unsafe { body_avx512($($arg),*) };
+            }
             #[cfg(target_arch = "x86_64")]
             if $crate::backend::cpu::simd::has_avx2_fma() {
                 // SAFETY: the CPU was just checked to support AVX2 and FMA.

@@ -47,33 +47,60 @@ pub fn relu(y: &mut [f32], len: usize) {
     y[..len].par_chunks_mut(1 << 16).for_each(|c| c.iter_mut().for_each(|v| *v = v.max(0.0)));
 }
 
+/// Channels a depthwise-conv pass keeps in registers: their 9 taps and
+/// their sum stay there while the pass walks the row's columns.
+const DW_CHANNELS: usize = 16;
+
 multiversion! {
     /// One output row of one image's depthwise 3x3 conv (padding 1) + bias + GELU.
     fn dwconv_row(x: &[f32], w: &[f32], bias: &[f32], out: &mut [f32], row: usize, d: DwConvDims) {
         let DwConvDims { h, w: width, channels: c, .. } = d;
-        for col in 0..width {
-            let o = &mut out[col * c..(col + 1) * c];
-            o.copy_from_slice(bias);
-            for dy in 0..3 {
-                let yy = row + dy;
-                if yy == 0 || yy > h {
-                    continue;
+        // The three source rows under this output row; none past the border.
+        let src_rows: [Option<&[f32]>; 3] = std::array::from_fn(|dy| {
+            let yy = row + dy;
+            (yy >= 1 && yy <= h).then(|| &x[(yy - 1) * width * c..yy * width * c])
+        });
+        let whole = c - c % DW_CHANNELS;
+        for c0 in (0..whole).step_by(DW_CHANNELS) {
+            let taps: [[f32; DW_CHANNELS]; 9] = std::array::from_fn(|t| w[t * c + c0..][..DW_CHANNELS].try_into().expect("16 taps"));
+            let start: [f32; DW_CHANNELS] = bias[c0..c0 + DW_CHANNELS].try_into().expect("16 biases");
+            for col in 0..width {
+                let mut acc = start;
+                for (dy, src_row) in src_rows.iter().enumerate() {
+                    let Some(src_row) = src_row else { continue };
+                    for dx in 0..3 {
+                        let xx = col + dx;
+                        if xx == 0 || xx > width {
+                            continue;
+                        }
+                        let src = &src_row[(xx - 1) * c + c0..][..DW_CHANNELS];
+                        let tap = &taps[dy * 3 + dx];
+                        for i in 0..DW_CHANNELS {
+                            acc[i] = simd::fma(src[i], tap[i], acc[i]);
+                        }
+                    }
                 }
-                let src_row = &x[(yy - 1) * width * c..yy * width * c];
-                for dx in 0..3 {
-                    let xx = col + dx;
-                    if xx == 0 || xx > width {
-                        continue;
-                    }
-                    let src = &src_row[(xx - 1) * c..xx * c];
-                    let tap = &w[(dy * 3 + dx) * c..(dy * 3 + dx + 1) * c];
-                    for i in 0..c {
-                        o[i] = simd::fma(src[i], tap[i], o[i]);
-                    }
+                let o = &mut out[col * c + c0..][..DW_CHANNELS];
+                for i in 0..DW_CHANNELS {
+                    o[i] = simd::gelu(acc[i]);
                 }
             }
-            for v in o.iter_mut() {
-                *v = simd::gelu(*v);
+        }
+        // Channels past the last whole group (none in SegFormer, whose MLP
+        // widths are multiples of 16), one at a time.
+        for ch in whole..c {
+            for col in 0..width {
+                let mut acc = bias[ch];
+                for (dy, src_row) in src_rows.iter().enumerate() {
+                    let Some(src_row) = src_row else { continue };
+                    for dx in 0..3 {
+                        let xx = col + dx;
+                        if xx >= 1 && xx <= width {
+                            acc = simd::fma(src_row[(xx - 1) * c + ch], w[(dy * 3 + dx) * c + ch], acc);
+                        }
+                    }
+                }
+                out[col * c + ch] = simd::gelu(acc);
             }
         }
     }
@@ -172,6 +199,41 @@ multiversion! {
             let inv = 1.0 / simd::sum_lanes(row);
             for v in row.iter_mut() {
                 *v *= inv;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dwconv_matches_plain_loops_at_borders_and_ragged_channels() {
+        // 20 channels: one register group of 16 and 4 left over.
+        let (h, width, c) = (5, 7, 20);
+        let d = DwConvDims { batch: 1, h, w: width, channels: c };
+        let x: Vec<f32> = (0..h * width * c).map(|i| ((i as f32) * 0.613).sin()).collect();
+        let w: Vec<f32> = (0..9 * c).map(|i| ((i as f32) * 0.291).cos() * 0.5).collect();
+        let bias: Vec<f32> = (0..c).map(|i| i as f32 * 0.01 - 0.1).collect();
+        let mut y = vec![f32::NAN; h * width * c];
+        dwconv3x3_gelu(&x, &w, &bias, &mut y, d);
+        for row in 0..h {
+            for col in 0..width {
+                for ch in 0..c {
+                    let mut acc = bias[ch] as f64;
+                    for ky in 0..3 {
+                        for kx in 0..3 {
+                            let (yy, xx) = (row as isize + ky as isize - 1, col as isize + kx as isize - 1);
+                            if yy >= 0 && yy < h as isize && xx >= 0 && xx < width as isize {
+                                acc += x[(yy as usize * width + xx as usize) * c + ch] as f64 * w[(ky * 3 + kx) * c + ch] as f64;
+                            }
+                        }
+                    }
+                    let want = simd::gelu(acc as f32);
+                    let got = y[(row * width + col) * c + ch];
+                    assert!((got - want).abs() < 1e-5, "row {row} col {col} channel {ch}: {got} vs {want}");
+                }
             }
         }
     }

@@ -1,5 +1,6 @@
-//! Element-wise maths written so LLVM vectorises it, compiled twice: once for
-//! the baseline target and once with AVX2+FMA, picked at run time. The hot
+//! Element-wise maths written so LLVM vectorises it, compiled three times:
+//! for the baseline target, with AVX2+FMA and with AVX-512F, the widest the
+//! CPU has picked at run time. The hot
 //! loops call `exp`/`erf` per element, so these are branch-free polynomial
 //! forms rather than libm calls.
 
@@ -35,8 +36,8 @@ pub fn has_avx512() -> bool {
     })
 }
 
-/// Defines `pub fn $name(args)` that runs `$body` compiled with AVX2+FMA when
-/// the CPU has them, else the baseline build of the same body.
+/// Defines `pub fn $name(args)` that runs `$body` compiled with AVX-512F or
+/// AVX2+FMA when the CPU has them, else the baseline build of the same body.
 macro_rules! multiversion {
     ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $body:block) => {
         $(#[$meta])*

@@ -40,9 +40,10 @@
 #
 # Environment (defaults for DEVICE=cuda; DEVICE=cpu picks small ones):
 #   BUNDLE (target/device-bundle), OUT, DEVICE (cuda), FRAMES (1000),
-#   STREAMS (8), SECONDS (60), SIZE (model input, 1024x576; cpu: 512x288),
-#   BENCH_FRAMES (300; cpu: 10), WORKERS (inference workers of the daemon, 2;
-#   cpu: 1), PORT (19464), MODEL (models/roadseg-camvid, else the bundle's),
+#   STREAMS (16; cpu: 8), SECONDS (60), SIZE (model input, 1024x576; cpu:
+#   512x288), BENCH_FRAMES (300; cpu: 10), WORKERS (the daemon's
+#   workers.count: auto, the default, or a number; cpu: 1; `process` always
+#   runs its own default, auto), PORT (19464), MODEL (models/roadseg-camvid, else the bundle's),
 #   BUDGET_S (540), WORK (the clip and recordings; default a new
 #   /tmp/roadseg-pipeline.*, removed at the end unless KEEP_WORK=1).
 # Dry run on a machine without a GPU (CI runs it on every change):
@@ -66,13 +67,14 @@ BUNDLE=$(abspath "${BUNDLE:-target/device-bundle}")
 OUT=$(abspath "${OUT:-bench/out}")
 DEVICE=${DEVICE:-cuda}
 FRAMES=${FRAMES:-1000}
-STREAMS=${STREAMS:-8}
 PORT=${PORT:-19464}
 BUDGET_S=${BUDGET_S:-540}
 if [ "$DEVICE" = cpu ]; then
-  SIZE=${SIZE:-512x288} BENCH_FRAMES=${BENCH_FRAMES:-10} WORKERS=${WORKERS:-1}
+  SIZE=${SIZE:-512x288} BENCH_FRAMES=${BENCH_FRAMES:-10} WORKERS=${WORKERS:-1} STREAMS=${STREAMS:-8}
 else
-  SIZE=${SIZE:-1024x576} BENCH_FRAMES=${BENCH_FRAMES:-300} WORKERS=${WORKERS:-2}
+  # 16 live streams: the load at which 2 workers dropped a third of the
+  # frames and 4 kept up on an H200 (docs/benchmarks.md).
+  SIZE=${SIZE:-1024x576} BENCH_FRAMES=${BENCH_FRAMES:-300} WORKERS=${WORKERS:-auto} STREAMS=${STREAMS:-16}
 fi
 if [ -z "${MODEL:-}" ]; then
   MODEL=$REPO/models/roadseg-camvid
@@ -229,7 +231,10 @@ s_daemon() {
     echo "device = \"$DEVICE\""
     echo
     echo "[workers]"
-    echo "count = $WORKERS"
+    case $WORKERS in
+      *[!0-9]*) echo "count = \"$WORKERS\"" ;;
+      *) echo "count = $WORKERS" ;;
+    esac
     echo
     echo "[metrics]"
     echo "listen = \"127.0.0.1:$PORT\""

@@ -18,6 +18,7 @@ pub mod model;
 pub mod npy;
 pub mod synth;
 pub mod temporal;
+pub mod worker_count;
 
 #[cfg(feature = "video")]
 pub mod daemon;

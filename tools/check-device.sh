@@ -38,5 +38,5 @@ OUT=$out/gpu-check bench/gpu-check.sh --dry-run
 
 echo "== bench/pipeline-gpu.sh --plan, then its CPU dry run"
 bench/pipeline-gpu.sh --plan
-BUNDLE=target/device-bundle OUT=$out/pipeline DEVICE=cpu FRAMES=30 STREAMS=2 SECONDS=10 PORT=${PORT:-19474} bench/pipeline-gpu.sh
+BUNDLE=target/device-bundle OUT=$out/pipeline DEVICE=cpu FRAMES=30 STREAMS=2 SECONDS=10 WORKERS=auto PORT=${PORT:-19474} bench/pipeline-gpu.sh
 echo "check-device: ok"

@@ -11,6 +11,7 @@ use roadseg::model::MAX_BATCH;
 use roadseg::temporal::{DEFAULT_WEIGHT, StreamTemporal, TemporalSettings};
 
 use roadseg::backend::cpu::CpuBackend;
+use roadseg::worker_count::WorkerCount;
 
 use super::common::{ModelArgs, load_engine_with, load_engines, parse_size};
 
@@ -225,7 +226,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
 /// batches of `copies` at once after their warm-up (the daemon's worker pool
 /// without the video).
 fn run_workers(args: &BenchArgs, copies: &[FrameRef<'_>], batches: usize) -> Result<f64> {
-    let loaded = load_engines(&args.model, args.size, args.model.threshold, CpuBackend::new(), args.workers)?;
+    let loaded = load_engines(&args.model, args.size, args.model.threshold, CpuBackend::new(), WorkerCount::Fixed(args.workers))?;
     let barrier = std::sync::Barrier::new(loaded.engines.len());
     let started = std::sync::Mutex::new(None::<std::time::Instant>);
     std::thread::scope(|scope| {

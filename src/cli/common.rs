@@ -10,6 +10,7 @@ use roadseg::device::{self, DeviceRequest};
 use roadseg::engine::{AnyEngine, ModelSpec, Preset};
 
 use roadseg::checkpoint::BUNDLED_MODEL;
+use roadseg::worker_count::WorkerCount;
 
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
@@ -59,7 +60,7 @@ pub fn load_engine(args: &ModelArgs, size: (usize, usize), threshold: f32) -> Re
 }
 
 pub fn load_engine_with(args: &ModelArgs, size: (usize, usize), threshold: f32, backend: CpuBackend) -> Result<Loaded> {
-    let mut engines = load_engines(args, size, threshold, backend, 1)?;
+    let mut engines = load_engines(args, size, threshold, backend, WorkerCount::Fixed(1))?;
     let engine = engines.engines.pop().expect("one engine");
     Ok(Loaded { engine, device: engines.device, precision: engines.precision })
 }
@@ -71,8 +72,12 @@ pub struct LoadedMany {
 }
 
 /// Loads the model once and builds `count` engines sharing its weights.
-pub fn load_engines(args: &ModelArgs, size: (usize, usize), threshold: f32, backend: CpuBackend, count: usize) -> Result<LoadedMany> {
+pub fn load_engines(args: &ModelArgs, size: (usize, usize), threshold: f32, backend: CpuBackend, workers: WorkerCount) -> Result<LoadedMany> {
     let resolved = device::resolve(&args.device, args.precision)?;
+    let count = workers.resolve(&resolved);
+    if workers == WorkerCount::Auto {
+        tracing::info!("{count} inference worker(s) on {} (--workers auto)", resolved.device);
+    }
     for w in &resolved.warnings {
         tracing::warn!("{w}");
     }

@@ -24,6 +24,7 @@ use roadseg::video::stream::{
     Drained, FIRST_FRAME_WAIT, FileTarget, OutputSpec, Services, SourceEvent, StatsTarget, StreamHandle, StreamSpec, probe,
 };
 use roadseg::video::uri::SourceUri;
+use roadseg::worker_count::{MAX_WORKERS, WorkerCount};
 
 use super::common::{ModelArgs, load_engines, parse_size};
 
@@ -42,9 +43,10 @@ pub struct ProcessArgs {
     /// Model input WxH (default: 1024 wide, height from the video's aspect).
     #[arg(long, value_parser = parse_size)]
     pub size: Option<(usize, usize)>,
-    /// Inference workers (each a model instance; weights are shared).
-    #[arg(long, default_value_t = 1)]
-    pub workers: usize,
+    /// Inference workers (each a model instance; weights are shared): auto
+    /// (4 a GPU, at most one a CPU core; 1 on the CPU) or 1..=64.
+    #[arg(long, default_value = "auto")]
+    pub workers: WorkerCount,
     /// Frames a worker runs as one batched forward, 1..=16 (it takes up to
     /// this many frames that are ready, never waiting for more).
     #[arg(long, default_value_t = 1)]
@@ -124,7 +126,10 @@ fn default_output(input: &str) -> PathBuf {
 pub fn run(args: ProcessArgs) -> Result<()> {
     let uri = to_uri(&args.input)?;
     let output = args.output.clone().unwrap_or_else(|| default_output(&args.input));
-    let workers = args.workers.clamp(1, 16);
+    if !args.workers.in_range() {
+        bail!("--workers {} is outside 1..={MAX_WORKERS} (or auto)", args.workers);
+    }
+    let workers = args.workers;
     if !(1..=MAX_BATCH).contains(&args.batch) {
         bail!("--batch {} is outside 1..={MAX_BATCH}", args.batch);
     }
@@ -176,7 +181,7 @@ pub fn run(args: ProcessArgs) -> Result<()> {
 
 /// Loads the model at `size` into `workers` workers; their GPU time (where
 /// the device is timed) adds up in `gpu_time`.
-fn start_pool(args: &ProcessArgs, size: (usize, usize), workers: usize, gpu_time: Arc<Mutex<Option<Duration>>>) -> Result<WorkerPool> {
+fn start_pool(args: &ProcessArgs, size: (usize, usize), workers: WorkerCount, gpu_time: Arc<Mutex<Option<Duration>>>) -> Result<WorkerPool> {
     let loaded = load_engines(&args.model, size, args.model.threshold, CpuBackend::new(), workers)?;
     let labels = loaded.engines[0].labels().to_vec();
     let annotator = Annotator {

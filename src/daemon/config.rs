@@ -35,6 +35,7 @@ use serde::{Deserialize, Serialize};
 use crate::backend::Precision;
 use crate::device::DeviceRequest;
 use crate::engine::Preset;
+pub use crate::worker_count::WorkerCount;
 
 pub use load::Sources;
 pub use mqtt_url::{MqttError, parse_mqtt_url};
@@ -127,8 +128,10 @@ impl Default for ModelConfig {
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct WorkersConfig {
-    /// Inference workers, 1..=64; each owns an engine, weights are shared. Default 1.
-    pub count: usize,
+    /// Inference workers, `auto` or 1..=64; each owns an engine, weights are
+    /// shared. `auto`: 4 a GPU (at most one a CPU core), 1 on the CPU
+    /// ([`WorkerCount`]). Default `auto`.
+    pub count: WorkerCount,
     /// Frames a worker runs as one batched forward, 1..=16: it takes up to
     /// this many frames that are ready now (round-robin over the streams,
     /// never waiting to fill a batch). Each batch size used keeps its own
@@ -139,7 +142,7 @@ pub struct WorkersConfig {
 
 impl Default for WorkersConfig {
     fn default() -> Self {
-        WorkersConfig { count: 1, batch: 1 }
+        WorkersConfig { count: WorkerCount::Auto, batch: 1 }
     }
 }
 

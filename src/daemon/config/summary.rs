@@ -10,6 +10,7 @@ use super::template::{self, format_start};
 use crate::video::uri::redact_text;
 use super::{ConfigError, DaemonConfig, Problems, Shard, ShardSetting, SourceUri, Sources, StreamConfig};
 use crate::daemon::shard::shard_of;
+use crate::worker_count::{AUTO_WORKERS_PER_GPU, WorkerCount};
 
 /// A checked configuration and a human description of it (`Display`).
 #[derive(Clone, Debug, PartialEq)]
@@ -54,7 +55,11 @@ impl Summary {
         let preset = format!("{:?}", m.preset).to_lowercase();
         writeln!(f, "model: {} (width {}, height {height}, device {}, precision {precision}, preset {preset})", m.path.display(), m.width, m.device)?;
         writeln!(f, "  road classes {:?}, confidence threshold {}", m.road_classes, m.confidence_threshold)?;
-        writeln!(f, "workers: {} (batch {})", c.workers.count, c.workers.batch)?;
+        let count = match c.workers.count {
+            WorkerCount::Auto => format!("auto: {AUTO_WORKERS_PER_GPU} a GPU (at most one a CPU core), 1 on the CPU"),
+            WorkerCount::Fixed(n) => n.to_string(),
+        };
+        writeln!(f, "workers: {count} (batch {})", c.workers.batch)?;
         match c.metrics.listen_addr() {
             Some(a) => writeln!(
                 f,

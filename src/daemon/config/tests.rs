@@ -110,7 +110,7 @@ fn empty_file_gives_documented_defaults() {
     assert_eq!(c.model.device, crate::device::DeviceRequest::Auto);
     assert_eq!(c.model.precision, None);
     assert_eq!(c.model.road_classes, vec!["road".to_string()]);
-    assert_eq!(c.workers.count, 1);
+    assert_eq!(c.workers.count, WorkerCount::Auto);
     assert_eq!(c.workers.batch, 1);
     assert_eq!(c.metrics.listen, "127.0.0.1:9464");
     assert_eq!(c.rtsp.listen, "127.0.0.1:8554");
@@ -204,7 +204,7 @@ fn layers_apply_in_order_and_env_wins() {
         ]),
     };
     let c = DaemonConfig::load_from(&sources).unwrap();
-    assert_eq!(c.workers.count, 3);
+    assert_eq!(c.workers.count, WorkerCount::Fixed(3));
     assert_eq!(c.model.width, 512);
     assert_eq!(c.model.device, crate::device::DeviceRequest::Cpu);
     assert_eq!(c.metrics.listen, "");
@@ -224,9 +224,11 @@ fn env_values_convert_to_each_fields_type_and_unknown_keys_are_errors() {
         ("ROADSEG__RTSP__PASSWORD", "0012"),
     ];
     let c = DaemonConfig::load_from(&Sources { env: env(&vars), ..Sources::default() }).unwrap();
-    assert_eq!(c.workers.count, 2);
+    assert_eq!(c.workers.count, WorkerCount::Fixed(2));
     assert!(c.annotate.full_palette);
     assert_eq!(c.rtsp.credentials(), Some(("007", "0012")));
+    let sources = Sources { env: env(&[("ROADSEG__WORKERS__COUNT", "auto")]), ..Sources::default() };
+    assert_eq!(DaemonConfig::load_from(&sources).unwrap().workers.count, WorkerCount::Auto);
     let sources = Sources { env: env(&[("ROADSEG__WORKERS__COUNT", "two")]), ..Sources::default() };
     let e = DaemonConfig::load_from(&sources).unwrap_err().to_string();
     assert!(e.contains("workers.count") && e.contains("environment"), "{e}");
@@ -255,7 +257,10 @@ fn system_file_given_explicitly_is_read_once() {
     let path = write(dir.path(), "roadseg.toml", "[workers]\ncount = 2\n");
     let sources = Sources { system: Some(path.clone()), file: Some(path.clone()), env: env(&[]) };
     assert_eq!(sources.describe().matches("roadseg.toml").count(), 1);
-    assert_eq!(DaemonConfig::load_from(&sources).unwrap().workers.count, 2);
+    assert_eq!(DaemonConfig::load_from(&sources).unwrap().workers.count, WorkerCount::Fixed(2));
+    let path = write(dir.path(), "auto.toml", "[workers]\ncount = \"auto\"\n");
+    let sources = Sources { system: None, file: Some(path), env: env(&[]) };
+    assert_eq!(DaemonConfig::load_from(&sources).unwrap().workers.count, WorkerCount::Auto);
 }
 
 #[test]
@@ -281,8 +286,8 @@ fn validation_rules_for_global_sections() {
     check(|c| c.model.confidence_threshold = f32::NAN, "model.confidence_threshold", "0..=1");
     check(|c| c.model.road_classes.clear(), "model.road_classes", "at least one");
     check(|c| c.annotate.road_alpha = -0.1, "annotate.road_alpha", "0..=1");
-    check(|c| c.workers.count = 0, "workers.count", "1..=64");
-    check(|c| c.workers.count = 65, "workers.count", "1..=64");
+    check(|c| c.workers.count = WorkerCount::Fixed(0), "workers.count", "1..=64");
+    check(|c| c.workers.count = WorkerCount::Fixed(65), "workers.count", "1..=64");
     check(|c| c.workers.batch = 0, "workers.batch", "1..=16");
     check(|c| c.workers.batch = 17, "workers.batch", "1..=16");
     check(|c| c.metrics.listen = "localhost:9464".into(), "metrics.listen", "IP:port");
@@ -349,7 +354,7 @@ fn validation_rejects_collisions_between_streams() {
 fn every_problem_is_reported_at_once() {
     // Rule: validate() lists all problems, one line each.
     let mut c = valid();
-    c.workers.count = 0;
+    c.workers.count = WorkerCount::Fixed(0);
     c.streams[0].ring_capacity = 0;
     let e = c.validate().unwrap_err().to_string();
     assert!(e.starts_with("2 configuration problems:"), "{e}");

@@ -10,6 +10,7 @@ use std::time::UNIX_EPOCH;
 use super::template::{expand_lossy, unknown_placeholder};
 use crate::model::MAX_BATCH;
 use crate::video::uri::redact_text;
+use crate::worker_count::MAX_WORKERS;
 use super::{ConfigError, DaemonConfig, OutputConfig, SourceUri, StreamConfig};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,8 +70,8 @@ impl Collector {
 pub(super) fn problems(config: &DaemonConfig) -> Vec<Problem> {
     let mut c = Collector::default();
     model(&mut c, config);
-    c.check((1..=64).contains(&config.workers.count), "workers.count", || {
-        format!("{} is outside 1..=64", config.workers.count)
+    c.check(config.workers.count.in_range(), "workers.count", || {
+        format!("{} is outside 1..={MAX_WORKERS} (or auto)", config.workers.count)
     });
     let batch = config.workers.batch;
     c.check((1..=MAX_BATCH).contains(&batch), "workers.batch", || format!("{batch} is outside 1..={MAX_BATCH}"));

@@ -57,7 +57,8 @@ pub(super) fn start_pool(config: &DaemonConfig, height: u32, resolved: &Resolved
         confidence_threshold: m.confidence_threshold,
         cuda_graphs: m.cuda_graphs,
     };
-    let workers = config.workers.count.max(1);
+    let workers = config.workers.count.resolve(resolved);
+    tracing::info!(workers, count = %config.workers.count, device = %resolved.device, "starting inference workers");
     let (engines, labels) = engine::load_engines(&spec, resolved, workers, CpuBackend::new())?;
     let annotator = annotator(&config.annotate, engines[0].options().road_classes.clone(), &labels);
     let device = DeviceMetrics::new(&resolved.device);

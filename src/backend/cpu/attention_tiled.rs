@@ -1,22 +1,24 @@
 //! Attention for AVX2+FMA (or AVX-512) CPUs and head dims that are a multiple
-//! of 16 (every SegFormer: 32 for B0, 64 for B1-B5), in register tiles of 4
+//! of 16 (every SegFormer: 32 for B0, 64 for B1-B5), in register tiles of 6
 //! queries x 16 keys or channels (8 x 32 with AVX-512).
 //!
-//! K is transposed once per call, V is read where it lies, a lane takes 16
-//! queries at a time so their scores stay in L1, and the softmax's division
+//! K is transposed once per call, V is read where it lies, a lane takes 12
+//! or 16 queries at a time so their scores stay in L1, and the softmax's division
 //! moves onto each query's output channels instead of its `keys` scores.
 //! Measured on the bundled B0 at 1024x576 (2 cores, `bench --profile-ops`):
-//! with AVX2 this runs as fast as two `gemm` calls per 64-query block (both
-//! FMA-bound, 107 ms a frame); with AVX-512 its 8 x 32 tiles take 63 ms where
-//! the `gemm` crate's AVX-512 kernels take 81.
+//! with AVX2, 4 x 16 tiles ran as fast as two `gemm` calls per 64-query block
+//! (both FMA-bound, 107-114 ms a frame) and 6 x 16 tiles (12 of the 16 ymm
+//! registers as accumulators) take 93-95 ms; with AVX-512 its 8 x 32 tiles
+//! take 63 ms where the `gemm` crate's AVX-512 kernels take 81.
 
 use rayon::prelude::*;
 
 use super::simd;
 use crate::backend::AttnDims;
 
-/// Queries a lane takes at a time: their scores (`QUERY_BLOCK x keys`) fit L1.
-pub const QUERY_BLOCK: usize = 16;
+/// The most queries a lane takes at a time (each ISA takes a whole number of
+/// its row tiles): their scores (`MAX_QUERY_BLOCK x keys`) fit L1.
+pub const MAX_QUERY_BLOCK: usize = 16;
 /// Keys are padded to whole tiles of either ISA.
 const KEY_PAD: usize = 32;
 /// The AVX2 tiles' width, which head dims must be a multiple of.
@@ -58,7 +60,7 @@ fn transposed_k_len(d: AttnDims) -> usize {
 }
 
 fn lane_scores_len(d: AttnDims) -> usize {
-    QUERY_BLOCK * keys_padded(d.keys)
+    MAX_QUERY_BLOCK * keys_padded(d.keys)
 }
 
 pub fn workspace_len(d: AttnDims, lanes: usize) -> usize {
@@ -83,8 +85,12 @@ fn attention_on(isa: Isa, q: &[f32], kv: &[f32], y: &mut [f32], workspace: &mut 
 
     let lane_count = (lanes_ws.len() / lane_scores_len(d)).max(1);
     assert!(lanes_ws.len() >= lane_scores_len(d), "attention workspace too small");
-    let blocks = d.queries.div_ceil(QUERY_BLOCK);
-    let rows_per_lane = blocks.div_ceil(lane_count).max(1) * QUERY_BLOCK;
+    let query_block = match isa {
+        Isa::Avx2 => AVX2_QUERY_BLOCK,
+        Isa::Avx512 => AVX512_QUERY_BLOCK,
+    };
+    let blocks = d.queries.div_ceil(query_block);
+    let rows_per_lane = blocks.div_ceil(lane_count).max(1) * query_block;
     let scale = 1.0 / (d.head_dim as f32).sqrt();
     let y = &mut y[..d.queries * channels];
     y.par_chunks_mut(rows_per_lane * channels)
@@ -93,8 +99,8 @@ fn attention_on(isa: Isa, q: &[f32], kv: &[f32], y: &mut [f32], workspace: &mut 
         .for_each(|(lane, (y_lane, scores))| {
             let first_row = lane * rows_per_lane;
             let lane_rows = y_lane.len() / channels;
-            for block_start in (0..lane_rows).step_by(QUERY_BLOCK) {
-                let rows = QUERY_BLOCK.min(lane_rows - block_start);
+            for block_start in (0..lane_rows).step_by(query_block) {
+                let rows = query_block.min(lane_rows - block_start);
                 for head in 0..d.heads {
                     let h_off = head * d.head_dim;
                     let block = Block {
@@ -130,7 +136,7 @@ fn transpose_keys(kv: &[f32], kt: &mut [f32], d: AttnDims) {
     });
 }
 
-/// One head of up to [`QUERY_BLOCK`] queries.
+/// One head of up to [`MAX_QUERY_BLOCK`] queries.
 struct Block<'a> {
     q: &'a [f32],
     kt: &'a [f32],
@@ -146,8 +152,8 @@ struct Block<'a> {
 
 impl Block<'_> {
     fn check(&self, scores_len: usize, y_len: usize) {
-        assert!(self.rows >= 1 && self.rows <= QUERY_BLOCK);
-        assert!(scores_len >= QUERY_BLOCK * self.keys_pad);
+        assert!(self.rows >= 1 && self.rows <= MAX_QUERY_BLOCK);
+        assert!(scores_len >= MAX_QUERY_BLOCK * self.keys_pad);
         let last_row = (self.rows - 1) * self.row_stride + self.head_dim;
         assert!(self.q.len() >= last_row && y_len >= last_row);
         assert!(self.kt.len() >= self.head_dim * self.keys_pad);
@@ -175,23 +181,26 @@ impl Block<'_> {
 }
 
 /// One ISA's register tiles: `TILE_ROWS` queries x `TILE_COLS` keys (scores)
-/// or channels (weighted values), two vectors per row.
+/// or channels (weighted values), two vectors per row; a lane's block of
+/// queries is `$block` (a multiple of `TILE_ROWS`, so a tile never runs past
+/// the block's score rows).
 macro_rules! tiles {
-    ($isa:ident, $feature:literal, $lanes:literal, $rows:literal, $zero:ident, $load:ident, $store:ident, $fmadd:ident, $set1:ident, $mul:ident) => {
+    ($isa:ident, $feature:literal, $lanes:literal, $rows:literal, $block:ident, $zero:ident, $load:ident, $store:ident, $fmadd:ident, $set1:ident, $mul:ident) => {
         #[cfg(target_arch = "x86_64")]
         mod $isa {
             use std::arch::x86_64::*;
 
-            use super::{Block, QUERY_BLOCK, softmax_unnormalised};
+            use super::{Block, MAX_QUERY_BLOCK, softmax_unnormalised};
 
             pub const TILE_ROWS: usize = $rows;
+            const _: () = assert!(super::$block % TILE_ROWS == 0 && super::$block <= MAX_QUERY_BLOCK);
             pub const TILE_COLS: usize = 2 * $lanes;
 
             #[target_feature(enable = $feature)]
             pub unsafe fn run(b: &Block<'_>, scores: &mut [f32], y: &mut [f32]) {
                 unsafe {
                     self::scores(b, scores);
-                    let mut inv_sum = [0.0f32; QUERY_BLOCK];
+                    let mut inv_sum = [0.0f32; MAX_QUERY_BLOCK];
                     for (row, inv) in inv_sum.iter_mut().enumerate().take(b.rows) {
                         *inv = softmax_unnormalised(&mut scores[row * b.keys_pad..row * b.keys_pad + b.keys], b.scale);
                     }
@@ -231,7 +240,7 @@ macro_rules! tiles {
 
             /// `y[r] = (p[r] . v) * inv_sum[r]`.
             #[target_feature(enable = $feature)]
-            unsafe fn weighted_values(b: &Block<'_>, scores: &[f32], inv_sum: &[f32; QUERY_BLOCK], y: &mut [f32]) {
+            unsafe fn weighted_values(b: &Block<'_>, scores: &[f32], inv_sum: &[f32; MAX_QUERY_BLOCK], y: &mut [f32]) {
                 let (v, s, out) = (b.v.as_ptr(), scores.as_ptr(), y.as_mut_ptr());
                 for c0 in (0..b.head_dim).step_by(TILE_COLS) {
                     for row0 in (0..b.rows).step_by(TILE_ROWS) {
@@ -260,9 +269,14 @@ macro_rules! tiles {
     };
 }
 
-tiles!(avx2, "avx2,fma", 8, 4, _mm256_setzero_ps, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_fmadd_ps, _mm256_set1_ps, _mm256_mul_ps);
+/// Queries per lane block: a whole number of each ISA's row tiles.
+const AVX2_QUERY_BLOCK: usize = 12;
+const AVX512_QUERY_BLOCK: usize = 16;
+
+// 16 vector registers: 6 rows x 2 accumulators, two loads and a broadcast.
+tiles!(avx2, "avx2,fma", 8, 6, AVX2_QUERY_BLOCK, _mm256_setzero_ps, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_fmadd_ps, _mm256_set1_ps, _mm256_mul_ps);
 // 32 vector registers: 8 rows x 2 accumulators leave room for the loads.
-tiles!(avx512, "avx512f", 16, 8, _mm512_setzero_ps, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_fmadd_ps, _mm512_set1_ps, _mm512_mul_ps);
+tiles!(avx512, "avx512f", 16, 8, AVX512_QUERY_BLOCK, _mm512_setzero_ps, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_fmadd_ps, _mm512_set1_ps, _mm512_mul_ps);
 
 /// Replaces `row` with `exp((row - max) * scale)` and returns one over its
 /// sum, leaving the division to the (fewer) output channels.

@@ -282,7 +282,8 @@ where
     }
 
     fn param(&self, values: &[f32]) -> Result<Self::Param, BackendError> {
-        let host: Vec<T> = values.iter().map(|&v| T::from_f32(v)).collect();
+        let mut host = vec![T::default(); values.len()];
+        T::slice_from_f32(values, &mut host);
         let slice = if host.is_empty() { self.stream.alloc_zeros::<T>(1)? } else { self.stream.clone_htod(&host)? };
         // Weights are read by other workers' streams: make them complete now.
         self.stream.synchronize()?;
@@ -295,7 +296,8 @@ where
 
     fn write(&self, dst: &mut Self::Tensor, src: &[f32]) -> OpResult {
         check_len("write", src.len(), dst.len())?;
-        let host: Vec<T> = src.iter().map(|&v| T::from_f32(v)).collect();
+        let mut host = vec![T::default(); src.len()];
+        T::slice_from_f32(src, &mut host);
         let mut view = dst.slice_mut(..host.len());
         self.stream.memcpy_htod(&host, &mut view)?;
         // `host` is pageable and dropped on return: wait for the copy.
@@ -308,7 +310,7 @@ where
         let mut host = vec![T::default(); dst.len()];
         self.stream.memcpy_dtoh(&src.slice(..dst.len()), &mut host)?;
         self.stream.synchronize()?;
-        dst.iter_mut().zip(&host).for_each(|(d, s)| *d = s.to_f32());
+        T::slice_to_f32(&host, dst);
         Ok(())
     }
 

@@ -106,6 +106,8 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
+    #[cfg(feature = "video")]
+    roadseg::video::headless::quiet_headless_gl();
     let cli = Cli::parse();
     init_logging(cli.log_format);
     let result = match cli.command {

@@ -4,6 +4,7 @@
 mod encode_clock;
 pub mod encoder;
 pub mod frame;
+pub mod headless;
 mod launch;
 pub mod output;
 pub mod pool;

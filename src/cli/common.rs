@@ -74,10 +74,7 @@ pub struct LoadedMany {
 /// Loads the model once and builds `count` engines sharing its weights.
 pub fn load_engines(args: &ModelArgs, size: (usize, usize), threshold: f32, backend: CpuBackend, workers: WorkerCount) -> Result<LoadedMany> {
     let resolved = device::resolve(&args.device, args.precision)?;
-    let count = workers.resolve(&resolved);
-    if workers == WorkerCount::Auto {
-        tracing::info!("{count} inference worker(s) on {} (--workers auto)", resolved.device);
-    }
+
     for w in &resolved.warnings {
         tracing::warn!("{w}");
     }
@@ -93,7 +90,10 @@ pub fn load_engines(args: &ModelArgs, size: (usize, usize), threshold: f32, back
         confidence_threshold: threshold,
         cuda_graphs: !args.no_graph,
     };
-    let (engines, _) = roadseg::engine::load_engines(&spec, &resolved, count, backend)?;
+    let (engines, _) = roadseg::engine::load_engines_for(&spec, &resolved, workers, backend)?;
+    if workers == WorkerCount::Auto {
+        tracing::info!("{} inference worker(s) on {} (--workers auto)", engines.len(), resolved.device);
+    }
     Ok(LoadedMany { engines, device: resolved.device, precision: resolved.precision })
 }
 

@@ -9,6 +9,7 @@ use super::spec::{LoadError, ModelSpec, engines_on, load_weights};
 use crate::backend::Backend;
 use crate::backend::cpu::CpuBackend;
 use crate::device::{Resolved, Target};
+use crate::worker_count::WorkerCount;
 
 /// Loads the model once and builds `count` engines sharing its weights.
 /// Returns the engines and the model's class names.
@@ -38,5 +39,79 @@ pub fn load_engines(spec: &ModelSpec<'_>, resolved: &Resolved, count: usize, cpu
         }
         #[cfg(feature = "cuda")]
         Target::Cuda { info, gpus } => super::cuda_load::load_cuda_engines(spec, info, gpus, resolved.precision, count),
+    }
+}
+
+/// [`load_engines`] for `workers` resolved on `resolved`'s device. Under
+/// `auto`, workers that do not fit in GPU memory (a large model on a small
+/// GPU) are halved until they do, one a GPU at least, with a warning; a
+/// count given as a number is built as given or fails.
+pub fn load_engines_for(spec: &ModelSpec<'_>, resolved: &Resolved, workers: WorkerCount, cpu: CpuBackend) -> Result<(Vec<AnyEngine>, Vec<String>), LoadError> {
+    let count = workers.resolve(resolved);
+    match &resolved.target {
+        Target::Cpu => load_engines(spec, resolved, count, cpu),
+        #[cfg(feature = "cuda")]
+        Target::Cuda { info, gpus } => {
+            let floor = if workers == WorkerCount::Auto { gpus.len().max(1) } else { count };
+            fewer_until_they_fit(count, floor, |n| super::cuda_load::load_cuda_engines(spec, info, gpus, resolved.precision, n))
+        }
+    }
+}
+
+/// Calls `load(n)` from `n = start`, halving `n` (not below `floor`) while it
+/// fails for lack of device memory.
+#[cfg(feature = "cuda")]
+fn fewer_until_they_fit<T>(start: usize, floor: usize, mut load: impl FnMut(usize) -> Result<T, LoadError>) -> Result<T, LoadError> {
+    let mut n = start;
+    loop {
+        match load(n) {
+            Err(e) if n > floor && e.is_out_of_device_memory() => {
+                let next = (n / 2).max(floor);
+                tracing::warn!("{n} inference workers do not fit in GPU memory ({e}); trying {next} (workers.count / --workers sets a number)");
+                n = next;
+            }
+            result => return result,
+        }
+    }
+}
+
+#[cfg(all(test, feature = "cuda"))]
+mod tests {
+    use super::*;
+    use crate::backend::BackendError;
+    use crate::backend::cuda::CudaError;
+    use crate::engine::EngineError;
+    use cudarc::driver::{DriverError, sys::CUresult};
+
+    fn error(code: CUresult) -> LoadError {
+        LoadError { path: "model".into(), source: EngineError::Backend(BackendError::Cuda(CudaError::Driver(DriverError(code)))) }
+    }
+
+    #[test]
+    fn auto_workers_are_halved_until_they_fit_in_device_memory() {
+        let mut tried = Vec::new();
+        let built = fewer_until_they_fit(8, 1, |n| {
+            tried.push(n);
+            if n > 2 { Err(error(CUresult::CUDA_ERROR_OUT_OF_MEMORY)) } else { Ok(n) }
+        });
+        assert_eq!(built.unwrap(), 2);
+        assert_eq!(tried, [8, 4, 2]);
+    }
+
+    #[test]
+    fn other_errors_and_the_floor_end_the_search() {
+        let mut tried = Vec::new();
+        let r = fewer_until_they_fit(8, 1, |n| -> Result<usize, _> {
+            tried.push(n);
+            Err(error(CUresult::CUDA_ERROR_INVALID_VALUE))
+        });
+        assert!(r.is_err() && tried == [8], "{tried:?}");
+        let mut tried = Vec::new();
+        let r = fewer_until_they_fit(6, 3, |n| -> Result<usize, _> {
+            tried.push(n);
+            Err(error(CUresult::CUDA_ERROR_OUT_OF_MEMORY))
+        });
+        assert!(r.unwrap_err().is_out_of_device_memory());
+        assert_eq!(tried, [6, 3], "never below the floor (one a GPU, or the count given)");
     }
 }

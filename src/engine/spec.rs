@@ -33,6 +33,27 @@ pub struct LoadError {
     pub source: EngineError,
 }
 
+impl LoadError {
+    /// Whether building ran out of GPU memory (the driver's or cuBLASLt's
+    /// allocation failed).
+    pub fn is_out_of_device_memory(&self) -> bool {
+        #[cfg(feature = "cuda")]
+        {
+            use crate::backend::BackendError;
+            use crate::backend::cuda::CudaError;
+            use cudarc::cublaslt::sys::cublasStatus_t;
+            use cudarc::driver::sys::CUresult;
+            match &self.source {
+                EngineError::Backend(BackendError::Cuda(CudaError::Driver(e))) => e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+                EngineError::Backend(BackendError::Cuda(CudaError::Blas(e))) => e.0 == cublasStatus_t::CUBLAS_STATUS_ALLOC_FAILED,
+                _ => false,
+            }
+        }
+        #[cfg(not(feature = "cuda"))]
+        false
+    }
+}
+
 /// The indices of `names` among `labels`; warns when none matches.
 pub fn road_class_ids(labels: &[String], names: &[String]) -> Vec<usize> {
     let ids: Vec<usize> = names.iter().filter_map(|n| labels.iter().position(|l| l.eq_ignore_ascii_case(n))).collect();

@@ -57,9 +57,9 @@ pub(super) fn start_pool(config: &DaemonConfig, height: u32, resolved: &Resolved
         confidence_threshold: m.confidence_threshold,
         cuda_graphs: m.cuda_graphs,
     };
-    let workers = config.workers.count.resolve(resolved);
+    let (engines, labels) = engine::load_engines_for(&spec, resolved, config.workers.count, CpuBackend::new())?;
+    let workers = engines.len();
     tracing::info!(workers, count = %config.workers.count, device = %resolved.device, "starting inference workers");
-    let (engines, labels) = engine::load_engines(&spec, resolved, workers, CpuBackend::new())?;
     let annotator = annotator(&config.annotate, engines[0].options().road_classes.clone(), &labels);
     let device = DeviceMetrics::new(&resolved.device);
     // Labelled by each worker's own GPU (workers are spread round robin).

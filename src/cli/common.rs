@@ -74,7 +74,6 @@ pub struct LoadedMany {
 /// Loads the model once and builds `count` engines sharing its weights.
 pub fn load_engines(args: &ModelArgs, size: (usize, usize), threshold: f32, backend: CpuBackend, workers: WorkerCount) -> Result<LoadedMany> {
     let resolved = device::resolve(&args.device, args.precision)?;
-
     for w in &resolved.warnings {
         tracing::warn!("{w}");
     }

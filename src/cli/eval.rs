@@ -1,5 +1,8 @@
-//! `roadseg eval`: per-class IoU and mIoU on a labelled image folder, or road
-//! IoU against drawn road polygons (`--road-polygons`).
+//! `roadseg eval`: per-class IoU and mIoU on a labelled image folder, road
+//! IoU against the road values of any label maps (`--road-labels`), or road
+//! IoU against drawn road polygons (`--road-polygons`). `--masks` scores road
+//! masks made elsewhere (another model's) by the very same code, so that two
+//! models are compared on the same pixels (tools/eval/side-by-side.py).
 
 use std::path::{Path, PathBuf};
 
@@ -26,6 +29,16 @@ pub struct EvalArgs {
         conflicts_with = "road_polygons"
     )]
     pub labels: Option<PathBuf>,
+    /// Score road only: the label values that are road (e.g. 3 for CamVid,
+    /// 0 for IDD), against the model's road classes. Works whatever the
+    /// label set of the maps and of the model; the JSON has per-frame counts.
+    #[arg(long, value_delimiter = ',', requires = "labels")]
+    pub road_labels: Vec<u8>,
+    /// Score these road masks instead of running a model: `DIR/<image
+    /// stem>.png`, non-zero = road, the image's size (with --road-labels or
+    /// --road-polygons).
+    #[arg(long)]
+    pub masks: Option<PathBuf>,
     /// Road-only truth: a JSON file of road / not-road / ignore polygons per
     /// image (format: tools/eval/unseen-road.json). Scores road IoU, recall
     /// and false road; only the images it names are used.
@@ -52,9 +65,120 @@ pub struct EvalArgs {
 pub fn run(args: EvalArgs) -> Result<()> {
     match (&args.labels, &args.road_polygons) {
         (_, Some(polygons)) => run_road_polygons(&args, polygons),
+        (Some(labels), None) if !args.road_labels.is_empty() => run_road_labels(&args, labels),
+        (Some(_), None) if args.masks.is_some() => {
+            bail!("--masks holds road masks only: score them with --road-labels VALUES or --road-polygons FILE")
+        }
         (Some(labels), None) => run_label_maps(&args, labels),
         (None, None) => bail!("give --labels DIR (label maps) or --road-polygons FILE"),
     }
+}
+
+/// Where each image's road mask comes from: the model, run as the daemon
+/// runs a still, or a folder of masks made elsewhere.
+enum RoadSource {
+    Model { loaded: Loaded, road_classes: Vec<usize>, connected: bool },
+    Masks(PathBuf),
+}
+
+impl RoadSource {
+    fn new(args: &EvalArgs, first: &Path) -> Result<((usize, usize), RoadSource)> {
+        if let Some(dir) = &args.masks {
+            if !dir.is_dir() {
+                bail!("--masks {}: not a folder of road masks", dir.display());
+            }
+            let img = images::load_rgb(first)?;
+            return Ok(((img.width() as usize, img.height() as usize), RoadSource::Masks(dir.clone())));
+        }
+        let (size, loaded) = engine_for(args, first)?;
+        let road_classes = loaded.engine.options().road_classes.clone();
+        Ok((size, RoadSource::Model { loaded, road_classes, connected: args.connected_road != Toggle::Off }))
+    }
+
+    /// What the header names as the thing scored.
+    fn describe(&self, args: &EvalArgs) -> String {
+        match self {
+            RoadSource::Model { .. } => format!("model {} ({:?} preset)", args.model.model.display(), args.model.preset),
+            RoadSource::Masks(dir) => format!("road masks {}", dir.display()),
+        }
+    }
+
+    /// 1 = road, 0 = not, one byte per pixel of `img`.
+    fn road_mask(&mut self, file: &Path, img: &image::RgbImage) -> Result<Vec<u8>> {
+        match self {
+            RoadSource::Model { loaded, road_classes, connected } => {
+                let frame = FrameRef::packed(img.as_raw(), img.width() as usize, img.height() as usize, PixelFormat::Rgb);
+                let seg = run_still(&mut loaded.engine, &frame, *connected)
+                    .with_context(|| format!("running the model on {}", file.display()))?;
+                Ok(seg.road_mask(road_classes))
+            }
+            RoadSource::Masks(dir) => {
+                let stem = file.file_stem().unwrap_or_default().to_string_lossy().into_owned();
+                let path = dir.join(format!("{stem}.png"));
+                if !path.exists() {
+                    bail!("no road mask {} for image {}", path.display(), file.display());
+                }
+                let mask = images::load_labels(&path)?;
+                if mask.dimensions() != img.dimensions() {
+                    bail!("road mask {} is {:?} but its image is {:?}", path.display(), mask.dimensions(), img.dimensions());
+                }
+                Ok(mask.as_raw().iter().map(|&v| u8::from(v != 0)).collect())
+            }
+        }
+    }
+
+    fn ms(&self) -> f64 {
+        match self {
+            RoadSource::Model { loaded, .. } => frame_ms(loaded),
+            RoadSource::Masks(_) => 0.0,
+        }
+    }
+}
+
+/// Road IoU against label maps of any label set: pixels whose label is one
+/// of `--road-labels` are road, `--ignore-index` is not scored, the rest is
+/// not road.
+fn run_road_labels(args: &EvalArgs, labels_dir: &Path) -> Result<()> {
+    use roadseg::eval::road_polygons::{TRUTH_IGNORE, TRUTH_NOT_ROAD, TRUTH_ROAD};
+    let files = images::list_images(&args.images)?;
+    let (size, mut source) = RoadSource::new(args, &files[0])?;
+    println!(
+        "{} on {} images of {} at {}x{}, road = label {:?}",
+        source.describe(args),
+        files.len(),
+        args.images.display(),
+        size.0,
+        size.1,
+        args.road_labels
+    );
+    let mut per_frame = Vec::new();
+    let mut total_ms = 0.0;
+    for file in &files {
+        let stem = file.file_stem().unwrap_or_default().to_string_lossy().into_owned();
+        let label_path = labels_dir.join(format!("{stem}.png"));
+        if !label_path.exists() {
+            bail!("no label map {} for image {}", label_path.display(), file.display());
+        }
+        let img = images::load_rgb(file)?;
+        let labels = images::load_labels(&label_path)?;
+        if labels.dimensions() != img.dimensions() {
+            bail!("{} is {:?} but its image is {:?}", label_path.display(), labels.dimensions(), img.dimensions());
+        }
+        let truth: Vec<u8> = labels
+            .as_raw()
+            .iter()
+            .map(|&v| match v {
+                v if v == args.ignore_index => TRUTH_IGNORE,
+                v if args.road_labels.contains(&v) => TRUTH_ROAD,
+                _ => TRUTH_NOT_ROAD,
+            })
+            .collect();
+        let predicted = source.road_mask(file, &img)?;
+        let score = RoadScore::of(&truth, predicted.iter().map(|&r| r == 1));
+        total_ms += source.ms();
+        per_frame.push((file.file_name().unwrap_or_default().to_string_lossy().into_owned(), score, None));
+    }
+    print_road_scores(args, size, &per_frame, total_ms)
 }
 
 fn engine_for(args: &EvalArgs, first: &Path) -> Result<((usize, usize), Loaded)> {
@@ -165,27 +289,21 @@ fn run_road_polygons(args: &EvalArgs, polygons: &Path) -> Result<()> {
             polygons.display()
         );
     }
-    let (size, mut loaded) = engine_for(args, &files[0])?;
-    let road_classes = loaded.engine.options().road_classes.clone();
-    let mut total = RoadScore::default();
+    let (size, mut source) = RoadSource::new(args, &files[0])?;
     let mut per_frame = Vec::new();
     let mut total_ms = 0.0;
     println!(
-        "model {} on {} frames of {} at {}x{} ({:?} preset)",
-        args.model.model.display(),
+        "{} on {} frames of {} at {}x{}",
+        source.describe(args),
         files.len(),
         polygons.display(),
         size.0,
         size.1,
-        args.model.preset
     );
     println!(
         "{:<28} {:>8} {:>8} {:>11} {:>9}  what",
         "frame", "road IoU", "recall", "false road", "hood out"
     );
-    // The daemon leaves its hood estimate out of the road mask; "hood out"
-    // scores the prediction the same way, with the drawn hood as the estimate.
-    let mut total_hood_out = RoadScore::default();
     for (frame, file) in set.frames.iter().zip(&files) {
         let img = images::load_rgb(file)?;
         if [img.width() as usize, img.height() as usize] != frame.size {
@@ -199,15 +317,10 @@ fn run_road_polygons(args: &EvalArgs, polygons: &Path) -> Result<()> {
             );
         }
         let truth = frame.rasterise();
-        let packed = FrameRef::packed(img.as_raw(), frame.size[0], frame.size[1], PixelFormat::Rgb);
-        let seg = run_still(
-            &mut loaded.engine,
-            &packed,
-            args.connected_road != Toggle::Off,
-        )
-        .with_context(|| format!("running the model on {}", file.display()))?;
-        let predicted = seg.road_mask(&road_classes);
+        let predicted = source.road_mask(file, &img)?;
         let score = RoadScore::of(&truth, predicted.iter().map(|&r| r == 1));
+        // The daemon leaves its hood estimate out of the road mask; "hood out"
+        // scores the prediction the same way, with the drawn hood as the estimate.
         let hood = frame.hood_mask().unwrap_or_default();
         let hood_out = RoadScore::of(
             &truth,
@@ -216,11 +329,10 @@ fn run_road_polygons(args: &EvalArgs, polygons: &Path) -> Result<()> {
                 .enumerate()
                 .map(|(i, &r)| r == 1 && hood.get(i) != Some(&1)),
         );
-        total_hood_out.add(hood_out);
         if let Some(dir) = &args.compare_out {
             write_comparison(dir, &frame.name, &img, &truth, &predicted)?;
         }
-        total_ms += frame_ms(&loaded);
+        total_ms += source.ms();
         println!(
             "{:<28} {:>8.4} {:>8.4} {:>10.2}% {:>9.4}  {}",
             frame.name,
@@ -230,8 +342,27 @@ fn run_road_polygons(args: &EvalArgs, polygons: &Path) -> Result<()> {
             hood_out.iou(),
             frame.what
         );
-        total.add(score);
-        per_frame.push((frame.name.clone(), score, hood_out));
+        per_frame.push((frame.name.clone(), score, Some(hood_out)));
+    }
+    print_road_scores(args, size, &per_frame, total_ms)
+}
+
+/// A frame's name, its road score and, where a hood is drawn, the score
+/// with the hood left out.
+type FrameScore = (String, RoadScore, Option<RoadScore>);
+
+/// The pooled and mean road figures, and with --json one object whose
+/// per-frame counts let frames be pooled in any subset
+/// (tools/eval/compare-unseen.py and side-by-side.py resample them).
+fn print_road_scores(args: &EvalArgs, size: (usize, usize), per_frame: &[FrameScore], total_ms: f64) -> Result<()> {
+    if per_frame.is_empty() {
+        bail!("no frames to score in {}", args.images.display());
+    }
+    let mut total = RoadScore::default();
+    let mut total_hood_out = RoadScore::default();
+    for (_, s, h) in per_frame {
+        total.add(*s);
+        total_hood_out.add(h.unwrap_or(*s));
     }
     let mean = per_frame.iter().map(|(_, s, _)| s.iou()).sum::<f64>() / per_frame.len() as f64;
     println!(
@@ -243,17 +374,12 @@ fn run_road_polygons(args: &EvalArgs, polygons: &Path) -> Result<()> {
         total_hood_out.iou()
     );
     println!("{:<28} {:>8.4}", "road, mean of frames", mean);
-    println!(
-        "mean time per image: {:.1} ms",
-        total_ms / files.len() as f64
-    );
+    println!("mean time per image: {:.1} ms", total_ms / per_frame.len() as f64);
     if args.json {
         let frames: serde_json::Map<String, serde_json::Value> = per_frame
             .iter()
             .map(|(n, s, h)| {
-                // The counts as well as the ratios, so that frames can be
-                // pooled in any subset (tools/eval/compare-unseen.py resamples them),
-                // with the hood in (what a still shows) and out (what video shows).
+                let h = h.unwrap_or(*s);
                 let scores = serde_json::json!({
                     "road_iou": s.iou(), "recall": s.recall(), "false_road": s.false_road_rate(),
                     "intersection": s.true_road, "union": s.union(),
@@ -263,8 +389,8 @@ fn run_road_polygons(args: &EvalArgs, polygons: &Path) -> Result<()> {
             })
             .collect();
         let out = serde_json::json!({
-            "images": files.len(), "size": [size.0, size.1], "preset": args.model.preset,
-            "road_iou": total.iou(), "road_iou_mean_of_frames": mean, "recall": total.recall(),
+            "images": per_frame.len(), "size": [size.0, size.1], "preset": args.model.preset,
+            "masks": args.masks, "road_iou": total.iou(), "road_iou_mean_of_frames": mean, "recall": total.recall(),
             "false_road": total.false_road_rate(), "road_iou_hood_out": total_hood_out.iou(), "frames": frames,
         });
         println!("{out}");

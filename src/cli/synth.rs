@@ -31,6 +31,10 @@ pub struct SynthArgs {
     /// Folder for the ground-truth road masks (PNG per frame, 255 = road).
     #[arg(long)]
     pub masks_out: Option<PathBuf>,
+    /// PNG of the bonnet's ground truth (255 = bonnet; the same every frame),
+    /// for training a model's ego-vehicle class on the drive.
+    #[arg(long, conflicts_with = "no_hood")]
+    pub hood_mask_out: Option<PathBuf>,
 }
 
 pub fn run(args: SynthArgs) -> Result<()> {
@@ -49,6 +53,11 @@ pub fn run(args: SynthArgs) -> Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let (w, h) = (spec.width as usize, spec.height as usize);
+    if let Some(path) = &args.hood_mask_out {
+        let png: Vec<u8> = roadseg::synth::hood_mask(w, h).iter().map(|&m| m * 255).collect();
+        let img = image::GrayImage::from_raw(w as u32, h as u32, png).expect("mask matches frame size");
+        img.save(path).with_context(|| format!("writing {}", path.display()))?;
+    }
     let (mut rgb, mut mask, mut rgba) = (vec![0u8; w * h * 3], vec![0u8; w * h], vec![255u8; w * h * 4]);
     let frame_ns = 1_000_000_000u64 / spec.fps as u64;
     for i in 0..spec.frames {

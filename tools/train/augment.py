@@ -14,6 +14,10 @@ Each takes and returns (image: PIL RGB, label: uint8 HxW, rng):
   street lamps (additive glows), the car's own headlight cone on the road,
   sensor noise;
 - `dusk`: exposure 35-75% with an orange-to-blue sky gradient;
+- `sodium`: tunnel and street light from sodium lamps: the colours
+  collapsed towards one amber hue, exposure 30-100%, a row of lamps along
+  the top (issue 35: in an orange-lit tunnel neither the bundled model nor
+  Intel's found any road);
 - `glare`: a low sun (radial bloom and a veiling haze) at a random point of
   the upper half;
 - `haze`: fog that thickens towards the horizon (airlight blend by row);
@@ -70,6 +74,27 @@ BUILDING = 1  # CamVid's 11-class set folds bridges into building
 CAR = 8
 ROAD = 3
 PAVEMENT = 4
+# What the ego vehicle's bonnet and dashboard are labelled: CamVid's set has
+# no such class, so car; a label set with one (tools/train/distill.py) sets it.
+EGO = CAR
+# Label values from this up to 200 carry a teacher's road probability
+# (tools/train/distill.py: value - 100 in percent); >= 150 counts as road
+# where an augmentation picks the road's pixels. None: no soft labels.
+SOFT_ROAD_MIN = None
+
+
+def use_labels(sky, building, car, road, pavement, ignore, ego, soft_road_min=None):
+    """Label ids of another label set (tools/train/distill.py)."""
+    global SKY, BUILDING, CAR, ROAD, PAVEMENT, IGNORE, EGO, SOFT_ROAD_MIN
+    SKY, BUILDING, CAR, ROAD, PAVEMENT, IGNORE, EGO = sky, building, car, road, pavement, ignore, ego
+    SOFT_ROAD_MIN = soft_road_min
+
+
+def _road(lab):
+    road = lab == ROAD
+    if SOFT_ROAD_MIN is not None:
+        road |= (lab >= SOFT_ROAD_MIN) & (lab <= 200)
+    return road
 
 
 def _arr(im):
@@ -112,6 +137,25 @@ def dusk(im, lab, rng):
     top, low = np.array([0.25, 0.3, 0.55], np.float32), np.array([0.6, 0.35, 0.15], np.float32)
     tint = top * (1 - t) + low * t
     a = a * (0.75 + 0.5 * tint)
+    return _img(a * 255), lab
+
+
+def sodium(im, lab, rng):
+    a = _arr(im) / 255.0
+    h, w = lab.shape
+    lum = (a * np.array([0.3, 0.59, 0.11], np.float32)).sum(axis=2, keepdims=True)
+    # Low-pressure sodium is one yellow-orange line: hue gone, only brightness left;
+    # high-pressure keeps a little colour.
+    mono = rng.uniform(0.6, 0.97)
+    amber = np.array([1.0, rng.uniform(0.5, 0.75), rng.uniform(0.08, 0.3)], np.float32)
+    a = (a * (1 - mono) + lum * mono) * amber * rng.uniform(0.3, 1.0) * rng.uniform(1.0, 1.8)
+    if rng.random() < 0.6:  # a tunnel's lamps: a row along the ceiling, shrinking towards the vanishing point
+        vx, vy = w * rng.uniform(0.4, 0.6), h * rng.uniform(0.35, 0.5)
+        side = w * rng.uniform(-0.4, 0.4)
+        for k in range(rng.randint(3, 9)):
+            t = (k + rng.random()) / 9  # 0 near (top of the frame), 1 far (at the vanishing point)
+            a += _glow(h, w, vx + side * (1 - t), vy * t, w * (0.01 + 0.04 * (1 - t)), rng.uniform(0.4, 1.2)) * amber
+    a += np.random.default_rng(rng.randrange(1 << 30)).normal(0, rng.uniform(0.005, 0.025), a.shape).astype(np.float32)
     return _img(a * 255), lab
 
 
@@ -216,7 +260,7 @@ def surface(im, lab, rng):
     a = _arr(im)
     h, w = lab.shape
 
-    road = lab == ROAD
+    road = _road(lab)
     if rng.random() < 0.35 and road.any():  # a lane in another tone: a wedge from a vanishing point
         vx, vy = w * rng.uniform(0.35, 0.65), h * rng.uniform(0.35, 0.5)
         yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
@@ -286,7 +330,7 @@ def hood(im, lab, rng):
         band = int(height * rng.uniform(0.2, 0.5))
         a[h - band:] = np.array([25, 25, 28], np.float32) + rng.uniform(0, 20)
     lab = lab.copy()
-    lab[np.asarray(mask) > 127] = CAR
+    lab[np.asarray(mask) > 127] = EGO
     return _img(a), lab
 
 
@@ -337,7 +381,7 @@ def dashboard(im, lab, rng):
         a[rows, cols] = a[rows, cols] * (1 - alpha) + (ghost + 60) * alpha
     a = np.where(inside[..., None], body, a)
     lab = lab.copy()
-    lab[inside] = CAR
+    lab[inside] = EGO
     return _img(a), lab
 
 
@@ -460,6 +504,7 @@ AUGMENTS = [
     (dashboard, 0.5),
     (night, 0.15),
     (dusk, 0.15),
+    (sodium, 0.08),
     (glare, 0.1),
     (haze, 0.1),
     (reflection, 0.15),

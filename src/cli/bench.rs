@@ -103,12 +103,13 @@ fn worker_step(engine: &mut AnyEngine, temporal: &StreamTemporal, annotator: &An
     let observed = std::time::Instant::now();
     let grid = engine.logits_grid();
     let road = engine.options().road_classes.clone();
+    let ego = engine.options().ego_class;
     let mut filtered = None;
     engine.run_frame_filtered(
         frame,
         Some(&mut |logits: &mut [f32]| {
             let at = std::time::Instant::now();
-            temporal.filter_logits(seq, logits, grid, &road, &unseen);
+            temporal.filter_logits(seq, logits, grid, &road, ego, &unseen);
             filtered = Some((at, std::time::Instant::now()));
         }),
     )?;

@@ -51,6 +51,9 @@ pub struct EngineOptions {
     pub height: usize,
     pub scales: Vec<f32>,
     pub road_classes: Vec<usize>,
+    /// The model's ego-vehicle class, when it has one (found by name:
+    /// `temporal::EGO_CLASS_NAMES`): the stream's hood is then learnt from it.
+    pub ego_class: Option<usize>,
     pub confidence_threshold: f32,
 }
 

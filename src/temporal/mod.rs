@@ -10,6 +10,7 @@
 //! a short lock, so several workers can serve one stream.
 
 mod bars;
+mod ego;
 mod hood;
 mod reach;
 mod smooth;
@@ -18,6 +19,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
 pub use bars::{Bars, BarsEstimator};
+pub use ego::{EGO_CLASS_NAMES, LearnedHood, ego_class_id, ego_heights};
 pub use hood::{HoodEstimator, HoodMask, frame_luma, rgba_luma};
 pub use reach::{LogitsGrid, keep_grounded_road};
 pub use smooth::{DEFAULT_WEIGHT, LogitSmoother};
@@ -81,6 +83,21 @@ struct State {
     /// before it.
     restarts: VecDeque<u64>,
     luma: Vec<u8>,
+    /// The model's ego vehicle, averaged over the frames filtered so far,
+    /// the newest of them, and its mask at the last frame size asked for.
+    learned: LearnedHood,
+    learned_newest: Option<u64>,
+    learned_mask: Option<Arc<HoodMask>>,
+}
+
+/// What [`StreamTemporal::filter_logits`] made of one frame.
+#[derive(Clone, Debug)]
+pub struct Filtered {
+    /// Share of the logits grid whose road the grounded-road rule cut.
+    pub road_cut: f32,
+    /// The frame's hood with the model's ego vehicle in it (None when the
+    /// model has no ego class or the hood is off: the observed one stands).
+    pub hood: Option<Arc<HoodMask>>,
 }
 
 impl StreamTemporal {
@@ -97,35 +114,62 @@ impl StreamTemporal {
         self.settings.smoothing.is_some()
     }
 
-    /// Whether [`StreamTemporal::filter_logits`] changes anything (the
-    /// engine then hands the logits to the host).
-    pub fn filters_logits(&self) -> bool {
-        self.smooths() || self.settings.connected_road
+    /// Whether [`StreamTemporal::filter_logits`] does anything for a model
+    /// whose ego-vehicle class is `ego` (the engine then hands the logits to
+    /// the host).
+    pub fn filters_logits(&self, ego: Option<usize>) -> bool {
+        self.smooths() || self.settings.connected_road || (self.settings.hood && ego.is_some())
     }
 
     /// One frame's averaged logits `grid`, before they become classes:
-    /// smoothed over time, then cut to the road that reaches the car, whose
-    /// picture ends at `unseen` (the frame's hood and bars). Returns the
-    /// share of the logits grid whose road was cut (0 with the cut off):
-    /// an operator's sign that this camera or light confuses the model.
-    pub fn filter_logits(&self, seq: u64, logits: &mut [f32], grid: LogitsGrid, road: &[usize], unseen: &HoodMask) -> f32 {
+    /// smoothed over time; the model's ego vehicle (class `ego`) read off
+    /// them into the stream's learned hood, which joins the observed one
+    /// (`unseen`: motion hood and bars); then cut to the road that reaches
+    /// the car, whose picture ends at that hood. `Filtered::road_cut` is the
+    /// share of the logits grid whose road was cut (0 with the cut off): an
+    /// operator's sign that this camera or light confuses the model.
+    pub fn filter_logits(&self, seq: u64, logits: &mut [f32], grid: LogitsGrid, road: &[usize], ego: Option<usize>, unseen: &HoodMask) -> Filtered {
         if self.smooths() {
             self.smooth(seq, logits);
         }
+        let hood = match ego {
+            Some(ego) if self.settings.hood => Some(self.learn_hood(seq, logits, grid, ego, unseen)),
+            _ => None,
+        };
         if !self.settings.connected_road {
-            return 0.0;
+            return Filtered { road_cut: 0.0, hood };
         }
-        let cut = reach::keep_grounded_road(logits, grid, road, unseen);
+        let cut = reach::keep_grounded_road(logits, grid, road, hood.as_deref().unwrap_or(unseen));
         let cells = grid.width * grid.height;
-        if cells == 0 { 0.0 } else { cut as f32 / cells as f32 }
+        Filtered { road_cut: if cells == 0 { 0.0 } else { cut as f32 / cells as f32 }, hood }
     }
 
-    /// The latest hood estimate (None when off or before the first frame).
+    /// Folds frame `seq`'s ego vehicle into the learned hood (frames older
+    /// than one already folded in only read it) and returns the frame's hood.
+    fn learn_hood(&self, seq: u64, logits: &[f32], grid: LogitsGrid, ego: usize, unseen: &HoodMask) -> Arc<HoodMask> {
+        let heights = ego::ego_heights(logits, grid, ego);
+        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if st.learned_newest.is_none_or(|n| seq > n) {
+            st.learned.observe(&heights, grid.height);
+            st.learned_newest = Some(seq);
+            st.learned_mask = None;
+        }
+        let learned = st.learned_mask_for(unseen.width, unseen.height);
+        Arc::new(ego::merge(&learned, unseen))
+    }
+
+    /// The latest hood estimate, the model's ego vehicle where it has one
+    /// (None when off or before the first frame).
     pub fn hood(&self) -> Option<Arc<HoodMask>> {
-        let st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let hood = st.hood.as_ref().filter(|_| self.settings.hood).map(HoodEstimator::estimate)?;
         let bars = st.bars.as_ref().map_or(Bars::NONE, BarsEstimator::bars);
-        Some(if bars.is_none() { hood } else { Arc::new(hood.with_bars(bars)) })
+        let motion = if bars.is_none() { hood } else { Arc::new(hood.with_bars(bars)) };
+        if st.learned.frames() == 0 {
+            return Some(motion);
+        }
+        let learned = st.learned_mask_for(motion.width, motion.height);
+        Some(Arc::new(ego::merge(&learned, &motion)))
     }
 
     /// Feeds frame `seq` to the hood estimator and the cut detector. Frames
@@ -169,7 +213,15 @@ impl StreamTemporal {
         }
         let hood = if self.settings.hood {
             let hood = estimator.estimate();
-            st.with_bars(hood)
+            let motion = st.with_bars(hood);
+            if st.learned.frames() > 0 {
+                // Frames entering now carry what the model has seen so far
+                // (an annotating GPU draws the hood before inferring).
+                let learned = st.learned_mask_for(width, height);
+                Arc::new(ego::merge(&learned, &motion))
+            } else {
+                motion
+            }
         } else {
             Arc::new(HoodMask::none(width, height))
         };
@@ -196,6 +248,18 @@ impl StreamTemporal {
 }
 
 impl State {
+    /// The learned hood over a `width` x `height` frame, made once per change.
+    fn learned_mask_for(&mut self, width: usize, height: usize) -> Arc<HoodMask> {
+        if let Some(m) = &self.learned_mask
+            && (m.width, m.height) == (width, height)
+        {
+            return m.clone();
+        }
+        let m = Arc::new(self.learned.mask(width, height));
+        self.learned_mask = Some(m.clone());
+        m
+    }
+
     /// `hood` with the current bars in it; unchanged inputs share one mask.
     fn with_bars(&mut self, hood: Arc<HoodMask>) -> Arc<HoodMask> {
         let bars = self.bars.as_ref().map_or(Bars::NONE, BarsEstimator::bars);
@@ -259,6 +323,29 @@ mod tests {
     }
 
     #[test]
+    fn a_model_with_an_ego_class_gives_the_hood_from_the_first_frame_and_later_frames_carry_it() {
+        // Rule: with the hood on and an ego class, the frame's hood is the model's ego vehicle at once (no motion needed), the motion estimate's bars stay, and frames observed afterwards carry the learned hood.
+        let grid = LogitsGrid { width: 16, height: 8, labels: 2 };
+        // Label 1 is the ego vehicle in the bottom two rows.
+        let logits: Vec<f32> = (0..16 * 8).flat_map(|i| if i / 16 >= 6 { [0.0, 1.0] } else { [1.0, 0.0] }).collect();
+        let t = StreamTemporal::new(TemporalSettings { smoothing: None, hood: true, connected_road: true });
+        assert!(t.filters_logits(Some(1)) && !StreamTemporal::new(TemporalSettings { smoothing: None, hood: true, connected_road: false }).filters_logits(None));
+        let pixels = vec![90u8; 64 * 32 * 4];
+        let frame = FrameRef::packed(&pixels, 64, 32, crate::frame::PixelFormat::Rgba);
+        let first = t.observe(0, Some(0), &frame);
+        assert!(first.hood.is_empty(), "nothing known before the first inference");
+        let mut l = logits.clone();
+        let hood = t.filter_logits(0, &mut l, grid, &[0], Some(1), &first.hood).hood.expect("a hood from the model");
+        assert_eq!(hood.top, vec![24; 64], "2 of 8 grid rows: the bottom quarter of the 32 rows");
+        let next = t.observe(1, Some(40_000_000), &frame);
+        assert_eq!(next.hood.top, vec![24; 64]);
+        // Without an ego class the observed hood stands.
+        let plain = StreamTemporal::new(TemporalSettings { smoothing: None, hood: true, connected_road: true });
+        let mut l = logits.clone();
+        assert!(plain.filter_logits(0, &mut l, grid, &[0], None, &first.hood).hood.is_none());
+    }
+
+    #[test]
     fn filter_logits_reports_the_share_of_road_it_cut() {
         // Rule: the filter returns the share of the logits grid whose road it handed to another class, 0 with the grounded-road rule off.
         let grid = LogitsGrid { width: 4, height: 4, labels: 2 };
@@ -269,7 +356,7 @@ mod tests {
         for (connected_road, want) in [(true, 1.0 / 16.0), (false, 0.0)] {
             let t = StreamTemporal::new(TemporalSettings { smoothing: None, hood: false, connected_road });
             let mut filtered = logits.clone();
-            assert_eq!(t.filter_logits(0, &mut filtered, grid, &[1], &unseen), want, "connected_road {connected_road}");
+            assert_eq!(t.filter_logits(0, &mut filtered, grid, &[1], None, &unseen).road_cut, want, "connected_road {connected_road}");
             assert_eq!(filtered[3] > filtered[2], !connected_road, "the island is cut only with the rule on");
         }
     }

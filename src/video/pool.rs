@@ -278,14 +278,24 @@ impl Worker {
             self.engine.set_overlays(&[self.annotator.overlay(&hood, frame.width, frame.height)]);
         }
         let mut road_cut = 0.0;
-        let result = if temporal.filters_logits() {
+        let mut hood = hood;
+        let ego = self.engine.options().ego_class;
+        let result = if temporal.filters_logits(ego) {
             let grid = self.engine.logits_grid();
             let road = self.engine.options().road_classes.clone();
             let unseen = hood.clone();
-            self.engine.run_frame_filtered(
+            let mut learned = None;
+            let result = self.engine.run_frame_filtered(
                 &frame,
-                Some(&mut |logits: &mut [f32]| road_cut = temporal.filter_logits(seq, logits, grid, &road, &unseen)),
-            )
+                Some(&mut |logits: &mut [f32]| {
+                    let f = temporal.filter_logits(seq, logits, grid, &road, ego, &unseen);
+                    (road_cut, learned) = (f.road_cut, f.hood);
+                }),
+            );
+            if let Some(learned) = learned {
+                hood = learned;
+            }
+            result
         } else {
             self.engine.run_frame(&frame)
         };

@@ -55,26 +55,34 @@ impl Worker {
     /// per frame.
     pub(super) fn process_batch(&mut self, jobs: &mut Vec<Job>) -> bool {
         // Hood estimates first, per frame, as the single-frame path does.
-        let observed: Vec<_> = jobs.iter_mut().map(|j| j.stream.unseen_in(&mut j.buf)).collect();
+        let mut observed: Vec<_> = jobs.iter_mut().map(|j| j.stream.unseen_in(&mut j.buf)).collect();
         let frames: Vec<FrameRef<'_>> = jobs.iter().map(|j| j.buf.frame()).collect();
         // Filtering streams (smoothing, connected road) get their own frames'
         // logits, in batch (so seq) order.
         let grid = self.engine.logits_grid();
         let road = self.engine.options().road_classes.clone();
+        let ego = self.engine.options().ego_class;
         let mut road_cut = vec![0.0f32; jobs.len()];
+        let mut learned = vec![None; jobs.len()];
         let mut smooth = |i: usize, logits: &mut [f32]| {
             let j: &Job = &jobs[i];
-            if j.stream.temporal.filters_logits() {
-                road_cut[i] = j.stream.temporal.filter_logits(j.buf.seq, logits, grid, &road, &observed[i]);
+            if j.stream.temporal.filters_logits(ego) {
+                let f = j.stream.temporal.filter_logits(j.buf.seq, logits, grid, &road, ego, &observed[i]);
+                (road_cut[i], learned[i]) = (f.road_cut, f.hood);
             }
         };
-        let any_smooths = jobs.iter().any(|j| j.stream.temporal.filters_logits());
+        let any_smooths = jobs.iter().any(|j| j.stream.temporal.filters_logits(ego));
         if self.engine.annotates_frames() {
             let overlays: Vec<_> = frames.iter().zip(&observed).map(|(f, o)| self.annotator.overlay(o, f.width, f.height)).collect();
             self.engine.set_overlays(&overlays);
         }
         let result = self.engine.run_batch(&frames, if any_smooths { Some(&mut smooth) } else { None }).map(|_| ());
         drop(frames);
+        for (o, l) in observed.iter_mut().zip(learned) {
+            if let Some(l) = l {
+                *o = l;
+            }
+        }
         if let Err(err) = result {
             for Job { stream, buf } in jobs.drain(..) {
                 drop_failed(&stream, buf, &err);

@@ -52,7 +52,7 @@ pub fn load<B: Backend>(dir: &Path, b: &B) -> Arc<SegformerWeights<B>> {
 
 pub fn engine<B: Backend>(b: Arc<B>, dir: &Path, width: usize, height: usize, scales: Vec<f32>) -> Engine<B> {
     let weights = load(dir, &*b);
-    let options = EngineOptions { width, height, scales, road_classes: vec![], confidence_threshold: 0.0 };
+    let options = EngineOptions { width, height, scales, road_classes: vec![], ego_class: None, confidence_threshold: 0.0 };
     Engine::new(b, weights, options).expect("engine builds")
 }
 

@@ -1,0 +1,209 @@
+//! The hood as the model sees it: a model with an ego-vehicle class
+//! (`ego_vehicle`, the bundled model since issue 35) marks the camera car's
+//! bonnet and dashboard in every frame, from the first one, moving or not.
+//! Per column of the logits grid, the ego run rising from the bottom gives
+//! the hood's height; its edge is placed between the last ego cell and the
+//! first other one where the ego logit's lead crosses zero, as the
+//! upsampled mask would place it. A running average over frames steadies it,
+//! and a running median across columns smooths the edge.
+//!
+//! The motion estimate (`hood.rs`) stays as the second opinion: where the
+//! model sees no ego vehicle, a still bonnet that moves past no class the
+//! model knows is still found by its stillness.
+
+use super::hood::HoodMask;
+use super::reach::LogitsGrid;
+
+/// Class names taken for the ego vehicle (case-insensitive).
+pub const EGO_CLASS_NAMES: [&str; 4] = ["ego_vehicle", "ego", "hood", "bonnet"];
+/// Weight of the newest frame in the per-column average: a dozen frames
+/// (half a second) to settle, and one frame's slip moves the edge little.
+const NEW_WEIGHT: f32 = 0.15;
+/// A hood smaller than this share of the frame is reported as none: the
+/// model's stray ego cells along the bottom of a hood-less clip are not one.
+const MIN_COVERAGE: f32 = 0.01;
+/// Never more of the height than this (as the motion estimate).
+const MAX_HEIGHT_SHARE: f32 = 0.45;
+
+/// The first of `labels` that names the ego vehicle.
+pub fn ego_class_id(labels: &[String]) -> Option<usize> {
+    labels.iter().position(|l| EGO_CLASS_NAMES.iter().any(|n| l.eq_ignore_ascii_case(n)))
+}
+
+/// Per grid column, the height (in grid rows, fractional) of the ego run
+/// rising from the bottom row of `logits` (`[height, width, labels]`).
+pub fn ego_heights(logits: &[f32], grid: LogitsGrid, ego: usize) -> Vec<f32> {
+    let LogitsGrid { width: w, height: h, labels } = grid;
+    assert_eq!(logits.len(), w * h * labels, "logits are [{h}, {w}, {labels}]");
+    // How far the ego logit leads the best other class (negative: behind).
+    let lead = |x: usize, y: usize| {
+        let px = &logits[(y * w + x) * labels..][..labels];
+        let other = px.iter().enumerate().filter(|&(c, _)| c != ego).map(|(_, &v)| v).fold(f32::NEG_INFINITY, f32::max);
+        px[ego] - other
+    };
+    (0..w)
+        .map(|x| {
+            if h == 0 || lead(x, h - 1) < 0.0 {
+                return 0.0;
+            }
+            let mut y = h - 1;
+            while y > 0 && lead(x, y - 1) >= 0.0 {
+                y -= 1;
+            }
+            if y == 0 {
+                return h as f32;
+            }
+            // Cell centres at y + 0.5 (ego) and y - 0.5 (not): the lead
+            // crosses zero between them.
+            let (inside, outside) = (lead(x, y), lead(x, y - 1));
+            let t = inside / (inside - outside).max(f32::EPSILON);
+            h as f32 - (y as f32 + 0.5 - t)
+        })
+        .collect()
+}
+
+/// The averaged ego-vehicle heights of one stream.
+#[derive(Clone, Debug, Default)]
+pub struct LearnedHood {
+    grid: Option<(usize, usize)>,
+    heights: Vec<f32>,
+    frames: u32,
+}
+
+impl LearnedHood {
+    /// Adds one frame's column heights (grid `width` x `height`). A new grid
+    /// size starts over.
+    pub fn observe(&mut self, heights: &[f32], grid_height: usize) {
+        let size = (heights.len(), grid_height);
+        if self.grid != Some(size) {
+            self.grid = Some(size);
+            self.heights = heights.to_vec();
+            self.frames = 1;
+            return;
+        }
+        for (avg, &h) in self.heights.iter_mut().zip(heights) {
+            *avg += NEW_WEIGHT * (h - *avg);
+        }
+        self.frames += 1;
+    }
+
+    /// Frames averaged so far.
+    pub fn frames(&self) -> u32 {
+        self.frames
+    }
+
+    /// The hood over a `width` x `height` frame (none before any frame, or
+    /// under [`MIN_COVERAGE`]).
+    pub fn mask(&self, width: usize, height: usize) -> HoodMask {
+        let Some((gw, gh)) = self.grid else { return HoodMask::none(width, height) };
+        if gw == 0 || gh == 0 || width == 0 || height == 0 {
+            return HoodMask::none(width, height);
+        }
+        // Running median across columns: a one-column slip is not the edge.
+        let k = (gw / 32).max(1);
+        let smoothed: Vec<f32> = (0..gw)
+            .map(|c| {
+                let mut near: Vec<f32> = self.heights[c.saturating_sub(k)..(c + k + 1).min(gw)].to_vec();
+                near.sort_by(f32::total_cmp);
+                near[near.len() / 2]
+            })
+            .collect();
+        let row_px = height as f32 / gh as f32;
+        let max_px = MAX_HEIGHT_SHARE * height as f32;
+        let top: Vec<u32> = (0..width)
+            .map(|x| {
+                // Between the two nearest column centres.
+                let at = ((x as f32 + 0.5) * gw as f32 / width as f32 - 0.5).clamp(0.0, (gw - 1) as f32);
+                let (a, b) = (at.floor() as usize, (at.floor() as usize + 1).min(gw - 1));
+                let t = at - a as f32;
+                let rows = smoothed[a] * (1.0 - t) + smoothed[b] * t;
+                // Under half a grid row is no hood in that column.
+                let px = if rows < 0.5 { 0.0 } else { (rows * row_px).min(max_px) };
+                height.saturating_sub(px.round() as usize) as u32
+            })
+            .collect();
+        let mask = HoodMask::from_tops(width, height, top);
+        if mask.coverage() < MIN_COVERAGE { HoodMask::none(width, height) } else { mask }
+    }
+}
+
+/// The frame's hood from both estimates: the model's where it sees one,
+/// else the motion estimate's (the second opinion); `motion`'s bars stay.
+pub fn merge(learned: &HoodMask, motion: &HoodMask) -> HoodMask {
+    if learned.is_empty() || learned.width != motion.width || learned.height != motion.height {
+        return motion.clone();
+    }
+    learned.with_bars(motion.bars)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Logits of a `w` x `h` grid with 3 labels; ego is label 2, with a lead
+    /// of `lead(x, y)` over the others (which are 0).
+    fn grid(w: usize, h: usize, lead: impl Fn(usize, usize) -> f32) -> (Vec<f32>, LogitsGrid) {
+        let mut logits = vec![0.0; w * h * 3];
+        for y in 0..h {
+            for x in 0..w {
+                logits[(y * w + x) * 3 + 2] = lead(x, y);
+            }
+        }
+        (logits, LogitsGrid { width: w, height: h, labels: 3 })
+    }
+
+    #[test]
+    fn the_edge_falls_where_the_ego_lead_crosses_zero() {
+        // Rows 6 and 7 of 8 are ego (lead +1), row 5 is not (lead -1): the
+        // crossing is halfway between their centres (5.5, 6.5), at 6.0, so 2 rows high.
+        let (logits, g) = grid(4, 8, |_, y| if y >= 6 { 1.0 } else { -1.0 });
+        assert_eq!(ego_heights(&logits, g, 2), vec![2.0; 4]);
+        // A lead of +3 against -1 puts the crossing a quarter of a row above row 6's centre.
+        let (logits, g) = grid(1, 8, |_, y| if y >= 6 { 3.0 } else { -1.0 });
+        assert!((ego_heights(&logits, g, 2)[0] - 2.25).abs() < 1e-6);
+    }
+
+    #[test]
+    fn only_runs_from_the_bottom_count() {
+        // Ego in the middle of the column (a grey truck the model confuses) is no hood.
+        let (logits, g) = grid(2, 8, |x, y| if x == 0 && (2..4).contains(&y) { 1.0 } else { -1.0 });
+        assert_eq!(ego_heights(&logits, g, 2), vec![0.0, 0.0]);
+    }
+
+    #[test]
+    fn the_mask_is_the_averaged_height_at_frame_resolution_and_small_ones_are_none() {
+        let mut hood = LearnedHood::default();
+        hood.observe(&vec![2.0; 64], 16); // 2 of 16 rows: 1/8 of the frame
+        let m = hood.mask(320, 160);
+        assert_eq!(m.top, vec![140; 320]);
+        assert!((m.coverage() - 0.125).abs() < 1e-6);
+        // The next frames pull it towards theirs, a step at a time.
+        hood.observe(&vec![4.0; 64], 16);
+        let t = hood.mask(320, 160).top[0];
+        assert!(t < 140 && t > 120, "{t}");
+        // Under 1% of the frame: none.
+        let mut tiny = LearnedHood::default();
+        tiny.observe(&vec![0.1; 64], 16);
+        assert!(tiny.mask(320, 160).is_empty());
+        let mut stray = LearnedHood::default();
+        let mut few = vec![0.0; 64];
+        few[3] = 1.0; // one column's stray cell, which the median across columns removes
+        stray.observe(&few, 16);
+        assert!(stray.mask(320, 160).is_empty());
+    }
+
+    #[test]
+    fn the_model_decides_and_motion_is_the_second_opinion() {
+        let motion = HoodMask::from_tops(10, 10, vec![8; 10]);
+        let learned = HoodMask::from_tops(10, 10, vec![7; 10]);
+        assert_eq!(merge(&learned, &motion).top, vec![7; 10]);
+        assert_eq!(merge(&HoodMask::none(10, 10), &motion).top, vec![8; 10]);
+    }
+
+    #[test]
+    fn the_class_is_found_by_name() {
+        let labels: Vec<String> = ["road", "sky", "Ego_Vehicle"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(ego_class_id(&labels), Some(2));
+        assert_eq!(ego_class_id(&labels[..2]), None);
+    }
+}

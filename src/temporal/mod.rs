@@ -19,7 +19,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
 pub use bars::{Bars, BarsEstimator};
-pub use ego::{EGO_CLASS_NAMES, LearnedHood, ego_class_id, ego_heights};
+pub use ego::{EGO_CLASS_NAMES, LearnedHood, agreement as hood_agreement, ego_class_id, ego_heights};
 pub use hood::{HoodEstimator, HoodMask, frame_luma, rgba_luma};
 pub use reach::{LogitsGrid, keep_grounded_road};
 pub use smooth::{DEFAULT_WEIGHT, LogitSmoother};
@@ -88,7 +88,15 @@ struct State {
     learned: LearnedHood,
     learned_newest: Option<u64>,
     learned_mask: Option<Arc<HoodMask>>,
+    /// Whether the stream was told that its two hood estimates disagree.
+    disagreement_told: bool,
 }
+
+/// Frames between checks of the model's hood against the motion estimate.
+const AGREEMENT_EVERY: u64 = 250;
+/// Under this IoU the two estimates disagree (a hood the model does not
+/// know, or a still scene the motion estimate takes for one).
+const AGREEMENT_MIN: f32 = 0.5;
 
 /// What [`StreamTemporal::filter_logits`] made of one frame.
 #[derive(Clone, Debug)]
@@ -155,6 +163,25 @@ impl StreamTemporal {
             st.learned_mask = None;
         }
         let learned = st.learned_mask_for(unseen.width, unseen.height);
+        // The second opinion: past its warm-up, the motion estimate's hood
+        // (in `unseen` before the learned one joins it at observe) is
+        // compared now and then, and a lasting disagreement told once.
+        if seq % AGREEMENT_EVERY == AGREEMENT_EVERY - 1 && !st.disagreement_told
+            && let Some(motion) = st.hood.as_ref().map(HoodEstimator::estimate)
+            && motion.width == learned.width
+            && motion.height == learned.height
+        {
+            let iou = ego::agreement(&learned, &motion);
+            if iou < AGREEMENT_MIN && (learned.coverage() > 0.02 || motion.coverage() > 0.02) {
+                st.disagreement_told = true;
+                tracing::warn!(
+                    model_hood_pct = 100.0 * learned.coverage(),
+                    motion_hood_pct = 100.0 * motion.coverage(),
+                    iou,
+                    "the model's ego vehicle and the still region at the bottom of the frame disagree; the model's is used (a camera moved on its mount, or a bonnet the model does not know: check the annotated video)"
+                );
+            }
+        }
         Arc::new(ego::merge(&learned, unseen))
     }
 

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Hood IoU on real bonnets, and no hood where there is none (issue 35).
+
+  tools/eval/hood.py [--model DIR] [--out DIR] [--fps 25]
+
+Runs `roadseg process --hood-out` (the daemon's hood: the model's ego
+vehicle where the model has that class, the motion estimate otherwise) on:
+- the clips with a bonnet that never trained (tools/teacher/ego-outlines.json,
+  "eval": the Udacity clip, DAD sequence 000478 as a 6 fps video), after
+  the first second and after the whole clip, against the drawn outline:
+  hood IoU;
+- clips without one (solidWhiteRight.mp4 and the hood-less clips of
+  ../shared/data/clips): the hood's share of the frame, which must stay
+  under 1% (the daemon reports none below that), over each clip's first 8 s.
+Prints a table; writes OUT/hood.json.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+from PIL import Image
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tools", "teacher"))
+import ego  # noqa: E402
+
+SHARED = os.environ.get("ROADSEG_SHARED", os.path.join(ROOT, "..", "shared"))
+BIN = os.environ.get("ROADSEG_BIN", os.path.join(ROOT, "target", "release", "roadseg"))
+NO_HOOD = [
+    "data/dashcam/solidWhiteRight.mp4",
+    "data/clips/tmo324__lane_detecting/videos/night.mp4",
+    "data/clips/tmo324__lane_detecting/videos/rainy.mp4",
+    "data/clips/tmo324__lane_detecting/videos/seattlestreet1.mp4",
+    "data/clips/akin-oladejo__hough-lane-detection/highway.mp4",
+    "data/clips/muchlisin1412__AutonomousVehicle/driving.mp4",
+]
+
+
+def as_video(spec: str, tmp: str, fps: int) -> str:
+    """A clip as it is, or a sequence of stills as an H.264 video at `fps`."""
+    path = os.path.join(SHARED, spec)
+    if spec.endswith(".mp4"):
+        return path
+    files = sorted(glob.glob(path))
+    lst = os.path.join(tmp, "list.txt")
+    with open(lst, "w") as f:
+        for p in files:
+            f.write(f"file '{p}'\nduration {1 / fps}\n")
+    out = os.path.join(tmp, "stills.mp4")
+    subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "concat", "-safe", "0", "-i", lst, "-vf", f"fps={fps}",
+                    "-pix_fmt", "yuv420p", "-c:v", "libx264", out], check=True)
+    return out
+
+
+def trimmed(video: str, seconds: float, tmp: str) -> str:
+    out = os.path.join(tmp, f"first-{seconds}s.mp4")
+    subprocess.run(["ffmpeg", "-v", "error", "-y", "-i", video, "-t", str(seconds), "-c:v", "libx264",
+                    "-pix_fmt", "yuv420p", out], check=True)
+    return out
+
+
+def process_hood(video: str, model: str, tmp: str, extra: list[str]) -> np.ndarray:
+    hood = os.path.join(tmp, "hood.png")
+    if os.path.exists(hood):
+        os.remove(hood)
+    subprocess.run([BIN, "process", video, "-o", os.path.join(tmp, "out.mp4"), "--model", model, "--device", "cpu",
+                    "--hood-out", hood] + extra, check=True, capture_output=True)
+    return np.asarray(Image.open(hood)) > 127
+
+
+def iou(a: np.ndarray, b: np.ndarray) -> float:
+    u = (a | b).sum()
+    return float((a & b).sum() / u) if u else 1.0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=os.path.join(ROOT, "models", "roadseg-camvid"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "target", "hood-eval"))
+    ap.add_argument("--fps", type=int, default=6, help="frame rate the DAD stills play at (every 5th frame of 30 fps)")
+    ap.add_argument("--process-arg", action="append", default=[], help="passed to roadseg process")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    results = {"model": args.model, "bonnets": {}, "no_hood": {}}
+    print(f"model {args.model}")
+    for name, src in ego.outlines().items():
+        if src["split"] != "eval":
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            video = as_video(src["frames"], tmp, args.fps)
+            full = process_hood(video, args.model, tmp, args.process_arg)
+            h, w = full.shape
+            truth = ego.outline_mask(src, w, h) == ego.EGO
+            first = process_hood(trimmed(video, 1.0, tmp), args.model, tmp, args.process_arg)
+            r = {"iou_after_1s": iou(first, truth), "iou_whole_clip": iou(full, truth),
+                 "hood_share": float(full.mean()), "truth_share": float(truth.mean())}
+            Image.fromarray((full * 255).astype(np.uint8)).save(os.path.join(args.out, f"{name}-hood.png"))
+        results["bonnets"][name] = r
+        print(f"{name:<16} hood IoU after 1 s {r['iou_after_1s']:.3f}, whole clip {r['iou_whole_clip']:.3f} "
+              f"(hood {100 * r['hood_share']:.1f}% of the frame, drawn {100 * r['truth_share']:.1f}%)")
+    for spec in NO_HOOD:
+        with tempfile.TemporaryDirectory() as tmp:
+            # The first 8 s: a hood claimed on a clip without one shows within them.
+            full = process_hood(trimmed(os.path.join(SHARED, spec), 8.0, tmp), args.model, tmp, args.process_arg)
+        share = float(full.mean())
+        results["no_hood"][spec] = share
+        print(f"{os.path.basename(spec):<22} hood {100 * share:.2f}% of the frame ({'none' if share < 0.01 else 'CLAIMED'})")
+    with open(os.path.join(args.out, "hood.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

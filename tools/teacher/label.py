@@ -2,6 +2,7 @@
 """Teacher labels for the frames that have none (issue 35).
 
   python3 tools/teacher/label.py [--out target/train-data/teacher] [--every 8]
+  python3 tools/teacher/label.py --relabel DIR [--device cuda]   # DIR/img + DIR/index.tsv -> DIR/road
 
 Frames: every clip and still of ../shared/data/clips, the Udacity bonnet
 stills, and IDD Lite's unlabelled frames, less those that judge the model
@@ -74,7 +75,13 @@ def video_frames(path: str, every: int, tmp: str) -> list[tuple[int, str]]:
 
 
 class Teacher:
-    def __init__(self):
+    def __init__(self, device: str | None = None):
+        if device:  # the torch port, on that device (the GPU machine has no OpenVINO)
+            import torch
+            model = omz.OmzRoadSeg().to(device)
+            self.run = lambda xs: [model(torch.from_numpy(xs[0]).to(device)).cpu().numpy()]
+            self.kind = f"torch on {device}"
+            return
         try:
             import openvino as ov
             core = ov.Core()
@@ -94,12 +101,26 @@ class Teacher:
         return np.clip((p[1] + p[3]) * 255 + 0.5, 0, 255).astype(np.uint8)
 
 
+def relabel(teacher: Teacher, root: str) -> int:
+    names = [l.split("\t")[0] for l in open(os.path.join(root, "index.tsv")).read().splitlines()[1:]]
+    os.makedirs(os.path.join(root, "road"), exist_ok=True)
+    for name in names:
+        img = Image.open(os.path.join(root, "img", name + ".jpg")).convert("RGB")
+        Image.fromarray(teacher.road(img)).save(os.path.join(root, "road", name + ".png"))
+    print(f"teacher ({teacher.kind}): {len(names)} frames relabelled in {root}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(ROOT, "target", "train-data", "teacher"))
     ap.add_argument("--every", type=int, default=8, help="every Nth frame of a video")
+    ap.add_argument("--relabel", metavar="DIR", help="label the frames already in DIR/img (a staged copy)")
+    ap.add_argument("--device", help="run the torch port on this device (cuda, cpu) instead of OpenVINO")
     args = ap.parse_args()
-    teacher = Teacher()
+    teacher = Teacher(args.device)
+    if args.relabel:
+        return relabel(teacher, args.relabel)
     os.makedirs(os.path.join(args.out, "img"), exist_ok=True)
     os.makedirs(os.path.join(args.out, "road"), exist_ok=True)
     rows = []

@@ -36,11 +36,11 @@ CLASSES = ("background", "road", "curb", "mark")
 
 
 def default_dir() -> str:
-    """The IR folder: $ROADSEG_TEACHER_DIR, target/teacher (staged for the GPU machine), or ../shared."""
+    """The IR folder: $ROADSEG_TEACHER_DIR, ../shared, or target/gpu-train/teacher-ir (staged for the GPU machine)."""
     here = os.path.dirname(os.path.abspath(__file__))
     for d in (os.environ.get("ROADSEG_TEACHER_DIR"),
-              os.path.join(here, "..", "..", "target", "teacher"),
-              DEFAULT_DIR):
+              DEFAULT_DIR,
+              os.path.join(here, "..", "..", "target", "gpu-train", "teacher-ir")):
         if d and os.path.exists(os.path.join(d, XML_NAME)):
             return os.path.normpath(d)
     raise FileNotFoundError(

@@ -363,6 +363,9 @@ def parse_args(argv=None):
     ap.add_argument("--init-from", help="an HF SegFormer folder (the CamVid model: its classifier rows are mapped)")
     ap.add_argument("--arch", default="b0-d128", choices=sorted(base.ARCHS))
     ap.add_argument("--steps", type=int, default=6000)
+    ap.add_argument("--time-budget-min", type=float, default=0,
+                    help="also end by this wall-clock budget: the LR decays by max(step share, time share), "
+                         "and the run validates and exports before it runs out (a device call's fixed time)")
     ap.add_argument("--mix", default="camvid:2,idd:2,teacher:3,synth:1",
                     help="frames of each source in every batch")
     ap.add_argument("--lr", type=float, default=3e-4)
@@ -457,10 +460,17 @@ def main(argv=None) -> int:
                                          persistent_workers=args.workers > 0,
                                          pin_memory=device.type == "cuda")
 
+    t_start = time.time()
+    budget_s = args.time_budget_min * 60 if args.time_budget_min > 0 else math.inf
+    val_s = {"last": 0.0}
+
+    def progress(s):
+        return min(1.0, max(s / args.steps, (time.time() - t_start) / budget_s))
+
     def lr_at(s):
         if s < args.warmup:
             return args.lr * (0.01 + 0.99 * s / args.warmup)
-        return args.lr * (1 - s / args.steps) + 1e-6
+        return args.lr * (1 - progress(s)) + 1e-6
 
     def validate_and_export():
         t = time.time()
@@ -471,7 +481,8 @@ def main(argv=None) -> int:
                          + " ".join(f"{c}={v:.3f}" for c, v in zip(CLASSES, ious) if v == v) + ")")
         out = os.path.join(args.out, f"step-{step:06d}")
         export(model, out, {"step": step, "args": vars(args), "val": parts})
-        log(f"step {step}: " + " | ".join(parts) + f" ({time.time() - t:.0f} s) -> {out}", fh)
+        val_s["last"] = time.time() - t
+        log(f"step {step}: " + " | ".join(parts) + f" ({val_s['last']:.0f} s) -> {out}", fh)
 
     cpu_bf16 = "avx512_bf16" in open("/proc/cpuinfo").read() or "amx_bf16" in open("/proc/cpuinfo").read() \
         if os.path.exists("/proc/cpuinfo") else False
@@ -481,8 +492,12 @@ def main(argv=None) -> int:
     last_save = time.time()
     win = {"n": 0, "t": 0.0, "loss": 0.0}
     t_step = time.perf_counter()
+    validated_at = step
     for xb, yb in loader:
         if stop["flag"]:
+            break
+        if time.time() - t_start > budget_s - 1.5 * val_s["last"] - 20:
+            log(f"time budget: ending at step {step}", fh)
             break
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
@@ -508,10 +523,13 @@ def main(argv=None) -> int:
             win = {"n": 0, "t": 0.0, "loss": 0.0}
         if step % args.val_every == 0 or step == args.steps:
             validate_and_export()
+            validated_at = step
             t_step = time.perf_counter()
         if time.time() - last_save > args.save_every_min * 60:
             save_state()
             last_save = time.time()
+    if validated_at != step and not stop["flag"]:
+        validate_and_export()
     save_state()
     if stop["flag"]:
         log(f"stopped at step {step} (state saved; run again to resume)", fh)

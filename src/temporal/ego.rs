@@ -127,30 +127,47 @@ impl LearnedHood {
     }
 }
 
-/// The frame's hood for a model with an ego class: the model's, with the
-/// bars of `motion` (the motion estimate's frame). The motion estimate does
-/// not add to it: on the clips of ../shared it claimed 2-6% of the frame on
-/// two hood-less clips (a dark, still road at night; a static overlay) and
-/// found none of two real bonnets; it is the second opinion an operator is
-/// told about when the two disagree ([`agreement`]).
-pub fn merge(learned: &HoodMask, motion: &HoodMask) -> HoodMask {
+/// The frame's hood for a model with an ego class: the model's, joined
+/// (column by column, the taller of the two) by the motion estimate's when
+/// `motion_agrees` (the model reads next to none of it as road), with the
+/// bars of `motion`. Alone, the motion estimate claimed 2-6% of the frame
+/// on two hood-less clips of ../shared (a dark, still road at night, which
+/// the model reads as road) and found neither of two real bonnets (white
+/// and mirror-like ones reflect the passing scene); a still bonnet the model
+/// has never seen, it finds.
+pub fn merge(learned: &HoodMask, motion: &HoodMask, motion_agrees: bool) -> HoodMask {
     if learned.width != motion.width || learned.height != motion.height {
         return motion.clone();
     }
-    learned.with_bars(motion.bars)
+    if !motion_agrees || motion.is_empty() {
+        return learned.with_bars(motion.bars);
+    }
+    if learned.is_empty() {
+        return motion.clone();
+    }
+    let top = learned.top.iter().zip(&motion.top).map(|(&a, &b)| a.min(b)).collect();
+    HoodMask::from_tops(learned.width, learned.height, top).with_bars(motion.bars)
 }
 
-/// IoU of two hoods over the same frame (1 when both are empty).
-pub fn agreement(a: &HoodMask, b: &HoodMask) -> f32 {
-    let height = a.height as u32;
-    let tops = |m: &HoodMask, x: usize| m.top.get(x).copied().unwrap_or(height);
-    let (mut inter, mut union) = (0u64, 0u64);
-    for x in 0..a.width.min(b.width) {
-        let (ha, hb) = (height - tops(a, x).min(height), height - tops(b, x).min(height));
-        inter += ha.min(hb) as u64;
-        union += ha.max(hb) as u64;
+/// Share of the logits cells inside `hood` (at frame resolution) whose best
+/// class is a road class (0 when the hood covers no cell centre).
+pub fn road_share(logits: &[f32], grid: LogitsGrid, road: &[usize], hood: &HoodMask) -> f32 {
+    let LogitsGrid { width: w, height: h, labels } = grid;
+    let (mut inside, mut roads) = (0u32, 0u32);
+    for gy in 0..h {
+        let y = ((gy as f32 + 0.5) * hood.height as f32 / h as f32) as usize;
+        for gx in 0..w {
+            let x = ((gx as f32 + 0.5) * hood.width as f32 / w as f32) as usize;
+            if !hood.contains(x, y) {
+                continue;
+            }
+            let px = &logits[(gy * w + gx) * labels..][..labels];
+            let best = (0..labels).max_by(|&a, &b| px[a].total_cmp(&px[b])).unwrap_or(0);
+            inside += 1;
+            roads += u32::from(road.contains(&best));
+        }
     }
-    if union == 0 { 1.0 } else { inter as f32 / union as f32 }
+    if inside == 0 { 0.0 } else { roads as f32 / inside as f32 }
 }
 
 #[cfg(test)]
@@ -210,14 +227,27 @@ mod tests {
     }
 
     #[test]
-    fn the_model_decides_and_motion_is_the_second_opinion() {
-        let motion = HoodMask::from_tops(10, 10, vec![8; 10]);
+    fn the_model_decides_and_motion_joins_only_where_the_model_sees_no_road() {
+        let mut motion_top = vec![8; 10];
+        motion_top[0] = 5; // one column where the still region reaches higher
+        let motion = HoodMask::from_tops(10, 10, motion_top);
         let learned = HoodMask::from_tops(10, 10, vec![7; 10]);
-        assert_eq!(merge(&learned, &motion).top, vec![7; 10]);
-        assert!(merge(&HoodMask::none(10, 10), &motion).is_empty(), "motion alone claims no hood");
-        assert!((agreement(&learned, &motion) - 2.0 / 3.0).abs() < 1e-6);
-        assert_eq!(agreement(&HoodMask::none(10, 10), &HoodMask::none(10, 10)), 1.0);
-        assert_eq!(agreement(&HoodMask::none(10, 10), &motion), 0.0);
+        let mut union = vec![7; 10];
+        union[0] = 5;
+        assert_eq!(merge(&learned, &motion, true).top, union);
+        assert_eq!(merge(&learned, &motion, false).top, vec![7; 10]);
+        assert_eq!(merge(&HoodMask::none(10, 10), &motion, true).top, motion.top, "a bonnet the model does not know");
+        assert!(merge(&HoodMask::none(10, 10), &motion, false).is_empty(), "still road is no hood");
+    }
+
+    #[test]
+    fn road_share_counts_the_cells_inside_the_hood() {
+        // 4x4 grid over a 40x40 frame; the hood is the bottom half; road (label 0) in the bottom row only.
+        let grid = LogitsGrid { width: 4, height: 4, labels: 2 };
+        let logits: Vec<f32> = (0..16).flat_map(|i| if i / 4 == 3 { [1.0, 0.0] } else { [0.0, 1.0] }).collect();
+        let hood = HoodMask::from_tops(40, 40, vec![20; 40]);
+        assert_eq!(road_share(&logits, grid, &[0], &hood), 0.5);
+        assert_eq!(road_share(&logits, grid, &[0], &HoodMask::none(40, 40)), 0.0);
     }
 
     #[test]

@@ -19,7 +19,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
 pub use bars::{Bars, BarsEstimator};
-pub use ego::{EGO_CLASS_NAMES, LearnedHood, agreement as hood_agreement, ego_class_id, ego_heights};
+pub use ego::{EGO_CLASS_NAMES, LearnedHood, ego_class_id, ego_heights};
 pub use hood::{HoodEstimator, HoodMask, frame_luma, rgba_luma};
 pub use reach::{LogitsGrid, keep_grounded_road};
 pub use smooth::{DEFAULT_WEIGHT, LogitSmoother};
@@ -88,15 +88,18 @@ struct State {
     learned: LearnedHood,
     learned_newest: Option<u64>,
     learned_mask: Option<Arc<HoodMask>>,
-    /// Whether the stream was told that its two hood estimates disagree.
-    disagreement_told: bool,
+    /// Share of the motion estimate's hood that the model reads as road,
+    /// averaged over frames (None before both exist).
+    motion_road: Option<f32>,
 }
 
-/// Frames between checks of the model's hood against the motion estimate.
-const AGREEMENT_EVERY: u64 = 250;
-/// Under this IoU the two estimates disagree (a hood the model does not
-/// know, or a still scene the motion estimate takes for one).
-const AGREEMENT_MIN: f32 = 0.5;
+/// Weight of the newest frame in that average.
+const MOTION_ROAD_WEIGHT: f32 = 0.1;
+/// The motion estimate joins the model's hood only while the model reads
+/// under this share of it as road: a bonnet the model does not know is no
+/// road either, while the still, dark road at the bottom of a night clip
+/// (which the motion estimate took for a hood) is road to the model.
+const MOTION_ROAD_MAX: f32 = 0.2;
 
 /// What [`StreamTemporal::filter_logits`] made of one frame.
 #[derive(Clone, Debug)]
@@ -141,7 +144,7 @@ impl StreamTemporal {
             self.smooth(seq, logits);
         }
         let hood = match ego {
-            Some(ego) if self.settings.hood => Some(self.learn_hood(seq, logits, grid, ego, unseen)),
+            Some(ego) if self.settings.hood => Some(self.learn_hood(seq, logits, grid, road, ego, unseen)),
             _ => None,
         };
         if !self.settings.connected_road {
@@ -154,35 +157,24 @@ impl StreamTemporal {
 
     /// Folds frame `seq`'s ego vehicle into the learned hood (frames older
     /// than one already folded in only read it) and returns the frame's hood.
-    fn learn_hood(&self, seq: u64, logits: &[f32], grid: LogitsGrid, ego: usize, unseen: &HoodMask) -> Arc<HoodMask> {
+    fn learn_hood(&self, seq: u64, logits: &[f32], grid: LogitsGrid, road: &[usize], ego: usize, unseen: &HoodMask) -> Arc<HoodMask> {
         let heights = ego::ego_heights(logits, grid, ego);
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if st.learned_newest.is_none_or(|n| seq > n) {
+        let newer = st.learned_newest.is_none_or(|n| seq > n);
+        if newer {
             st.learned.observe(&heights, grid.height);
             st.learned_newest = Some(seq);
             st.learned_mask = None;
         }
-        let learned = st.learned_mask_for(unseen.width, unseen.height);
-        // The second opinion: past its warm-up, the motion estimate's hood
-        // (in `unseen` before the learned one joins it at observe) is
-        // compared now and then, and a lasting disagreement told once.
-        if seq % AGREEMENT_EVERY == AGREEMENT_EVERY - 1 && !st.disagreement_told
-            && let Some(motion) = st.hood.as_ref().map(HoodEstimator::estimate)
-            && motion.width == learned.width
-            && motion.height == learned.height
-        {
-            let iou = ego::agreement(&learned, &motion);
-            if iou < AGREEMENT_MIN && (learned.coverage() > 0.02 || motion.coverage() > 0.02) {
-                st.disagreement_told = true;
-                tracing::warn!(
-                    model_hood_pct = 100.0 * learned.coverage(),
-                    motion_hood_pct = 100.0 * motion.coverage(),
-                    iou,
-                    "the model's ego vehicle and the still region at the bottom of the frame disagree; the model's is used (a camera moved on its mount, or a bonnet the model does not know: check the annotated video)"
-                );
-            }
+        let motion = st.motion_hood(unseen.width, unseen.height);
+        // The second opinion: how much of the still region at the bottom
+        // the model reads as road, averaged over frames.
+        if newer && !motion.is_empty() {
+            let share = ego::road_share(logits, grid, road, &motion);
+            st.motion_road = Some(st.motion_road.map_or(share, |r| r + MOTION_ROAD_WEIGHT * (share - r)));
         }
-        Arc::new(ego::merge(&learned, unseen))
+        let learned = st.learned_mask_for(unseen.width, unseen.height);
+        Arc::new(ego::merge(&learned, &motion, st.motion_agrees()))
     }
 
     /// The latest hood estimate, the model's ego vehicle where it has one
@@ -196,7 +188,7 @@ impl StreamTemporal {
             return Some(motion);
         }
         let learned = st.learned_mask_for(motion.width, motion.height);
-        Some(Arc::new(ego::merge(&learned, &motion)))
+        Some(Arc::new(ego::merge(&learned, &motion, st.motion_agrees())))
     }
 
     /// Feeds frame `seq` to the hood estimator and the cut detector. Frames
@@ -245,7 +237,7 @@ impl StreamTemporal {
                 // Frames entering now carry what the model has seen so far
                 // (an annotating GPU draws the hood before inferring).
                 let learned = st.learned_mask_for(width, height);
-                Arc::new(ego::merge(&learned, &motion))
+                Arc::new(ego::merge(&learned, &motion, st.motion_agrees()))
             } else {
                 motion
             }
@@ -275,6 +267,19 @@ impl StreamTemporal {
 }
 
 impl State {
+    /// Whether the motion estimate's hood joins the model's (see [`MOTION_ROAD_MAX`]).
+    fn motion_agrees(&self) -> bool {
+        self.motion_road.is_some_and(|r| r < MOTION_ROAD_MAX)
+    }
+
+    /// The motion estimate with the bars in it (empty before one exists).
+    fn motion_hood(&mut self, width: usize, height: usize) -> Arc<HoodMask> {
+        match self.hood.as_ref().map(HoodEstimator::estimate) {
+            Some(h) if (h.width, h.height) == (width, height) => self.with_bars(h),
+            _ => Arc::new(HoodMask::none(width, height)),
+        }
+    }
+
     /// The learned hood over a `width` x `height` frame, made once per change.
     fn learned_mask_for(&mut self, width: usize, height: usize) -> Arc<HoodMask> {
         if let Some(m) = &self.learned_mask

@@ -18,6 +18,7 @@ mod cuda_kernels;
 mod daemon;
 mod faults;
 mod frame_path;
+mod held_out_bonnets;
 mod http;
 mod media;
 mod overlay;

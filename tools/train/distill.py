@@ -19,6 +19,8 @@ Sources, each a share of every batch (--mix):
            on the clean frame; the ego vehicle drawn for its camera
            (tools/teacher/ego-outlines.json) overrides it
   synth    `roadseg synth` frames: road, not road, and its bonnet as ego
+  selftrain  teacher frames relabelled where a trained student's five neighbouring
+           frames agree and the teacher was unsure (tools/teacher/selftrain.py)
 
 Label maps are uint8 in that set, plus 100..200 = the teacher's P(road) in
 percent (class otherwise unknown), 254 = not road (class unknown), 255 =
@@ -418,7 +420,9 @@ def main(argv=None) -> int:
     loaders = {"camvid": lambda: load_camvid(camvid_root, "train"),
                "idd": lambda: load_idd(idd_root, held_out=False),
                "teacher": lambda: load_teacher(os.path.join(args.data, "teacher"), args.base_width),
-               "synth": lambda: load_synth(os.path.join(args.data, "synth"))}
+               "synth": lambda: load_synth(os.path.join(args.data, "synth")),
+               # the student's temporally agreed labels where the teacher was unsure (tools/teacher/selftrain.py)
+               "selftrain": lambda: load_teacher(os.path.join(args.data, "selftrain"), args.base_width)}
     for name in list(mix):
         pools[name] = loaders[name]()
         if not pools[name]:

@@ -10,9 +10,10 @@ and where the teacher is unsure (over 8% of its pixels between 0.15 and
 on the frame and its two neighbours each side (frames n-2..n+2 of the
 clip, 1/15 s apart at 30 fps: the scene barely moves). Where the five agree
 (the same road decision in all five, their P(road) within 0.15 of their
-mean), the label becomes the student's mean P(road) wherever the teacher is
-unsure, and everywhere on frames where the teacher found no road; elsewhere
-the teacher's label stays. The frames and new labels go to OUT in
+mean) on road, the label becomes the student's mean P(road) wherever the
+teacher is unsure, and everywhere on frames where the teacher found no
+road; elsewhere the teacher's label stays. The student only adds road:
+where it says "no road", the teacher's label stands. The frames and new labels go to OUT in
 label.py's layout (img/ links, road/, index.tsv), a source distill.py mixes
 in as `selftrain:N`.
 """
@@ -63,6 +64,7 @@ def main() -> int:
     ap.add_argument("--teacher", default=os.path.join(ROOT, "target", "train-data", "teacher"))
     ap.add_argument("--out", default=os.path.join(ROOT, "target", "train-data", "selftrain"))
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--limit", type=int, default=0, help="at most this many frames (a quick look)")
     args = ap.parse_args()
     from transformers import SegformerForSemanticSegmentation
     torch.set_num_threads(args.threads)
@@ -83,11 +85,16 @@ def main() -> int:
             no_road = (t > 0.5).mean() < NO_ROAD_SHARE
             if unsure.mean() <= UNSURE_SHARE and not no_road:
                 continue
+            if args.limit and len(kept) >= args.limit:
+                break
             frames = neighbours(os.path.join(SHARED, source), frame, tmp)
             probs = np.stack([road_prob(model, f, t.shape, road) for f in frames])
             mean = probs.mean(0)
             agree = ((probs > 0.5).all(0) | (probs <= 0.5).all(0)) & (np.abs(probs - mean).max(0) < SPREAD)
-            take = agree & (np.ones_like(unsure) if no_road else unsure)
+            # The student only adds road the teacher missed: a first look at p1's
+            # student showed it also agreeing, frame after frame, that the sunlit
+            # half of a road was none, where the teacher was rightly unsure.
+            take = agree & (mean > 0.5) & (t < UNSURE[1]) & (np.ones_like(unsure) if no_road else unsure)
             new = np.where(take, mean, t)
             Image.fromarray(np.clip(new * 255 + 0.5, 0, 255).astype(np.uint8)).save(os.path.join(args.out, "road", name + ".png"))
             link = os.path.join(args.out, "img", name + ".jpg")

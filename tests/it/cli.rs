@@ -72,6 +72,53 @@ fn eval_scores_a_model_against_its_own_predictions_as_perfect() {
 }
 
 #[test]
+fn eval_road_labels_and_masks_score_the_same_pixels_by_the_same_code() {
+    // Rule: --road-labels scores road against any label set (here the model's own class maps, road = class 0), with per-frame counts; --masks scores road masks made elsewhere by that same code (the model's own road masks score as the model does; their complement scores 0), and --masks without a road-only truth is refused by name.
+    let tmp = tempfile::tempdir().unwrap();
+    let images = tmp.path().join("images");
+    write_test_images(&images);
+    let labels = tmp.path().join("labels");
+    let (code, _, stderr) = roadseg(&[
+        "infer", "--model", MODEL, "--device", "cpu", "--image", images.to_str().unwrap(), "--size", "203x141",
+        "--threshold", "0", "--classes-out", labels.to_str().unwrap(), "--connected-road", "off",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    // Road masks from the class maps (class 0 = road for this fixture's first label), and their complement.
+    let (masks, inverse) = (tmp.path().join("masks"), tmp.path().join("inverse"));
+    std::fs::create_dir_all(&masks).unwrap();
+    std::fs::create_dir_all(&inverse).unwrap();
+    for name in ["a.png", "b.png"] {
+        let c = image::open(labels.join(name)).unwrap().to_luma8();
+        let m = image::GrayImage::from_fn(c.width(), c.height(), |x, y| image::Luma([if c.get_pixel(x, y).0[0] == 0 { 255 } else { 0 }]));
+        let inv = image::GrayImage::from_fn(c.width(), c.height(), |x, y| image::Luma([255 - m.get_pixel(x, y).0[0]]));
+        m.save(masks.join(name)).unwrap();
+        inv.save(inverse.join(name)).unwrap();
+    }
+    let eval = |extra: &[&str]| {
+        let mut args = vec!["eval", "--model", MODEL, "--device", "cpu", "--images", images.to_str().unwrap(), "--labels",
+            labels.to_str().unwrap(), "--road-labels", "0", "--size", "203x141", "--connected-road", "off", "--json"];
+        args.extend_from_slice(extra);
+        let (code, stdout, stderr) = roadseg(&args);
+        assert_eq!(code, 0, "{stderr}");
+        serde_json::from_str::<serde_json::Value>(stdout.lines().last().unwrap()).unwrap()
+    };
+    let road_class = eval(&["--road-class", "LABEL_0"]);
+    let from_masks = eval(&["--masks", masks.to_str().unwrap()]);
+    let from_inverse = eval(&["--masks", inverse.to_str().unwrap()]);
+    assert_eq!(from_masks["road_iou"].as_f64(), Some(1.0), "{from_masks}");
+    assert_eq!(from_inverse["road_iou"].as_f64(), Some(0.0), "{from_inverse}");
+    assert_eq!(from_masks["frames"]["a.png"]["union"], from_masks["frames"]["a.png"]["intersection"]);
+    assert_eq!(road_class["images"].as_u64(), Some(2));
+    assert_eq!(road_class["road_iou"].as_f64(), Some(1.0), "the model against its own class maps: {road_class}");
+    let (code, _, stderr) = roadseg(&[
+        "eval", "--device", "cpu", "--images", images.to_str().unwrap(), "--labels", labels.to_str().unwrap(), "--masks",
+        masks.to_str().unwrap(),
+    ]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("--road-labels"), "{stderr}");
+}
+
+#[test]
 fn eval_names_a_missing_label_map() {
     let tmp = tempfile::tempdir().unwrap();
     let images = tmp.path().join("images");

@@ -88,6 +88,7 @@ def main() -> int:
     ap.add_argument("--out", default=os.path.join(ROOT, "target", "hood-eval"))
     ap.add_argument("--fps", type=int, default=6, help="frame rate the DAD stills play at (every 5th frame of 30 fps)")
     ap.add_argument("--process-arg", action="append", default=[], help="passed to roadseg process")
+    ap.add_argument("--bonnets-only", action="store_true", help="leave out the hood-less clips")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     results = {"model": args.model, "bonnets": {}, "no_hood": {}}
@@ -107,7 +108,7 @@ def main() -> int:
         results["bonnets"][name] = r
         print(f"{name:<16} hood IoU after 1 s {r['iou_after_1s']:.3f}, whole clip {r['iou_whole_clip']:.3f} "
               f"(hood {100 * r['hood_share']:.1f}% of the frame, drawn {100 * r['truth_share']:.1f}%)")
-    for spec in NO_HOOD:
+    for spec in [] if args.bonnets_only else NO_HOOD:
         with tempfile.TemporaryDirectory() as tmp:
             # The first 8 s: a hood claimed on a clip without one shows within them.
             full = process_hood(trimmed(os.path.join(SHARED, spec), 8.0, tmp), args.model, tmp, args.process_arg)

@@ -304,11 +304,12 @@ def build_model(args):
     return model
 
 
-def loss_fn(logits, y):
-    """Class CE on class labels; road-or-not BCE on soft and not-road labels."""
+def loss_fn(logits, y, class_weight=None):
+    """Class CE on class labels (weighted per class when given); road-or-not
+    BCE on soft and not-road labels."""
     hard = y < N
     ce_target = torch.where(hard, y, torch.full_like(y, IGNORE))
-    total = F.cross_entropy(logits, ce_target, ignore_index=IGNORE, reduction="sum")
+    total = F.cross_entropy(logits, ce_target, weight=class_weight, ignore_index=IGNORE, reduction="sum")
     count = hard.sum()
     soft = (y >= SOFT_LO) & (y <= SOFT_HI)
     not_road = y == NOT_ROAD
@@ -383,6 +384,8 @@ def parse_args(argv=None):
     ap.add_argument("--road-augment-skip", type=lambda s: [x for x in s.split(",") if x],
                     default=["near_car", "overpass"])
     ap.add_argument("--ego-paste", type=float, default=0.3)
+    ap.add_argument("--ego-weight", type=float, default=1.0,
+                    help="cross-entropy weight of ego_vehicle pixels (the class is rare and a white bonnet looks like light road)")
     ap.add_argument("--cutmix", type=float, default=0.15)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
@@ -492,6 +495,10 @@ def main(argv=None) -> int:
         if os.path.exists("/proc/cpuinfo") else False
     use_bf16 = args.bf16 == "on" or (args.bf16 == "auto" and (device.type == "cuda" or cpu_bf16))
     log(f"bf16 autocast {'on' if use_bf16 else 'off'}", fh)
+    class_weight = None
+    if args.ego_weight != 1.0:
+        class_weight = torch.ones(N, device=device)
+        class_weight[EGO] = args.ego_weight
     model.train()
     last_save = time.time()
     win = {"n": 0, "t": 0.0, "loss": 0.0}
@@ -510,7 +517,7 @@ def main(argv=None) -> int:
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
             logits = model(pixel_values=x).logits
         logits = F.interpolate(logits.float(), size=y.shape[-2:], mode="bilinear", align_corners=False)
-        loss = loss_fn(logits, y)
+        loss = loss_fn(logits, y, class_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

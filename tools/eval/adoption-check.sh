@@ -8,6 +8,8 @@
 # target/adoption/<model folder name>). Needs target/release/roadseg,
 # ../shared (or $ROADSEG_SHARED), ffmpeg, and a python with PIL and numpy
 # ($PYTHON, default /usr/bin/python3: Debian's python3-pil python3-numpy).
+# The model against Intel's on the same pixels: tools/eval/side-by-side.py;
+# its hood on held-out real bonnets: tools/eval/hood.py.
 # Against the shipped model's run of this script:
 #   tools/eval/compare-unseen.py target/adoption/roadseg-camvid/unseen.json OUT_DIR/unseen.json
 #   tools/eval/compare-unseen.py --hood-out ...   # the same with the drawn hood left out, as on video
@@ -27,23 +29,34 @@ summary="$out/summary.txt"
 say() { echo "$*" | tee -a "$summary"; }
 say "model $model ($(sha256sum "$model/model.safetensors" | cut -c1-16)), $(date -u +%FT%TZ), $(nproc) cores"
 
-# CamVid figures of IMAGES against LABELS, fast preset, 1024x768: road IoU and mIoU.
+# CamVid road IoU of IMAGES against LABELS (road = label 3), fast preset, 1024x768:
+# by --road-labels, so any model's label set is scored the same way.
 camvid() {
   local name=$1 images=$2 labels=$3 report="$out/$1.txt"
-  "$bin" eval --model "$model" --images "$images" --labels "$labels" --ignore-index 11 --device cpu > "$report"
-  say "$name ($(ls "$images" | wc -l) frames): $(grep '^road ' "$report" | tr -s ' ') | $(grep '^mIoU ' "$report" | tr -s ' ')"
+  "$bin" eval --model "$model" --images "$images" --labels "$labels" --road-labels 3 --ignore-index 11 --device cpu > "$report"
+  say "$name ($(ls "$images" | wc -l) frames): $(grep '^road, pooled' "$report" | tr -s ' ')"
 }
 
 # 1. CamVid val.
 camvid camvid-val "$shared/data/camvid/val" "$shared/data/camvid/valannot"
 
-# 1b. Every 4th val frame: the subset whose figures tests/it/bundled_model.rs holds the model to.
+# 1b. Every 4th val frame: the subset whose figure tests/it/bundled_model.rs holds the model to.
 mkdir -p "$out/camvid-subset/img" "$out/camvid-subset/lab"
 ls "$shared/data/camvid/val" | LC_ALL=C sort | awk 'NR % 4 == 1' | while read -r f; do
   ln -s "$(realpath "$shared/data/camvid/val/$f")" "$out/camvid-subset/img/$f"
   ln -s "$(realpath "$shared/data/camvid/valannot/${f%.*}.png")" "$out/camvid-subset/lab/${f%.*}.png"
 done
 camvid camvid-val-every-4th "$out/camvid-subset/img" "$out/camvid-subset/lab"
+
+# 1c. Every 4th frame of the IDD drives held out from training (tools/train/splits.py), road = drivable (0).
+mkdir -p "$out/idd-subset/img" "$out/idd-subset/lab"
+ls "$shared/data/idd-lite/train/images" | LC_ALL=C sort | awk -F_ '$1 % 7 == 0' | awk 'NR % 4 == 1' | while read -r f; do
+  ln -s "$(realpath "$shared/data/idd-lite/train/images/$f")" "$out/idd-subset/img/$f"
+  ln -s "$(realpath "$shared/data/idd-lite/train/labels/${f%.*}.png")" "$out/idd-subset/lab/${f%.*}.png"
+done
+"$bin" eval --model "$model" --images "$out/idd-subset/img" --labels "$out/idd-subset/lab" --road-labels 0 --ignore-index 255 \
+  --device cpu > "$out/idd-held-out-every-4th.txt"
+say "idd-held-out-every-4th ($(ls "$out/idd-subset/img" | wc -l) frames): $(grep '^road, pooled' "$out/idd-held-out-every-4th.txt" | tr -s ' ')"
 
 # 2. The synthetic drive of tests/it/bundled_model.rs (640x360, 12 frames, seed 7), smoothing off.
 "$bin" synth -o "$out/drive.mp4" --frames 12 --size 640x360 --seed 7 --masks-out "$out/drive-truth" > /dev/null

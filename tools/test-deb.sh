@@ -16,6 +16,8 @@ work=$(mktemp -d)
 cd "$work"
 /usr/bin/roadseg --version
 /usr/bin/roadseg check-config /etc/roadseg/roadseg.toml
+# The shipped example too, from the package's layout (its model by name: /usr/share/roadseg/models).
+env -u ROADSEG_MODEL /usr/bin/roadseg check-config /usr/share/doc/roadseg/example-cameras.toml >/dev/null
 ffmpeg -loglevel error -f lavfi -i testsrc=size=320x180 -frames:v 1 frame.png
 env -u ROADSEG_MODEL /usr/bin/roadseg infer --device cpu --image frame.png --size 320x192 | tee infer.txt
 grep -q "road" infer.txt

@@ -275,6 +275,22 @@ fn a_source_build_finds_its_checkouts_model_from_any_directory() {
 }
 
 #[test]
+fn every_shipped_config_passes_check_config_from_a_source_checkout() {
+    // Rule: each config in config/ passes `roadseg check-config` (exit 0) run from the checkout and from another directory: the model they name is found by the CLI's model search, not by a path only one machine has.
+    let tmp = tempfile::tempdir().unwrap();
+    let configs: Vec<_> = std::fs::read_dir(repo().join("config")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "toml")).collect();
+    assert!(configs.len() >= 2, "{configs:?}");
+    for config in &configs {
+        for dir in [repo(), tmp.path().to_path_buf()] {
+            let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_roadseg"));
+            cmd.current_dir(&dir).env_remove("ROADSEG_MODEL").env("ROADSEG_LOG", "warn").arg("check-config").arg(config);
+            let (ok, _, stderr) = run_with_timeout(&mut cmd, std::time::Duration::from_secs(60));
+            assert!(ok, "check-config {} from {}: {stderr}", config.display(), dir.display());
+        }
+    }
+}
+
+#[test]
 fn eval_road_polygons_scores_the_road_classes_inside_the_drawn_road() {
     // Rule: with --road-polygons, road IoU is (pixels of the road classes inside the drawn road) over the drawn road and the road classes outside it, on scored pixels only, and again with the drawn hood left out of the prediction (per frame in --json); missing frames and size mismatches are named.
     let tmp = tempfile::tempdir().unwrap();

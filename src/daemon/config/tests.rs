@@ -588,8 +588,11 @@ mod files {
         assert!(shown.contains("rtsp:  rtsp://0.0.0.0:8554/gate-north\n"), "{shown}");
         assert!(shown.contains("file:  /var/lib/roadseg/recordings/gate-north/gate-north-{start}-NNNNN.mp4 (600 s segments)"), "{shown}");
         assert!(!shown.contains("CHANGE-ME"), "camera passwords are masked: {shown}");
-        let e = check_sources(&Sources { system: None, file: Some(file), env: env(&[]) }).unwrap_err().to_string();
-        assert!(e.contains("model.path"), "{e}");
+        // The example names the bundled model, which a checkout holds; a folder that is not there is refused by name.
+        let missing = dir.path().join("no-such-model").display().to_string();
+        let env_missing = env(&[("ROADSEG__MODEL__PATH", &missing)]);
+        let e = check_sources(&Sources { system: None, file: Some(file), env: env_missing }).unwrap_err().to_string();
+        assert!(e.contains("model.path") && e.contains("no-such-model"), "{e}");
     }
 }
 

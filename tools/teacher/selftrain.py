@@ -89,6 +89,12 @@ def main() -> int:
                 continue
             if args.limit and len(kept) >= args.limit:
                 break
+            done = os.path.join(args.out, "road", name + ".png")
+            if os.path.exists(done) and os.path.lexists(os.path.join(args.out, "img", name + ".jpg")):
+                # A run cut short resumes: a frame written is a frame done (same student, same rule).
+                kept.append(row)
+                changed_px.append(float((np.asarray(Image.open(done), np.float32) / 255 != t).mean()))
+                continue
             frames = neighbours(os.path.join(SHARED, source), frame, tmp)
             probs = np.stack([road_prob(model, f, t.shape, road) for f in frames])
             mean = probs.mean(0)

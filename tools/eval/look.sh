@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# A contact sheet to judge models by eye, as a user would judge them on video:
+#   tools/eval/look.sh OUT.jpg MODEL_DIR [MODEL_DIR ...]
+# One row per scene (night in Berlin, an unlit highway, rain, snow, a white
+# bonnet, the Udacity bonnet, India, a US city), one column per model, in the
+# order given. Each panel is the last frame of `roadseg process` (CPU, the
+# daemon's defaults: smoothing, hood, grounded road) over the 3 s of video
+# ending at the scene's second, so the temporal filters have warmed up as
+# they would on a live feed. Needs target/release/roadseg, ffmpeg, ../shared
+# (or $ROADSEG_SHARED). About 15 s per panel on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=${1:?usage: tools/eval/look.sh OUT.jpg MODEL_DIR [MODEL_DIR ...]}
+shift
+[ $# -ge 1 ] || { echo "name at least one model folder" >&2; exit 2; }
+shared=${ROADSEG_SHARED:-../shared}
+bin=${ROADSEG_BIN:-target/release/roadseg}
+width=${LOOK_WIDTH:-480}
+[ -x "$bin" ] || { echo "build first: cargo build --release --locked" >&2; exit 2; }
+clips="$shared/data/clips"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+ffmpeg -nostdin -v error -y -framerate 6 -pattern_type glob \
+  -i "$clips/smallcorgi__Anticipating-Accidents/images/000478/*.jpg" -c:v libx264 -pix_fmt yuv420p "$tmp/dad-000478.mp4"
+# scene: video, second
+scenes=(
+  "$clips/squarra__yolo-weights/videos/mittel_nacht.mp4 6.5"
+  "$clips/tmo324__lane_detecting/videos/night.mp4 20.3"
+  "$clips/tmo324__lane_detecting/videos/rainy.mp4 12.3"
+  "$clips/tmo324__lane_detecting/videos/seattlestreet1.mp4 15"
+  "$tmp/dad-000478.mp4 3.3"
+  "$shared/data/dashcam/udacity/bonnet-test-video.mp4 4"
+  "$clips/PayalBari1010__AI-Intelligent-Road-Monitoring-System/road2.mp4 8"
+  "$clips/Tarun140806__smart-cattle-collision-prevention/videos/day.mp4 5"
+)
+
+panel() {
+  local model=$1 video=$2 at=$3 png=$4
+  ffmpeg -nostdin -v error -y -ss "$(awk -v t="$at" 'BEGIN { print (t > 3 ? t - 3 : 0) }')" -i "$video" -t 3 \
+    -c:v libx264 -preset veryfast -pix_fmt yuv420p "$tmp/excerpt.mp4"
+  "$bin" process "$tmp/excerpt.mp4" -o "$tmp/excerpt-out.mp4" --model "$model" --device cpu >/dev/null 2>"$tmp/log" ||
+    { cat "$tmp/log" >&2; exit 1; }
+  ffmpeg -nostdin -v error -y -sseof -0.1 -i "$tmp/excerpt-out.mp4" -frames:v 1 \
+    -vf "scale=$width:-2,pad=$width:$((width * 9 / 16)):0:0:black,drawtext=text='$(basename "$model")':x=6:y=6:fontcolor=white:box=1:boxcolor=black@0.6" \
+    "$png" 2>/dev/null ||
+    ffmpeg -nostdin -v error -y -sseof -0.1 -i "$tmp/excerpt-out.mp4" -frames:v 1 \
+      -vf "scale=$width:-2,pad=$width:$((width * 9 / 16)):0:0:black" "$png"
+}
+
+rows=()
+r=0
+for scene in "${scenes[@]}"; do
+  read -r video at <<<"$scene"
+  [ -f "$video" ] || { echo "skipping $video: not found" >&2; continue; }
+  cols=()
+  c=0
+  for model in "$@"; do
+    panel "$model" "$video" "$at" "$tmp/p-$r-$c.png"
+    cols+=("-i" "$tmp/p-$r-$c.png")
+    c=$((c + 1))
+  done
+  if [ "$c" -gt 1 ]; then
+    ffmpeg -nostdin -v error -y "${cols[@]}" -filter_complex "hstack=inputs=$c" "$tmp/row-$r.png"
+  else
+    cp "$tmp/p-$r-0.png" "$tmp/row-$r.png"
+  fi
+  rows+=("-i" "$tmp/row-$r.png")
+  r=$((r + 1))
+done
+ffmpeg -nostdin -v error -y "${rows[@]}" -filter_complex "vstack=inputs=$r" -q:v 3 "$out"
+echo "$out: $r scenes x $# models"

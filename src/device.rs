@@ -130,6 +130,27 @@ pub enum DeviceError {
     CudaUnavailable { request: DeviceRequest, reason: crate::backend::cuda::CudaUnavailable },
 }
 
+impl DeviceError {
+    /// The device asked for.
+    pub fn request(&self) -> &DeviceRequest {
+        match self {
+            DeviceError::NotBuilt(r) => r,
+            #[cfg(feature = "cuda")]
+            DeviceError::CudaUnavailable { request, .. } => request,
+        }
+    }
+
+    /// Why it cannot be used, without naming a command-line flag (the
+    /// daemon's messages name `model.device` instead).
+    pub fn reason(&self) -> String {
+        match self {
+            DeviceError::NotBuilt(_) => "this roadseg was built without the `cuda` feature".to_string(),
+            #[cfg(feature = "cuda")]
+            DeviceError::CudaUnavailable { reason, .. } => reason.to_string(),
+        }
+    }
+}
+
 /// Where inference runs.
 #[derive(Clone, Debug)]
 pub enum Target {

@@ -57,8 +57,13 @@ pub enum DaemonError {
     Metrics(#[from] MetricsError),
     #[error(transparent)]
     Web(#[from] WebError),
-    #[error("model.device: {0}")]
-    Device(#[source] DeviceError),
+    /// Not a `#[source]`: its own text names `--device`, which a config has not.
+    #[error(
+        "model.device = \"{}\" cannot be used on this machine: {}. Set model.device = \"cpu\", or \"auto\" to use a GPU when there is one",
+        .0.request(),
+        .0.reason()
+    )]
+    Device(DeviceError),
     #[error(transparent)]
     Model(#[from] LoadError),
     #[error("a stream has rtsp output but rtsp.listen is empty")]
@@ -77,16 +82,23 @@ pub enum DaemonError {
 
 impl DaemonError {
     /// A bad configuration, as opposed to a failure at run time (systemd
-    /// should not restart a daemon for the first).
+    /// should not restart a daemon for the first). A device this machine
+    /// cannot use is one: restarting will not grow it a GPU.
     pub fn is_config(&self) -> bool {
-        matches!(self, DaemonError::Config(_))
+        matches!(self, DaemonError::Config(_) | DaemonError::Device(_))
     }
 }
 
 /// `roadseg check-config FILE`: every check `run` makes, the model folder
 /// included; the summary on success.
 pub fn check_config(path: &Path) -> Result<Summary, ConfigError> {
-    check(Some(path))
+    let mut summary = check(Some(path))?;
+    // A warning, not an error: the file may be checked on another machine
+    // than the one that will run it.
+    if let Err(e) = device::resolve(&summary.config.model.device, summary.config.model.precision) {
+        summary.warnings.push(format!("{}; `roadseg run` here would exit 78", DaemonError::Device(e)));
+    }
+    Ok(summary)
 }
 
 /// Loads and checks everything `run` needs before it starts anything
@@ -176,6 +188,8 @@ impl Daemon {
     /// RTSP server, the model and its workers, then the streams.
     /// `config` holds this shard's streams; `skipped` names the others.
     fn start(config_path: Option<&Path>, config: DaemonConfig, shard: Shard, skipped: &[String], signals: &Signals) -> Result<Daemon, DaemonError> {
+        // First: an unusable device is a config error (exit 78), found before any port opens.
+        let resolved = device::resolve(&config.model.device, config.model.precision).map_err(DaemonError::Device)?;
         let stall_after = (config.daemon.stall_timeout_s > 0).then(|| Duration::from_secs(config.daemon.stall_timeout_s));
         let health = Arc::new(Health::with_stall_timeout(stall_after));
         for s in &config.streams {
@@ -192,7 +206,6 @@ impl Daemon {
         };
         // After the recorder is installed, so the gauge is exported.
         sharding::report(config.daemon.shard, shard, &config, skipped);
-        let resolved = device::resolve(&config.model.device, config.model.precision).map_err(DaemonError::Device)?;
         for w in &resolved.warnings {
             tracing::warn!("{w}");
         }

@@ -567,6 +567,35 @@ fn a_bad_config_exits_78_so_systemd_does_not_restart_it() {
 }
 
 #[test]
+fn a_device_this_machine_cannot_use_exits_78_and_check_config_warns() {
+    // Rule: `run` with model.device = "cuda" on a machine without a usable GPU exits 78 (EX_CONFIG, so systemd does not restart it) with a message naming model.device, why and what to set; check-config passes but warns that run would exit 78.
+    use roadseg::device::{DeviceRequest, resolve};
+    if let Ok(r) = resolve(&DeviceRequest::Cuda(Vec::new()), None) {
+        eprintln!("SKIP: this machine can use CUDA ({}); an unusable device cannot be seen here", r.device);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("cuda.toml");
+    let head = header(0, free_port()).replace("device = \"cpu\"", "device = \"cuda\"");
+    std::fs::write(&config, head + &test_stream("cam", "stats = \"/tmp/x.jsonl\"")).unwrap();
+    let out = Command::new(BIN).args(["run", "--config"]).arg(&config).env_remove("NOTIFY_SOCKET").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{err}");
+    let line = err.lines().find(|l| l.starts_with("roadseg: error:")).unwrap_or_else(|| panic!("no error line: {err}"));
+    for needle in ["model.device = \"cuda\" cannot be used on this machine", "model.device = \"cpu\""] {
+        assert!(line.contains(needle), "{needle:?} not in: {line}");
+    }
+    assert!(!line.contains("--device"), "a config names no command-line flag: {line}");
+    let out = Command::new(BIN).args(["check-config"]).arg(&config).output().unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{shown}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        shown.lines().any(|l| l.starts_with("warning: model.device = \"cuda\" cannot be used") && l.contains("would exit 78")),
+        "{shown}"
+    );
+}
+
+#[test]
 fn a_file_stream_is_finalised_at_its_end_and_a_missing_one_stays_down() {
     // Rule: a file stream (even one of 3 frames) is recorded whole and finalised at its end, then stays down; a missing file is a clear error that stops only its own stream.
     let dir = tempfile::tempdir().unwrap();

@@ -238,7 +238,7 @@ impl Supervisor {
                     // Not a loss: the same file again, on the same timeline.
                     tracing::debug!(stream = %self.name(), "end of file; playing it again");
                     handle.drop_source();
-                    match self.until_up(backoff, true, || Ok(handle.restart_source(&self.stop)?)) {
+                    match self.until_up(backoff, true, || Ok(handle.replay_source(&self.stop)?)) {
                         Ok(_) => {
                             source_started = Instant::now();
                             continue;

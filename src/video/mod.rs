@@ -4,6 +4,7 @@
 mod encode_clock;
 pub mod encoder;
 pub mod frame;
+mod frame_lengths;
 pub mod headless;
 mod launch;
 pub mod output;

@@ -30,14 +30,17 @@ const STOP: &str = "roadseg-sink-stop";
 const QUEUED_FRAMES: usize = 4;
 /// How long `drop` waits for an unfinished file to be finalised.
 const DROP_FINISH: Duration = Duration::from_secs(5);
+/// The longest gap between frames taken as the stream's output rate (see
+/// `push`); a longer one is a pause (a reconnect), not a frame's length.
+const MAX_FRAME_GAP_NS: Nanos = 10_000_000_000;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileSinkSettings {
     /// The file; with `segment_seconds`, a pattern with one number in it, e.g.
     /// `/rec/cam1-%05d.mp4`. Its directory must exist.
     pub path: PathBuf,
-    /// Cut a new file every this many seconds (at the next keyframe, which the
-    /// encoder is asked for).
+    /// Cut a new file every this many seconds of the frames' timestamps: at
+    /// the first frame that far past the segment's first, made a keyframe.
     pub segment_seconds: Option<u32>,
     pub width: u32,
     pub height: u32,
@@ -81,7 +84,10 @@ impl FileSinkSettings {
 pub struct FinishedFiles {
     /// Complete files, in order.
     pub files: Vec<PathBuf>,
+    /// Frames in all of them.
     pub frames: u64,
+    /// Frames in each of `files`, in the same order.
+    pub segment_frames: Vec<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -124,7 +130,8 @@ pub struct FileSink {
     shared: Arc<Shared>,
     bus_thread: Option<JoinHandle<()>>,
     path: PathBuf,
-    segments: bool,
+    /// In segment mode: the segment length and the splitmuxsink told where to cut.
+    segments: Option<Segmenter>,
     encoder: EncoderChoice,
     encode_clock: Arc<EncodeClock>,
     closed: bool,
@@ -134,6 +141,23 @@ pub struct FileSink {
 struct Timing {
     last_pts: Option<Nanos>,
     next_pts: Nanos,
+    /// PTS of the open segment's first frame.
+    segment_start: Option<Nanos>,
+    /// Frames pushed into each segment begun, the open one last.
+    segment_frames: Vec<u64>,
+}
+
+/// Cuts segments on the frames' own timestamps. With splitmuxsink's
+/// `max-size-time` the cut lands on whichever keyframe comes near the limit,
+/// which rests on the encoder honouring splitmuxsink's keyframe requests,
+/// while the encoder counts its own keyframe interval in frames at the
+/// nominal rate (at 2 frames a second, a "0.5 s" interval is 6 s). Here the
+/// frame that reaches the limit is made a keyframe and the file is split
+/// right before it, so each segment holds the frames of its
+/// `segment_seconds` and its frame count is known.
+struct Segmenter {
+    length_ns: Nanos,
+    split: gst::Element,
 }
 
 /// Written by the bus thread, read by pushers and `finish`.
@@ -204,7 +228,7 @@ impl FileSink {
                     ("path", &quote(path_str)),
                 ],
             ),
-            Some(secs) => fill(
+            Some(_) => fill(
                 SEGMENTS,
                 &[
                     ("max_bytes", &max_bytes),
@@ -214,7 +238,6 @@ impl FileSink {
                     // Wall-clock names come from the format-location handler below;
                     // the printf pattern is then never used.
                     ("pattern", &quote(if settings.wall_clock_names { "unused-%05d.mp4" } else { path_str })),
-                    ("max_time_ns", &(secs as u64 * 1_000_000_000).to_string()),
                     ("start_index", &settings.start_index.to_string()),
                 ],
             ),
@@ -225,13 +248,24 @@ impl FileSink {
             let pattern = path_str.to_string();
             split.connect("format-location", false, move |_| Some(wall_clock_location(&pattern).to_value()));
         }
+        let segments = match settings.segment_seconds {
+            None => None,
+            Some(secs) => Some(Segmenter {
+                length_ns: secs as u64 * 1_000_000_000,
+                split: pipeline.by_name("split").ok_or_else(|| glib::bool_error!("segment description has no splitmuxsink named split"))?,
+            }),
+        };
         let appsrc = pipeline
             .by_name("src")
             .and_then(|e| e.downcast::<gst_app::AppSrc>().ok())
             .ok_or_else(|| glib::bool_error!("sink description has no appsrc named src"))?;
         let encode_clock = EncodeClock::new();
-        if !pipeline.by_name("parse").is_some_and(|parse| encode_clock.watch(&parse)) {
+        let parse = pipeline.by_name("parse");
+        if !parse.as_ref().is_some_and(|parse| encode_clock.watch(parse)) {
             tracing::debug!(path = %settings.path.display(), "no h264parse named parse: encode times are not measured");
+        }
+        if !parse.as_ref().is_some_and(super::frame_lengths::keep_through) {
+            tracing::debug!(path = %settings.path.display(), "no h264parse named parse: frames last 1/fps each");
         }
         let bus = pipeline.bus().ok_or_else(|| glib::bool_error!("pipeline has no bus"))?;
         let shared = Arc::new(Shared::default());
@@ -253,7 +287,7 @@ impl FileSink {
             shared,
             bus_thread: Some(bus_thread),
             path: settings.path.clone(),
-            segments: settings.segment_seconds.is_some(),
+            segments,
             encoder,
             encode_clock,
             closed: false,
@@ -274,7 +308,8 @@ impl FileSink {
     /// Copies one frame (`stride` bytes per row; NV12's UV rows follow its Y
     /// rows) into the file. Blocks while
     /// the encoder is a few frames behind. A missing PTS continues from the last
-    /// frame; a missing duration is one frame at the configured rate.
+    /// frame; a missing duration is one frame at the configured rate, or the
+    /// gap since the last frame when frames come further apart than that.
     pub fn push(&self, pixels: &[u8], stride: usize, timing: FrameTiming) -> Result<(), SinkError> {
         self.packed.check(pixels.len(), stride)?;
         if let Some(f) = self.failure() {
@@ -285,14 +320,39 @@ impl FileSink {
         if let Some(last) = order.last_pts.filter(|last| pts <= *last) {
             return Err(SinkError::OutOfOrder { pts, last });
         }
-        let duration = timing.duration.or(self.frame_ns);
+        // mp4mux gives a file's last frame its buffer duration (the others last
+        // until the next one): below the nominal rate, the gap before a frame is
+        // the best guess at the gap after it, so a segment's length is the
+        // stretch of stream it covers.
+        let gap = order.last_pts.map(|last| pts - last).filter(|g| *g <= MAX_FRAME_GAP_NS);
+        let duration = match (timing.duration.or(self.frame_ns), gap) {
+            (Some(nominal), Some(gap)) if gap > nominal => Some(gap),
+            (nominal, _) => nominal,
+        };
         let buffer = self.packed.buffer(&self.pool, pixels, stride, Some(pts), duration)?;
+        if let Some(seg) = &self.segments {
+            match order.segment_start {
+                Some(start) if pts < start + seg.length_ns => {}
+                Some(_) => {
+                    self.cut_before(seg, pts);
+                    order.segment_start = Some(pts);
+                    order.segment_frames.push(0);
+                }
+                None => {
+                    order.segment_start = Some(pts);
+                    order.segment_frames.push(0);
+                }
+            }
+        }
         order.last_pts = Some(pts);
         order.next_pts = pts + duration.unwrap_or(1).max(1);
         self.encode_clock.pushed(pts);
         match self.appsrc.push_buffer(buffer) {
             Ok(_) => {
                 self.frames.fetch_add(1, Ordering::Relaxed);
+                if let Some(n) = order.segment_frames.last_mut() {
+                    *n += 1;
+                }
                 Ok(())
             }
             Err(flow) => {
@@ -303,6 +363,19 @@ impl FileSink {
                 }))
             }
         }
+    }
+
+    /// Starts a new segment at the frame of `pts`, about to be pushed: the
+    /// encoder makes it a keyframe (the event travels in order with the
+    /// frames, running time = PTS since appsrc's segment starts at 0) and
+    /// splitmuxsink splits at that keyframe.
+    fn cut_before(&self, seg: &Segmenter, pts: Nanos) {
+        let at = gst::ClockTime::from_nseconds(pts);
+        let keyframe = gstreamer_video::DownstreamForceKeyUnitEvent::builder().timestamp(at).running_time(at).all_headers(true).build();
+        if !self.appsrc.send_event(keyframe) {
+            tracing::debug!(path = %self.path.display(), "the encoder did not take a keyframe request; the cut waits for its next keyframe");
+        }
+        seg.split.emit_by_name::<()>("split-at-running-time", &[&pts]);
     }
 
     /// How long the encoder held each frame that came out of it since the
@@ -345,8 +418,18 @@ impl FileSink {
         if !eos {
             return Err(SinkError::Timeout { path: self.path.clone(), secs: timeout.as_secs_f64() });
         }
-        let files = if self.segments { closed_segments } else { vec![self.path.clone()] };
-        Ok(FinishedFiles { files, frames: self.frames.load(Ordering::Relaxed) })
+        let frames = self.frames.load(Ordering::Relaxed);
+        let (files, segment_frames) = match &self.segments {
+            None => (vec![self.path.clone()], vec![frames]),
+            Some(_) => {
+                let counted = self.order.lock().map(|o| o.segment_frames.clone()).unwrap_or_default();
+                if counted.len() != closed_segments.len() {
+                    tracing::debug!(path = %self.path.display(), "{} segments closed, {} begun", closed_segments.len(), counted.len());
+                }
+                (closed_segments, counted)
+            }
+        };
+        Ok(FinishedFiles { files, frames, segment_frames })
     }
 
     /// Stops the bus thread and the pipeline without finalising anything more.

@@ -217,7 +217,11 @@ impl Source {
             .name("source-bus".into())
             .spawn(move || watch.run())
             .map_err(|e| glib::bool_error!("cannot start the source's bus thread: {e}"))?;
-        tracing::info!(source = %plan.shown, "source started");
+        if settings.announce {
+            tracing::info!(source = %plan.shown, "source started");
+        } else {
+            tracing::debug!(source = %plan.shown, "source started");
+        }
         Ok(Source { pipeline, shared, bus_thread: Some(bus_thread), uri: plan.shown })
     }
 

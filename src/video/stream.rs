@@ -118,7 +118,7 @@ impl StreamSpec {
             temporal: temporal.clone(),
         }));
         let mut intake = Intake::new(self.source, self.first_frame_timeout, feeder, (events_tx, events_rx));
-        let info = intake.connect(stop)?;
+        let info = intake.connect(stop, true)?;
         tracing::info!(stream = %self.name, "source delivers {}x{} at {}/{} fps", info.width, info.height, info.fps_num, info.fps_den);
         let opened = match outputs::open(&self.name, &self.outputs, self.stats.as_ref(), info, services.rtsp.as_ref()) {
             Ok(opened) => opened,
@@ -174,7 +174,13 @@ impl StreamHandle {
     /// timeline, and waits for its first frame; its size, which may differ
     /// from [`StreamHandle::info`] (frames are then scaled to that).
     pub fn restart_source(&mut self, stop: &StopSignal) -> Result<VideoInfo, FirstFrameError> {
-        self.intake.connect(stop)
+        self.intake.connect(stop, true)
+    }
+
+    /// [`StreamHandle::restart_source`] for a looped file's next pass: the
+    /// same source again is no news, so its start is logged at debug.
+    pub fn replay_source(&mut self, stop: &StopSignal) -> Result<VideoInfo, FirstFrameError> {
+        self.intake.connect(stop, false)
     }
 
     /// Stops intake, drains the frames in flight and finalises the outputs,

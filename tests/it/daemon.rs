@@ -16,7 +16,7 @@ use crate::common::daemon::*;
 
 #[test]
 fn live_stream_is_inferred_served_recorded_and_stops_cleanly() {
-    // Rule: a live stream is inferred (metrics rise, every stage of a frame's latency is timed), served over RTSP and recorded in segments; SIGTERM exits 0 and every segment plays to its end.
+    // Rule: a live stream is inferred (metrics rise, every stage of a frame's latency is timed), served over RTSP and recorded in segments; SIGTERM exits 0, every segment plays to its end, and each `recording finalised` line gives its own segment's frame count.
     let dir = tempfile::tempdir().unwrap();
     let (mport, rport) = (free_port(), free_port());
     let rec = dir.path().join("rec");
@@ -68,6 +68,11 @@ fn live_stream_is_inferred_served_recorded_and_stops_cleanly() {
     let files = mp4s(&rec);
     assert!(files.len() >= 2, "{files:?}");
     assert_playable(&files);
+    let finalised = finalised_counts(&d.log());
+    assert_eq!(finalised.len(), files.len(), "one line per segment:\n{}", d.log());
+    for (file, frames) in finalised {
+        assert_eq!(probe_frames(&file, &[]).0, frames, "{file}: the logged count is the segment's own\n{}", d.log());
+    }
     let stats = std::fs::read_to_string(rec.join("cam.jsonl")).unwrap();
     assert!(stats.lines().count() > 5, "{stats}");
     assert_eq!(stats.lines().next(), Some("{\"previous_run\":true}"), "appended, not truncated");
@@ -79,6 +84,19 @@ fn live_stream_is_inferred_served_recorded_and_stops_cleanly() {
         let time = v["time"].as_str().unwrap_or_default();
         assert!(time.len() == 24 && time.starts_with("20") && time.ends_with('Z'), "wall-clock time: {line}");
     }
+}
+
+/// (file, frames) of each `recording finalised` line of a text log.
+fn finalised_counts(log: &str) -> Vec<(String, u64)> {
+    let field = |line: &str, key: &str| line.split_whitespace().find_map(|w| w.strip_prefix(key)).map(str::to_string);
+    log.lines()
+        .filter(|l| l.contains("recording finalised"))
+        .map(|l| {
+            let file = field(l, "file=").unwrap_or_else(|| panic!("no file= in {l}"));
+            let frames = field(l, "frames=").and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("no frames= in {l}"));
+            (file, frames)
+        })
+        .collect()
 }
 
 #[test]
@@ -736,7 +754,7 @@ fn sighup_adds_a_stream_and_leaves_the_running_one_alone() {
 
 #[test]
 fn a_looped_file_plays_again_on_one_timeline_without_counting_a_loss() {
-    // Rule: a file stream with loop = true starts again at its end, paced like a camera, on one rising timeline: no source loss or reconnect is counted, its outputs stay open, and the recording plays through the loops.
+    // Rule: a file stream with loop = true starts again at its end, paced like a camera, on one rising timeline: no source loss or reconnect is counted, its outputs stay open, the recording plays through the loops, and `source started` is logged at INFO for the first pass only.
     let dir = tempfile::tempdir().unwrap();
     let clip = dir.path().join("clip.mp4");
     let (code, _, err) = common::roadseg(&["synth", "-o", clip.to_str().unwrap(), "--frames", "20", "--size", "320x180", "--fps", "10"]);
@@ -761,6 +779,9 @@ fn a_looped_file_plays_again_on_one_timeline_without_counting_a_loss() {
     assert_eq!(files.len(), 1, "one recording across the loops: {files:?}");
     let (frames, err) = probe_frames(files[0].to_str().unwrap(), &[]);
     assert!(frames >= 55 && err.is_empty(), "{frames} frames recorded, errors {err:?}");
+    let log = d.log();
+    let started = log.lines().filter(|l| l.contains(" INFO ") && l.contains("source started")).count();
+    assert_eq!(started, 1, "three passes, one INFO line:\n{log}");
 }
 
 #[test]

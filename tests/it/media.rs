@@ -329,6 +329,48 @@ fn segments_cut_every_second_and_each_plays() {
     assert_eq!(total, 75);
 }
 
+/// The length ffprobe gives a file (its container's duration), in seconds.
+fn duration_of(f: &Path) -> f64 {
+    let mut cmd = Command::new("ffprobe");
+    cmd.args(["-v", "error", "-show_entries", "format=duration", "-of", "csv=p=0"]).arg(f);
+    let (_, out, err) = common::run_with_timeout(&mut cmd, Duration::from_secs(20));
+    out.trim().parse().unwrap_or_else(|e| panic!("{}: duration {out:?}: {e}; {err}", f.display()))
+}
+
+#[test]
+fn segments_are_cut_on_timestamps_at_low_output_rates() {
+    // Rule: frames reaching a segmented recording at 2 a second (a 25 fps camera inferred at infer_fps = 2) are cut by their timestamps: every segment but the last spans segment_seconds within 10%, and finish reports each segment's own frame count.
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = FileSinkSettings::new(dir.path().join("seg-%03d.mp4"), 160, 120, (25, 1));
+    settings.segment_seconds = Some(4);
+    let sink = FileSink::start(settings).expect("start");
+    // 24 s of stream at 2 frames a second; durations left to the sink (as live streams do).
+    let (step, n) = (500_000_000u64, 48u64);
+    for i in 0..n {
+        sink.push(&synth_frame(160, 120, 640, i), 640, FrameTiming { pts: Some(i * step), duration: None }).expect("push");
+    }
+    let done = sink.finish(Duration::from_secs(20)).expect("finish");
+    assert!(done.files.len() >= 5, "24 s in 4 s segments: {:?}", done.files);
+    assert_eq!(done.files.len(), done.segment_frames.len(), "one frame count per file");
+    let mut total = 0;
+    for (i, (f, &reported)) in done.files.iter().zip(&done.segment_frames).enumerate() {
+        let p = ffprobe(f.to_str().unwrap(), &[]);
+        assert!(p.errors.is_empty(), "{}: {p:?}", f.display());
+        assert_eq!(p.frames, reported, "{}: the frame count finish reports is the file's own", f.display());
+        // A segment covers its frames' timestamps (one 0.5 s step per frame),
+        // and a player shows it as long as that.
+        let secs = p.frames as f64 * step as f64 / 1e9;
+        let shown = duration_of(f);
+        if i + 1 < done.files.len() {
+            assert!((secs - 4.0).abs() <= 0.4, "{}: {secs} s of frames, not 4 s +- 10% (all: {:?})", f.display(), done.segment_frames);
+            assert!((shown - 4.0).abs() <= 0.4, "{}: plays {shown} s, not 4 s +- 10%", f.display());
+        }
+        total += p.frames;
+    }
+    assert_eq!(total, n);
+    assert_eq!(done.frames, n);
+}
+
 #[test]
 fn file_sink_rejects_bad_input_without_panicking() {
     // Rule: bad settings and bad frames are errors that name the problem.

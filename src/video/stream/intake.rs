@@ -72,10 +72,11 @@ impl Intake {
 
     /// Starts a source (stopping any running one) and waits for its first
     /// frame. On failure no source runs, and a file's ring is closed so a
-    /// source blocked on back-pressure could let go.
-    pub(super) fn connect(&mut self, stop: &StopSignal) -> Result<VideoInfo, FirstFrameError> {
+    /// source blocked on back-pressure could let go. `announce`: its start
+    /// is logged at INFO, else at debug.
+    pub(super) fn connect(&mut self, stop: &StopSignal, announce: bool) -> Result<VideoInfo, FirstFrameError> {
         self.drop_source();
-        let source = Source::start(self.settings.clone(), self.feeder.clone())?;
+        let source = Source::start(SourceSettings { announce, ..self.settings.clone() }, self.feeder.clone())?;
         match first_frame(&source, &self.events, &self.requeue, self.first_frame_timeout, stop) {
             Ok(info) => {
                 self.source = Some(source);

@@ -101,8 +101,11 @@ impl FrameSink for FileOutput {
             return Err(self.reopen.and_then(|r| r.last_error).map_or(OutputError::Failed, OutputError::File));
         };
         let files = sink.finish(timeout)?;
-        for f in &files.files {
-            tracing::info!(file = %f.display(), frames = files.frames, "recording finalised");
+        for (i, f) in files.files.iter().enumerate() {
+            match files.segment_frames.get(i) {
+                Some(frames) => tracing::info!(file = %f.display(), frames, "recording finalised"),
+                None => tracing::info!(file = %f.display(), "recording finalised"),
+            }
         }
         Ok(())
     }

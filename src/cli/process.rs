@@ -18,7 +18,7 @@ use roadseg::annotate::{Annotator, FrameStats};
 use roadseg::video::output::StreamObserver;
 use roadseg::video::pool::{WorkerPool, WorkerWindow};
 use roadseg::video::ring::FrameBuf;
-use roadseg::video::source::{SourceError, SourceSettings};
+use roadseg::video::source::{Shortfall, SourceError, SourceSettings};
 use roadseg::video::stop::{StopSignal, Wake, stop_channel};
 use roadseg::video::stream::{
     Drained, FIRST_FRAME_WAIT, FileTarget, OutputSpec, Services, SourceEvent, StatsTarget, StreamHandle, StreamSpec, probe,
@@ -84,6 +84,10 @@ pub struct ProcessArgs {
     /// (default: every frame).
     #[arg(long)]
     pub infer_fps: Option<f64>,
+    /// A file that ends before the end its container announces (truncated or
+    /// damaged) is a warning and exit 0, not an error.
+    #[arg(long)]
+    pub allow_truncated: bool,
 }
 
 pub use super::common::Toggle;
@@ -134,6 +138,7 @@ pub fn run(args: ProcessArgs) -> Result<()> {
         bail!("--batch {} is outside 1..={MAX_BATCH}", args.batch);
     }
     let source = SourceSettings { live: SourceUri::live_by_default(&uri), ..SourceSettings::new(uri) };
+    let live = source.live;
     let temporal = args.temporal(source.live)?;
     if let Some(dir) = &args.masks_out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -168,15 +173,38 @@ pub fn run(args: ProcessArgs) -> Result<()> {
     let stream = spec.start(&Services { pool: pool.clone(), rtsp: None }, &StopSignal::never())?;
     let started = Instant::now();
     let interrupt = Interrupt::install()?;
-    let source_error = follow(&stream, &interrupt.signal);
+    let end = follow(&stream, &interrupt.signal);
     interrupt.close();
+    // Asked before the source stops; a live stream announces no end.
+    let shortfall = match &end {
+        End::Eos if !live => stream.source_extent().and_then(|e| e.shortfall()),
+        _ => None,
+    };
+    let source_error = match end {
+        End::Failed(e) => Some(e),
+        End::Eos | End::Interrupted => None,
+    };
     let drained = stream.stop(Instant::now() + Duration::from_secs(120));
     if let Ok(pool) = Arc::try_unwrap(pool) {
         pool.shutdown();
     }
     progress.finish_and_clear();
     let gpu_time = *gpu_time.lock().unwrap_or_else(PoisonError::into_inner);
-    report(&args, &output, drained, (started.elapsed().as_secs_f64(), gpu_time), source_error)
+    report(&args, &output, drained, (started.elapsed().as_secs_f64(), gpu_time), source_error)?;
+    match shortfall {
+        None => Ok(()),
+        Some(s) if args.allow_truncated => {
+            tracing::warn!("{s}; {} holds the frames read (--allow-truncated)", output.display());
+            Ok(())
+        }
+        Some(s) => Err(truncated(s, &output)),
+    }
+}
+
+/// The error for an input that ended early: what was read, where it went,
+/// and how to accept it.
+fn truncated(s: Shortfall, output: &Path) -> anyhow::Error {
+    anyhow::anyhow!("{s}; {} holds the frames read (--allow-truncated accepts a partial input)", output.display())
 }
 
 /// Loads the model at `size` into `workers` workers; their GPU time (where
@@ -202,16 +230,23 @@ fn start_pool(args: &ProcessArgs, size: (usize, usize), workers: WorkerCount, gp
     Ok(WorkerPool::start(loaded.engines, args.batch, annotator, Arc::new(|_, _, _| {}), on_busy))
 }
 
-/// Waits for the source's end, its failure or an interrupt; the failure.
-fn follow(stream: &StreamHandle, interrupt: &StopSignal) -> Option<SourceError> {
+/// How the input ended.
+enum End {
+    Eos,
+    Interrupted,
+    Failed(SourceError),
+}
+
+/// Waits for the source's end, its failure or an interrupt.
+fn follow(stream: &StreamHandle, interrupt: &StopSignal) -> End {
     loop {
         match interrupt.wait_on(stream.events(), Duration::from_secs(60)) {
             Wake::Stop(_) => {
                 tracing::warn!("interrupted: finishing the frames decoded so far");
-                return None;
+                return End::Interrupted;
             }
-            Wake::Item(SourceEvent::Eos) => return None,
-            Wake::Item(SourceEvent::Error(e)) => return Some(e),
+            Wake::Item(SourceEvent::Eos) => return End::Eos,
+            Wake::Item(SourceEvent::Error(e)) => return End::Failed(e),
             Wake::Idle => {}
         }
     }

@@ -7,6 +7,7 @@
 
 mod bus;
 mod decoders;
+mod extent;
 mod plan;
 mod settings;
 
@@ -26,6 +27,7 @@ use super::frame::{DecodedFrame, PixelFormat, VideoInfo};
 use super::launch::{self, Failure, GstError};
 pub use settings::{DEFAULT_LATENCY_MS, RtspTransport, SourceSettings, UnknownTransport};
 pub use plan::TestUriError;
+pub use extent::{Extent, Shortfall};
 
 use crate::video::uri::Scheme;
 
@@ -124,6 +126,8 @@ struct Shared {
 struct State {
     info: Option<VideoInfo>,
     ended: bool,
+    /// What the frames delivered so far cover.
+    extent: Extent,
 }
 
 impl Shared {
@@ -133,6 +137,18 @@ impl Shared {
         {
             s.info = Some(info);
             self.changed.notify_all();
+        }
+    }
+
+    /// `pts` and `end` (where the video's segment stops, when the demuxer
+    /// says) from the segment's start.
+    fn note_frame(&self, pts: Option<u64>, duration: Option<u64>, fps: gst::Fraction, end: Option<u64>) {
+        if let Ok(mut s) = self.state.lock() {
+            if s.extent.fps.is_none() && fps.numer() > 0 && fps.denom() > 0 {
+                s.extent.fps = Some(fps.numer() as f64 / fps.denom() as f64);
+            }
+            s.extent.announced_ns = s.extent.announced_ns.or(end);
+            s.extent.note(pts, duration);
         }
     }
 
@@ -245,6 +261,11 @@ impl Source {
             }
             s = self.shared.changed.wait_timeout(s, left).ok()?.0;
         }
+    }
+
+    /// The frames delivered so far, and where the container says the video ends.
+    pub fn extent(&self) -> Extent {
+        self.shared.state.lock().map(|s| s.extent).unwrap_or_default()
     }
 
     /// The source URI with any password masked.
@@ -394,6 +415,15 @@ fn frame_callbacks(handler: Arc<dyn FrameHandler>, shared: Arc<Shared>, pin: Opt
                 _ => (vinfo.width(), vinfo.height()),
             };
             shared.set_info(VideoInfo { width, height, fps_num: fps.numer(), fps_den: fps.denom(), format });
+            // The segment's stop is the video track's own end where the demuxer
+            // knows it from an index (MP4/MOV: the track's length, not the
+            // movie's, which an audio track may outlast).
+            // Both measured from the segment's start (an edit list may start it past 0).
+            let segment = sample.segment().and_then(|s| s.downcast_ref::<gst::ClockTime>().cloned());
+            let start = segment.as_ref().and_then(|s| s.start()).map_or(0, |t| t.nseconds());
+            let end = segment.as_ref().and_then(|s| s.stop()).map(|t| t.nseconds().saturating_sub(start));
+            let pts = buffer.pts().map(|t| t.nseconds().saturating_sub(start));
+            shared.note_frame(pts, buffer.duration().map(|t| t.nseconds()), fps, end);
             let frame = gst_video::VideoFrameRef::from_buffer_ref_readable(buffer, &vinfo).map_err(|e| {
                 gst::element_error!(sink, gst::ResourceError::Read, ("cannot map a decoded frame: {e}"));
                 gst::FlowError::Error

@@ -23,7 +23,7 @@ use crate::video::output::{OutputSummary, StreamObserver};
 use crate::video::pool::WorkerPool;
 use crate::video::ring::FrameRing;
 use crate::video::rtsp::RtspServer;
-use crate::video::source::SourceSettings;
+use crate::video::source::{Extent, SourceSettings};
 use crate::video::stop::StopSignal;
 use feeder::{FeederParts, RingFeeder};
 use intake::Intake;
@@ -163,6 +163,12 @@ impl StreamHandle {
     /// Frames waiting for a worker.
     pub fn ring_depth(&self) -> usize {
         self.intake.feeder().ring.depth()
+    }
+
+    /// What the source has read against what its container announces (a
+    /// file that ends short of that was truncated); None when no source runs.
+    pub fn source_extent(&self) -> Option<Extent> {
+        self.intake.extent()
     }
 
     /// Stops the source (lost, or about to be replaced); the outputs stay open.

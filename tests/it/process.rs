@@ -137,6 +137,47 @@ fn a_truncated_clip_keeps_what_could_be_decoded() {
     assert!(frames > 10 && frames < 221, "{frames} frames from the first 30% of the clip");
 }
 
+/// An 8 s 320x180 H.264 MP4 at 25 fps (200 frames) with its index at the
+/// front, as cameras and `-movflags +faststart` write it, and a sine audio
+/// track 1.5 s longer than the video.
+fn ffmpeg_clip(dir: &Path) -> std::path::PathBuf {
+    let clip = dir.join("clip.mp4");
+    let mut ffmpeg = std::process::Command::new("ffmpeg");
+    ffmpeg.args(["-loglevel", "error", "-y", "-f", "lavfi", "-i", "testsrc2=size=320x180:rate=25:duration=8", "-f", "lavfi", "-i", "sine=duration=9.5"]);
+    ffmpeg.args(["-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p", "-c:a", "aac", "-movflags", "+faststart"]).arg(&clip);
+    let (ok, _, err) = run_with_timeout(&mut ffmpeg, std::time::Duration::from_secs(60));
+    assert!(ok, "ffmpeg: {err}");
+    clip
+}
+
+#[test]
+fn a_truncated_input_is_reported_with_frames_expected_and_read() {
+    // Rule: a file that ends before the end its container announces (an MP4 cut short) makes process exit non-zero, saying how many frames were expected and how many read, and where they went; --allow-truncated makes it a warning and exit 0; a whole file whose audio outlasts its video is not truncated.
+    let tmp = tempfile::tempdir().unwrap();
+    let clip = ffmpeg_clip(tmp.path());
+    let out = tmp.path().join("out.mp4");
+    let o = out.to_str().unwrap();
+    let (code, _, stderr) = process(&[clip.to_str().unwrap(), "-o", o]);
+    assert_eq!(code, 0, "the whole clip: {stderr}");
+    assert!(!stderr.contains("truncated"), "{stderr}");
+
+    let bytes = std::fs::read(&clip).unwrap();
+    let cut = tmp.path().join("cut.mp4");
+    std::fs::write(&cut, &bytes[..bytes.len() * 4 / 10]).unwrap();
+    let (code, stdout, stderr) = process(&[cut.to_str().unwrap(), "-o", o]);
+    assert_ne!(code, 0, "a truncated input must not pass silently: {stdout}{stderr}");
+    let line = stderr.lines().find(|l| l.starts_with("roadseg: error:")).unwrap_or_else(|| panic!("no error line: {stderr}"));
+    let read: u64 = ffprobe_stream(&out)["nb_read_frames"].as_str().unwrap().parse().unwrap();
+    assert!(read > 0 && read < 200, "{read} frames written from 40% of the file");
+    assert!(line.contains(&format!("{read} of 200 frames read")), "frames read and expected: {line}");
+    assert!(line.contains("8.00 s its container announces") && line.contains(o) && line.contains("--allow-truncated"), "{line}");
+
+    let (code, _, stderr) = process(&[cut.to_str().unwrap(), "-o", o, "--allow-truncated"]);
+    assert_eq!(code, 0, "{stderr}");
+    let warning = stderr.lines().find(|l| l.contains("WARN") && l.contains("container announces")).unwrap_or_else(|| panic!("no warning: {stderr}"));
+    assert!(warning.contains(&format!("{read} of 200 frames read")), "{warning}");
+}
+
 #[test]
 fn infer_fps_caps_inference_and_counts_the_rest_as_dropped() {
     // Rule: --infer-fps N sends at most N frames a second (by timestamp) to inference; the rest are dropped and counted, and the output holds only inferred frames.

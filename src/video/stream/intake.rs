@@ -9,7 +9,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::feeder::{RingFeeder, SourceEvent};
 use crate::video::frame::VideoInfo;
-use crate::video::source::{FlowAction, FrameHandler, Source, SourceError, SourceSettings};
+use crate::video::source::{Extent, FlowAction, FrameHandler, Source, SourceError, SourceSettings};
 use crate::video::stop::{StopSignal, Wake};
 
 /// How often the first-frame wait looks at the source's size.
@@ -91,6 +91,11 @@ impl Intake {
                 Err(e)
             }
         }
+    }
+
+    /// What the running source has read of its input (None when none runs).
+    pub(super) fn extent(&self) -> Option<Extent> {
+        self.source.as_ref().map(Source::extent)
     }
 
     /// Stops the running source, if any, and forgets what it reported.

@@ -157,7 +157,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let mut model = Vec::with_capacity(batches);
     let mut phases: Vec<WorkerPhases> = Vec::with_capacity(frames);
     let temporal = args.temporal.then(|| StreamTemporal::new(TemporalSettings { smoothing: Some(DEFAULT_WEIGHT), hood: true, connected_road: true }));
-    let annotator = Annotator { style: Default::default(), show_text: true };
+    let annotator = Annotator { style: Default::default(), show_text: true, show_origin: false };
     let (mut rss_at_10, mut rss_peak) = (None, 0.0f64);
     let started = std::time::Instant::now();
     for i in 0..batches {

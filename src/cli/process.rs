@@ -221,6 +221,8 @@ fn start_pool(args: &ProcessArgs, size: (usize, usize), workers: WorkerCount, gp
             ..OverlayStyle::default()
         },
         show_text: true,
+        // One input, named on the command line: no stream name or clock on it.
+        show_origin: false,
     };
     let on_busy = Arc::new(move |w: WorkerWindow| {
         if let Some(gpu) = w.gpu {

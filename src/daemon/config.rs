@@ -295,7 +295,9 @@ pub struct AnnotateConfig {
     /// Tint the road's uncertain edge faintly (low-confidence pixels next to
     /// road). Default true.
     pub road_edge: bool,
-    /// Draw stream name, time, fps and road coverage on the frame. Default true.
+    /// Draw the stream's name and each frame's decode time (UTC), and a
+    /// status line (road coverage, hood, confidence, inference time, fps),
+    /// at the picture's top-left corner. Default true.
     pub overlay_text: bool,
 }
 

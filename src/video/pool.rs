@@ -9,12 +9,12 @@ mod batch;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::Sender;
 
 use self::batch::{Job, take_ready};
-use crate::annotate::{Annotator, FrameStats};
+use crate::annotate::{Annotator, FrameStats, Origin};
 use super::ring::{Doorbell, FrameBuf, FrameRing};
 use crate::engine::{AnyEngine, Segmentation, UNKNOWN};
 use crate::temporal::{HoodMask, StreamTemporal, scene_coverage};
@@ -360,13 +360,14 @@ impl Done<'_> {
             buf.road_mask.extend(seg.classes.iter().map(|&c| u8::from(c != UNKNOWN && road.contains(&(c as usize)))));
             hood.for_each_unseen_pixel(|i| buf.road_mask[i] = 0);
         }
+        let origin = Origin { stream: &stream.name, decoded_at: SystemTime::now() - buf.stages.decoded.elapsed() };
         match annotated {
             Some(pixels) => {
                 let n = pixels.len().min(buf.data.len());
                 buf.data[..n].copy_from_slice(&pixels[..n]);
-                self.annotator.draw_status(&mut buf.data, buf.format, seg.width, seg.height, hood, &stats);
+                self.annotator.draw_status(&mut buf.data, buf.format, seg.width, seg.height, hood, &stats, origin);
             }
-            None => self.annotator.draw(&mut buf.data, buf.format, seg, hood, &stats),
+            None => self.annotator.draw(&mut buf.data, buf.format, seg, hood, &stats, origin),
         }
         buf.stages.annotated = Instant::now();
         stream.counters.inferred.fetch_add(1, Ordering::Relaxed);

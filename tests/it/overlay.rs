@@ -7,7 +7,7 @@
 #![cfg(feature = "cuda")]
 
 use half::f16;
-use roadseg::annotate::{Annotator, FrameStats};
+use roadseg::annotate::{Annotator, FrameStats, Origin};
 use roadseg::backend::cuda::CudaOptions;
 use roadseg::engine::{Engine, EngineOptions, FrameRef, PixelFormat};
 use roadseg::images::OverlayStyle;
@@ -33,13 +33,13 @@ fn gpu_overlays_equal_the_cpu_annotator_bit_for_bit() {
     assert!(e.annotates_frames());
     let hood = HoodMask::from_tops(fw, fh, (0..fw).map(|x| (fh - 20 + x % 7) as u32).collect());
     for full_palette in [None, Some(vec![[10, 200, 30], [200, 10, 30], [30, 10, 200]])] {
-        let a = Annotator { style: OverlayStyle { road_classes: vec![1], full_palette, ..OverlayStyle::default() }, show_text: false };
+        let a = Annotator { style: OverlayStyle { road_classes: vec![1], full_palette, ..OverlayStyle::default() }, show_text: false, show_origin: false };
         let check = |what: &str, frame: &FrameRef<'_>, seg: &roadseg::engine::Segmentation, gpu: &[u8]| {
             if frame.format == PixelFormat::Rgba {
                 assert!(seg.classes.contains(&roadseg::engine::UNKNOWN), "{what}: some pixels are unknown");
             }
             let mut cpu = frame.data.to_vec();
-            a.draw(&mut cpu, frame.format, seg, &hood, &FrameStats::default());
+            a.draw(&mut cpu, frame.format, seg, &hood, &FrameStats::default(), Origin { stream: "cam", decoded_at: std::time::SystemTime::UNIX_EPOCH });
             let differ = cpu.iter().zip(gpu).filter(|(x, y)| x != y).count();
             assert_eq!(differ, 0, "{what} {:?}: {differ} bytes differ", frame.format);
             assert_ne!(gpu, frame.data, "{what}: the overlay drew something");

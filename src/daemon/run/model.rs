@@ -104,5 +104,6 @@ fn annotator(a: &AnnotateConfig, road_classes: Vec<usize>, labels: &[String]) ->
             ..OverlayStyle::default()
         },
         show_text: a.overlay_text,
+        show_origin: a.overlay_text,
     }
 }

@@ -217,7 +217,7 @@ mod tests {
                 let reported = reported.clone();
                 Arc::new(move |_: &str, _: f64, stats: &crate::annotate::FrameStats| reported.lock().unwrap().push(stats.road_cut))
             };
-            let annotator = Annotator { style: Default::default(), show_text: false };
+            let annotator = Annotator { style: Default::default(), show_text: false, show_origin: false };
             let pool = WorkerPool::start(vec![test_model_engine(&road)], batch, annotator, on_inference, Arc::new(|_| {}));
             let (s, rx) = stream_with("cut", 4, offset, settings);
             pool.add_stream(s.clone());
@@ -243,7 +243,7 @@ mod tests {
     #[test]
     fn two_streams_in_batches_of_four_keep_every_frame_in_order_with_its_timestamps() {
         // Rule: with workers.batch = 4, frames from two streams (one smoothing its logits) run in shared batches, and each stream's output gets every frame once, in order, with its own pts and a frame-sized mask; the in-flight counts return to 0.
-        let annotator = Annotator { style: Default::default(), show_text: true };
+        let annotator = Annotator { style: Default::default(), show_text: true, show_origin: false };
         let pool = WorkerPool::start(vec![test_model_engine("label_0")], 4, annotator, Arc::new(|_, _, _| {}), Arc::new(|_| {}));
         // Every frame is queued before its stream is added, so the first take
         // finds at least four frames ready.

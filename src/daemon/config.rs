@@ -16,6 +16,7 @@
 //! directory, `/var/lib/roadseg` under the shipped systemd unit.
 
 mod load;
+mod locate;
 mod mqtt_url;
 mod reload;
 mod serde_names;

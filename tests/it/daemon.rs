@@ -532,6 +532,31 @@ fn bad_configs_are_reported_clearly_without_panicking() {
 }
 
 #[test]
+fn config_errors_name_the_line_and_the_key_meant() {
+    // Rule: a misspelt key is named with its file, line and whole path, and the known key closest to it (`segment_second`: did you mean `segment_seconds`?); a value validation refuses is named with its file and line too; check-config and run exit 78.
+    let dir = tempfile::tempdir().unwrap();
+    let good = header(0, free_port()) + &test_stream("cam", "stats = \"/tmp/x.jsonl\"\nsegment_seconds = 20");
+    let line_of = |text: &str, start: &str| text.lines().position(|l| l.starts_with(start)).unwrap() + 1;
+    let misspelt = good.replace("segment_seconds = 20", "segment_second = 20");
+    let bad_value = good.replace("live = true", "live = true\nring_capacity = 0");
+    let cases = [
+        ("misspelt.toml", &misspelt, "segment_second", "unknown key `streams[0].output.segment_second`: did you mean `segment_seconds`?"),
+        ("bad-value.toml", &bad_value, "ring_capacity", "streams[0].ring_capacity: 0 is outside 1..=1024"),
+    ];
+    for (name, text, key, says) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let at = format!("{}, line {}: ", path.display(), line_of(text, key));
+        for args in [vec!["check-config", path.to_str().unwrap()], vec!["run", "--config", path.to_str().unwrap()]] {
+            let out = Command::new(BIN).args(&args).env_remove("NOTIFY_SOCKET").output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(78), "{args:?}: {err}");
+            assert!(err.contains(&format!("{at}{says}")), "{args:?}: expected {at}{says} in: {err}");
+        }
+    }
+}
+
+#[test]
 fn metrics_pass_promtool() {
     // Rule: /metrics passes `promtool check metrics` with nothing reported (names with units, _total on counters, help texts).
     let Ok(promtool) = which("promtool") else {

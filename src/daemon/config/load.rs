@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use ::config::{Config, Environment, File, FileFormat};
 
 use crate::video::uri::redact_text;
+use super::locate::{FileText, locate_in, nearest};
 use super::{ConfigError, DaemonConfig, ENV_PREFIX, ENV_SEPARATOR, SYSTEM_CONFIG};
 
 /// Which layers to read; [`Sources::standard`] is what the daemon uses.
@@ -35,6 +36,28 @@ impl Sources {
         if self.file.as_deref().is_some_and(same) { None } else { Some(system) }
     }
 
+    /// The files read, the one that wins first, with their text: where
+    /// errors look up the line of a key.
+    pub(super) fn files(&self) -> Vec<FileText> {
+        self.file.iter().filter_map(|f| FileText::read(f)).chain(self.system_layer().and_then(FileText::read)).collect()
+    }
+
+    /// Whether the environment sets `key` (a dotted path): then a file's
+    /// line for it would point at a value that lost.
+    pub(super) fn env_sets(&self, key: &str) -> bool {
+        let var = format!("{ENV_PREFIX}{ENV_SEPARATOR}{}", key.split('[').next().unwrap_or(key).replace('.', ENV_SEPARATOR)).to_ascii_uppercase();
+        let matches = |k: &str| k.to_ascii_uppercase() == var;
+        match &self.env {
+            Some(vars) => vars.keys().any(|k| matches(k)),
+            None => std::env::vars_os().any(|(k, _)| k.to_str().is_some_and(matches)),
+        }
+    }
+
+    /// "FILE, line N" where a file writes `key`, unless the environment overrides it.
+    pub(super) fn locate(&self, files: &[FileText], key: &str) -> Option<String> {
+        if self.env_sets(key) { None } else { locate_in(files, key) }
+    }
+
     /// The layers that will be read, lowest first, for messages.
     pub fn describe(&self) -> String {
         let mut layers = vec!["defaults".to_string()];
@@ -46,10 +69,41 @@ impl Sources {
 }
 
 impl ConfigError {
-    fn parse(origin: &str, err: ::config::ConfigError) -> ConfigError {
+    /// `err` worded with its key's full path and a "did you mean" for an
+    /// unknown key; `at` finds the file and line that write the key
+    /// (`origin`, the layers read, when none does).
+    fn parse(origin: &str, err: ::config::ConfigError, at: impl Fn(&str) -> Option<String>) -> ConfigError {
+        let (message, key) = explain(&dotted_keys(&err.to_string()));
+        let origin = key.and_then(|k| at(&k)).unwrap_or_else(|| origin.to_string());
         // Parser messages may quote the offending line, credentials and all.
-        ConfigError::Parse { origin: origin.to_string(), message: redact_text(&dotted_keys(&err.to_string())) }
+        ConfigError::Parse { origin, message: redact_text(&message) }
     }
+}
+
+/// The key a deserialisation error is about, and its message, an unknown
+/// key reworded to name its whole path and the known key it is closest to:
+/// serde's "unknown field `segment_second`, expected one of `file`, ...
+/// for key `streams[0].output`" becomes "unknown key
+/// `streams[0].output.segment_second`: did you mean `segment_seconds`?
+/// (expected one of `file`, ...)".
+fn explain(message: &str) -> (String, Option<String>) {
+    let quoted_after = |text: &str, open: &str| {
+        let start = text.find(open)? + open.len();
+        Some(text[start..start + text[start..].find('`')?].to_string())
+    };
+    let parent = quoted_after(message, "for key `");
+    let Some(field) = message.strip_prefix("unknown field `").and_then(|rest| rest.split('`').next()) else {
+        return (message.to_string(), parent);
+    };
+    let key = match &parent {
+        Some(p) => format!("{p}.{field}"),
+        None => field.to_string(),
+    };
+    let expected = message.find("expected").map(|i| message[i..].split(" for key `").next().unwrap_or_default().trim_end_matches(',')).unwrap_or_default();
+    let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    let hint = nearest(field, known).map(|k| format!(": did you mean `{k}`?")).unwrap_or_default();
+    let expected = if expected.is_empty() { String::new() } else { format!(" ({expected})") };
+    (format!("unknown key `{key}`{hint}{expected}"), Some(key))
 }
 
 /// The config crate writes nested keys as `streams[0]output`; make them the
@@ -114,7 +168,8 @@ impl DaemonConfig {
             env = env.source(Some(vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect()));
         }
         let origin = sources.describe();
-        let parse = |err| ConfigError::parse(&origin, err);
+        let files = sources.files();
+        let parse = |err| ConfigError::parse(&origin, err, |key: &str| sources.locate(&files, key));
         let mut config: DaemonConfig = builder.add_source(env).build().map_err(parse)?.try_deserialize().map_err(parse)?;
         // Not found: the default stays, and validation lists where it was looked for.
         if let Ok(found) = crate::checkpoint::locate_model(&config.model.path) {
@@ -126,7 +181,8 @@ impl DaemonConfig {
     /// Defaults < `text` (TOML); `origin` names it in errors.
     pub fn from_toml_str(text: &str, origin: &str) -> Result<DaemonConfig, ConfigError> {
         check_syntax(text, origin)?;
-        let parse = |err| ConfigError::parse(origin, err);
+        let files = [FileText { path: origin.into(), text: text.to_string() }];
+        let parse = |err| ConfigError::parse(origin, err, |key: &str| locate_in(&files, key));
         Config::builder()
             .add_source(File::from_str(text, FileFormat::Toml))
             .build()

@@ -31,6 +31,10 @@ pub fn check_sources(sources: &Sources) -> Result<Summary, ConfigError> {
     let config = DaemonConfig::load_from(sources)?;
     let mut problems: Vec<Problem> = validate::problems(&config);
     problems.extend(validate::model_path_problems(&config.model.path));
+    let files = sources.files();
+    for p in &mut problems {
+        p.at = sources.locate(&files, &p.field);
+    }
     Problems::into_result(problems)?;
     Ok(Summary { layers: sources.describe(), warnings: config.warnings(), config })
 }

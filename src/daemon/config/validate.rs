@@ -18,10 +18,22 @@ pub struct Problem {
     /// Dotted path of the offending key, e.g. `streams[1].output.file`.
     pub field: String,
     pub message: String,
+    /// Where the key is written, "FILE, line N" (None: a default, the
+    /// environment, or not looked up).
+    pub at: Option<String>,
+}
+
+impl Problem {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Problem {
+        Problem { field: field.into(), message: message.into(), at: None }
+    }
 }
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(at) = &self.at {
+            write!(f, "{at}: ")?;
+        }
         // A value quoted in the message may hold credentials (a URI pasted in the wrong field).
         write!(f, "{}: {}", self.field, redact_text(&self.message))
     }
@@ -57,7 +69,7 @@ struct Collector(Vec<Problem>);
 
 impl Collector {
     fn add(&mut self, field: impl Into<String>, message: impl Into<String>) {
-        self.0.push(Problem { field: field.into(), message: message.into() });
+        self.0.push(Problem::new(field, message));
     }
 
     fn check(&mut self, ok: bool, field: impl Into<String>, message: impl FnOnce() -> String) {
@@ -291,7 +303,7 @@ pub(super) fn model_path_problems(path: &Path) -> Vec<Problem> {
     } else {
         return Vec::new();
     };
-    vec![Problem { field: "model.path".into(), message }]
+    vec![Problem::new("model.path", message)]
 }
 
 pub(super) fn warnings(config: &DaemonConfig) -> Vec<String> {

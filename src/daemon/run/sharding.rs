@@ -9,7 +9,7 @@ use crate::daemon::metrics;
 /// is the same call, its error kept a config error all the same.
 pub(super) fn resolve(config: &DaemonConfig) -> Result<Shard, ConfigError> {
     config.daemon.shard.resolve().map_err(|e| {
-        ConfigError::Invalid(Problems(vec![Problem { field: "daemon.shard".into(), message: e.to_string() }]))
+        ConfigError::Invalid(Problems(vec![Problem::new("daemon.shard", e.to_string())]))
     })
 }
 

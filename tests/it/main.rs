@@ -25,4 +25,5 @@ mod overlay;
 mod parity;
 mod process;
 mod real_bonnets;
+mod setup;
 mod shard;

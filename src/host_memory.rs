@@ -176,7 +176,7 @@ mod tests {
         // Rule: with an allocator installed, frame buffers come from it, shrink and regrow in place, move to a new block only when larger, and give each block back exactly once.
         let fake = Arc::new(FakePinned(Mutex::new(Default::default())));
         if !install(fake.clone()) {
-            return eprintln!("SKIP: another allocator was installed first in this process");
+            return crate::test_skip::skip("another allocator was installed first in this process");
         }
         let mut m = FrameMemory::default();
         m.resize(1000);

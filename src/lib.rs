@@ -18,6 +18,9 @@ pub mod model;
 pub mod npy;
 pub mod synth;
 pub mod temporal;
+/// Test support: counted skips (tools/test-skips.sh).
+#[doc(hidden)]
+pub mod test_skip;
 pub mod worker_count;
 
 #[cfg(feature = "video")]

@@ -18,7 +18,7 @@ fn a_three_minute_soak_passes() {
     // Rule: three minutes of four live streams with the camera dropped every 30 s: after the first minute RSS grows by at most 5 MiB, fds and threads are back at their baseline after every reconnect, each drop the daemon could see is one counted interruption, every segment plays to its end, and SIGTERM exits 0 (tools/soak.sh exits 0).
     for tool in ["curl", "ffprobe"] {
         if on_path(tool).is_none() {
-            eprintln!("SKIP: {tool} is not installed (tools/soak.sh needs curl and ffprobe)");
+            roadseg::test_skip::skip(&format!("{tool} is not installed (tools/soak.sh needs curl and ffprobe)"));
             return;
         }
     }

@@ -95,12 +95,12 @@ fn the_bundle_segments_a_clip_in_a_clean_environment_with_its_own_gstreamer() {
     // Rule: tools/device-bundle.sh makes one folder that fits a device call beside the working tree (60 MiB together) whose launcher, with only PATH and HOME set, synthesises an H.264 clip and segments it into an MP4 holding every frame, loading libgstreamer, every plugin and every library but the glibc core from the bundle (the registry it writes lists bundled plugins only).
     for tool in ["bash", "ldd", "objdump", "strip", "ffprobe"] {
         if !have(tool) {
-            eprintln!("SKIP: {tool} not found (the bundle script or the check needs it)");
+            roadseg::test_skip::skip(&format!("{tool} not found (the bundle script or the check needs it)"));
             return;
         }
     }
     if !Path::new(SCANNER).exists() {
-        eprintln!("SKIP: {SCANNER} not found (GStreamer's plugin scanner, libgstreamer1.0-0)");
+        roadseg::test_skip::skip(&format!("{SCANNER} not found (GStreamer's plugin scanner, libgstreamer1.0-0)"));
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

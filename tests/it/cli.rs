@@ -203,7 +203,7 @@ fn bad_arguments_are_explained() {
 #[test]
 fn device_cuda_without_a_driver_fails_with_a_clear_message() {
     if let Ok(info) = roadseg::backend::cuda::probe::probe() {
-        eprintln!("SKIP: this machine has CUDA ({} GPU(s)); the no-driver error cannot be seen here", info.devices.len());
+        roadseg::test_skip::skip(&format!("this machine has CUDA ({} GPU(s)); the no-driver error cannot be seen here", info.devices.len()));
         return;
     }
     let (code, _, err) = roadseg(&["bench", "--model", "models/roadseg-camvid", "--device", "cuda", "--frames", "1"]);

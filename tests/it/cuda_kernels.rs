@@ -45,9 +45,7 @@ fn nvrtc_or_skip() -> bool {
         eprintln!("NVRTC {:?}", nvrtc_version());
         true
     } else {
-        eprintln!(
-            "SKIP: libnvrtc is not loadable (install the nvidia-cuda-nvrtc-cu12 wheel and put its lib/ on LD_LIBRARY_PATH, as .ci/run does)"
-        );
+        roadseg::test_skip::skip("libnvrtc is not loadable (install the nvidia-cuda-nvrtc-cu12 wheel and put its lib/ on LD_LIBRARY_PATH: tools/install-test-deps.sh and tools/test-skips.sh do)");
         false
     }
 }
@@ -137,7 +135,7 @@ fn python_with_numpy() -> Option<std::path::PathBuf> {
 fn every_kernel_emulation_matches_its_reference() {
     // Rule: each tools/emulate_*.py, which replays a kernel's thread and fragment arithmetic in numpy, agrees with its plain reference (exit 0); skips without numpy.
     let Some(python) = python_with_numpy() else {
-        eprintln!("SKIP: no python with numpy (tools/install-nvrtc.sh installs one)");
+        roadseg::test_skip::skip("no python with numpy (tools/install-nvrtc.sh installs one)");
         return;
     };
     let tools = crate::common::repo().join("tools");

@@ -291,7 +291,7 @@ fn mqtt_status_stats_and_events_survive_the_broker_going_away() {
     let (mport, bport) = (free_port(), free_port());
     let seen = dir.path().join("mqtt.txt");
     let Some(broker) = Broker::start(bport, &seen) else {
-        eprintln!("SKIP: mosquitto / mosquitto_sub are not installed (Debian packages mosquitto, mosquitto-clients)");
+        roadseg::test_skip::skip("mosquitto / mosquitto_sub are not installed (Debian packages mosquitto, mosquitto-clients)");
         return;
     };
     let mqtt = format!("\n[mqtt]\nurl = \"mqtt://127.0.0.1:{bport}\"\nstats_interval_s = 1\ncoverage_threshold = 0.0\n");
@@ -560,7 +560,7 @@ fn config_errors_name_the_line_and_the_key_meant() {
 fn metrics_pass_promtool() {
     // Rule: /metrics passes `promtool check metrics` with nothing reported (names with units, _total on counters, help texts).
     let Ok(promtool) = which("promtool") else {
-        eprintln!("SKIP: promtool is not installed (Debian package prometheus)");
+        roadseg::test_skip::skip("promtool is not installed (Debian package prometheus)");
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -614,7 +614,7 @@ fn a_device_this_machine_cannot_use_exits_78_and_check_config_warns() {
     // Rule: `run` with model.device = "cuda" on a machine without a usable GPU exits 78 (EX_CONFIG, so systemd does not restart it) with a message naming model.device, why and what to set; check-config passes but warns that run would exit 78.
     use roadseg::device::{DeviceRequest, resolve};
     if let Ok(r) = resolve(&DeviceRequest::Cuda(Vec::new()), None) {
-        eprintln!("SKIP: this machine can use CUDA ({}); an unusable device cannot be seen here", r.device);
+        roadseg::test_skip::skip(&format!("this machine can use CUDA ({}); an unusable device cannot be seen here", r.device));
         return;
     }
     let dir = tempfile::tempdir().unwrap();

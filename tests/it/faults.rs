@@ -113,7 +113,7 @@ fn a_read_only_recording_folder_pauses_recording_and_it_resumes() {
     // Rule: when the recording folder turns read-only mid-run the file output pauses with a logged error and a metric while the stream's stats and the other stream go on; once writable again, recording resumes with playable segments.
     let probe = tempfile::tempdir().unwrap();
     if make_read_only(probe.path()).map(|how| undo_read_only(probe.path(), how)).is_none() {
-        eprintln!("SKIP: cannot make a folder read-only here (chmod is ignored for root and chattr +i is refused)");
+        roadseg::test_skip::skip("cannot make a folder read-only here (chmod is ignored for root and chattr +i is refused)");
         return;
     }
     let how = std::sync::Mutex::new(None);
@@ -130,7 +130,7 @@ fn a_read_only_recording_folder_pauses_recording_and_it_resumes() {
 fn a_full_disk_pauses_recording_and_it_resumes() {
     // Rule: when writes to a recording fail for space (the daemon's file-size limit lowered under it, as a quota or a full disk does) the file output pauses with a logged error and a metric, the daemon is not killed by SIGXFSZ, the stats output and the other stream go on, and recording resumes once space is back.
     if Command::new("prlimit").arg("--version").output().is_err() {
-        eprintln!("SKIP: prlimit (util-linux) is not installed");
+        roadseg::test_skip::skip("prlimit (util-linux) is not installed");
         return;
     }
     // Noise at a high bitrate makes each segment far larger than the limit

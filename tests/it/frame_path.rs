@@ -113,7 +113,7 @@ fn cuda_frame_path() {
     use roadseg::backend::cuda::{CudaBackend, CudaDevice, CudaOptions, first_gpu};
     let (gpu, info) = match first_gpu() {
         Ok(found) => found,
-        Err(why) => return eprintln!("SKIP: no usable CUDA GPU here ({why})"),
+        Err(why) => return roadseg::test_skip::skip(&format!("no usable CUDA GPU here ({why})")),
     };
     let d = CudaDevice::open(&gpu, &info).unwrap_or_else(|e| panic!("GPU {} is usable but did not open: {e}", gpu.name));
     let b = Arc::new(CudaBackend::<half::f16>::new(d, CudaOptions::default()).expect("CUDA backend"));

@@ -242,7 +242,7 @@ fn basic_auth_guards_everything_but_the_probes_beyond_loopback() {
 fn the_status_page_renders_every_streams_snapshot_in_headless_chromium() {
     // Rule: a real browser loading / shows one card per stream whose snapshot image decoded (naturalWidth = the stream's width) and the page's screenshot is not blank.
     let Some(chromium) = ["chromium", "chromium-browser"].into_iter().find(|c| Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success())) else {
-        eprintln!("SKIP: no chromium on this machine (tools/install-deps.sh installs it)");
+        roadseg::test_skip::skip("no chromium on this machine (tools/install-deps.sh installs it)");
         return;
     };
     let mut d = Daemon::start("127.0.0.1", "", &["front", "rear"]);

@@ -27,3 +27,4 @@ mod process;
 mod real_bonnets;
 mod setup;
 mod shard;
+mod skips;

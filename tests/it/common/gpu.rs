@@ -12,7 +12,7 @@ pub fn gpu_or_skip() -> Option<Arc<CudaDevice>> {
     let (gpu, info) = match first_gpu() {
         Ok(found) => found,
         Err(why) => {
-            eprintln!("SKIP: no usable CUDA GPU here ({why})");
+            roadseg::test_skip::skip(&format!("no usable CUDA GPU here ({why})"));
             return None;
         }
     };

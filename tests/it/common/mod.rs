@@ -34,7 +34,7 @@ pub fn shared(rel: &str) -> Option<PathBuf> {
     if p.exists() {
         Some(p)
     } else {
-        eprintln!("SKIP: {} is absent (the ../shared data set is not beside this checkout)", p.display());
+        roadseg::test_skip::skip(&format!("{} is absent (the ../shared data set is not beside this checkout)", p.display()));
         None
     }
 }

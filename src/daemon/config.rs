@@ -319,6 +319,15 @@ pub struct DaemonSection {
     /// it and the systemd watchdog is no longer fed (so systemd restarts the
     /// daemon). 0..=3600, 0 = never. Default 30.
     pub stall_timeout_s: u64,
+    /// A stream is *degraded* when more than this share of its frames meant
+    /// for inference (those `infer_fps` lets through) is dropped because
+    /// inference cannot keep up (`ring_full`) over `overload_window_s`: the
+    /// API, the status page and MQTT say so and a warning is logged (at most
+    /// once a minute). /readyz stays ready. (0, 1]; 1 = never. Default 0.5.
+    pub overload_drop_share: f64,
+    /// The window, in seconds, over which that share is measured. 2..=600.
+    /// Default 10.
+    pub overload_window_s: u64,
     /// When a disk holding recordings has less free space than this, the
     /// oldest recording segments on it are deleted (each stream's newest is
     /// kept). 0 = never. Default 1 GiB.
@@ -334,7 +343,14 @@ pub struct DaemonSection {
 
 impl Default for DaemonSection {
     fn default() -> Self {
-        DaemonSection { shutdown_timeout_s: 10, stall_timeout_s: 30, min_free_bytes: 1 << 30, shard: ShardSetting::default() }
+        DaemonSection {
+            shutdown_timeout_s: 10,
+            stall_timeout_s: 30,
+            overload_drop_share: 0.5,
+            overload_window_s: 10,
+            min_free_bytes: 1 << 30,
+            shard: ShardSetting::default(),
+        }
     }
 }
 

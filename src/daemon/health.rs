@@ -26,6 +26,9 @@ pub struct Health {
 #[derive(Debug, Default)]
 struct StreamHealth {
     up: AtomicBool,
+    /// Dropping most frames (daemon::overload). Reported, not a readiness
+    /// failure: the daemon runs, only slower than its sources.
+    degraded: AtomicBool,
     /// Milliseconds since `origin` of the last progress: the stream coming
     /// up, or a frame inferred. Read against the clock to find stalls.
     progress_ms: AtomicU64,
@@ -77,6 +80,17 @@ impl Health {
         }
         s.up.store(up, Ordering::Release);
         metrics::set_stream_up(name, up);
+    }
+
+    /// Sets whether `name` is degraded (known streams only; readiness ignores it).
+    pub fn set_stream_degraded(&self, name: &str, degraded: bool) {
+        if let Some(s) = self.streams.read().unwrap_or_else(PoisonError::into_inner).get(name) {
+            s.degraded.store(degraded, Ordering::Release);
+        }
+    }
+
+    pub fn is_degraded(&self, name: &str) -> bool {
+        self.streams.read().unwrap_or_else(PoisonError::into_inner).get(name).is_some_and(|s| s.degraded.load(Ordering::Acquire))
     }
 
     /// A frame of `name` was inferred (hot path: one read lock, one store).
@@ -133,7 +147,10 @@ impl Health {
             let list: Vec<String> = stalled.iter().map(|(n, idle)| format!("{n} (nothing inferred for {} s)", idle.as_secs())).collect();
             return (false, format!("stream(s) stalled: {}", list.join(", ")));
         }
-        (true, format!("ready: model loaded, {} stream(s) up", streams.len()))
+        // Degraded streams are named but keep the daemon ready: it is running, only behind its sources.
+        let degraded: Vec<&str> = streams.iter().filter(|(_, s)| s.degraded.load(Ordering::Acquire)).map(|(name, _)| name.as_str()).collect();
+        let behind = if degraded.is_empty() { String::new() } else { format!(" (degraded, dropping frames: {})", degraded.join(", ")) };
+        (true, format!("ready: model loaded, {} stream(s) up{behind}", streams.len()))
     }
 }
 
@@ -157,6 +174,21 @@ mod tests {
         assert_eq!(h.is_ready().1, "stream(s) down: b");
         h.remove_stream("b");
         assert!(h.is_ready().0, "{}", h.is_ready().1);
+    }
+
+    #[test]
+    fn a_degraded_stream_is_named_but_keeps_the_daemon_ready() {
+        // Rule: a degraded stream (dropping most frames) leaves /readyz ready, its reason naming the stream; unknown streams are ignored.
+        let h = Health::new();
+        h.add_stream("a");
+        h.set_model_loaded(true);
+        h.set_stream_up("a", true);
+        h.set_stream_degraded("a", true);
+        h.set_stream_degraded("gone", true);
+        assert!(h.is_degraded("a") && !h.is_degraded("gone"));
+        assert_eq!(h.is_ready(), (true, "ready: model loaded, 1 stream(s) up (degraded, dropping frames: a)".to_string()));
+        h.set_stream_degraded("a", false);
+        assert_eq!(h.is_ready(), (true, "ready: model loaded, 1 stream(s) up".to_string()));
     }
 
     #[test]

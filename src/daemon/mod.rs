@@ -9,6 +9,7 @@ pub mod health;
 pub mod metrics;
 pub mod mqtt;
 pub mod notify;
+pub mod overload;
 #[cfg(feature = "video")]
 pub mod status;
 #[cfg(feature = "video")]

@@ -1,7 +1,8 @@
 //! MQTT events for Home Assistant / Node-RED style consumers: the daemon's
 //! and each stream's status (retained, "offline" as the daemon's last
 //! will), each stream's numbers at a fixed rate, and events when a stream
-//! goes up or down, reconnects, or its road coverage crosses a threshold.
+//! goes up or down, reconnects, becomes degraded (drops most of its frames,
+//! daemon::overload) or recovers, or its road coverage crosses a threshold.
 //!
 //! The publisher only reads state the daemon already keeps (health, the
 //! per-stream readings), once a second: nothing on the frame path waits for
@@ -43,6 +44,9 @@ fn changes(before: Option<&Seen>, now: &Seen) -> Vec<&'static str> {
     if now.reconnects > b.reconnects {
         out.push("reconnect");
     }
+    if b.degraded != now.degraded {
+        out.push(if now.degraded { "degraded" } else { "recovered" });
+    }
     if let (Some(was), Some(is)) = (b.above, now.above)
         && was != is
     {
@@ -80,7 +84,7 @@ impl Poller {
         let states = health.stream_states();
         let metrics = streams.read().unwrap_or_else(PoisonError::into_inner).clone();
         for (name, up) in &states {
-            self.poll_stream(name, *up, metrics.get(name).map(StreamMetrics::readings), republish, stats_due);
+            self.poll_stream(name, *up, health.is_degraded(name), metrics.get(name).map(StreamMetrics::readings), republish, stats_due);
         }
         self.seen.retain(|name, _| states.iter().any(|(n, _)| n == name));
         if stats_due {
@@ -88,13 +92,14 @@ impl Poller {
         }
     }
 
-    fn poll_stream(&mut self, name: &str, up: bool, reading: Option<StreamReading>, republish: bool, stats_due: bool) {
+    fn poll_stream(&mut self, name: &str, up: bool, degraded: bool, reading: Option<StreamReading>, republish: bool, stats_due: bool) {
         let before = self.seen.get(name).cloned();
         let coverage = reading.as_ref().and_then(|r| r.road_coverage);
         let now = Seen {
             up,
             reconnects: reading.as_ref().map_or(0, |r| r.reconnects),
             above: self.threshold.zip(coverage).map(|(t, c)| c >= t).or(before.as_ref().and_then(|b| b.above)),
+            degraded,
         };
         let time = || crate::clock::rfc3339(SystemTime::now());
         if republish || before.as_ref().is_none_or(|b| b.up != up) {
@@ -117,6 +122,7 @@ impl Poller {
                 "time": time(),
                 "stream": name,
                 "up": up,
+                "degraded": degraded,
                 "road_coverage": r.road_coverage,
                 "mean_confidence": r.mean_confidence,
                 "frames_decoded": r.frames_decoded,
@@ -144,6 +150,7 @@ struct Seen {
     up: bool,
     reconnects: u64,
     above: Option<bool>,
+    degraded: bool,
 }
 
 impl MqttPublisher {
@@ -244,13 +251,16 @@ mod tests {
 
     #[test]
     fn events_are_the_changes_between_polls() {
-        // Rule: up/down, a reconnect and a coverage threshold crossing each make one event; nothing on first sight or without change.
-        let seen = |up, reconnects, above| Seen { up, reconnects, above };
+        // Rule: up/down, a reconnect, becoming degraded or recovering, and a coverage threshold crossing each make one event; nothing on first sight or without change.
+        let seen = |up, reconnects, above| Seen { up, reconnects, above, degraded: false };
         assert!(changes(None, &seen(true, 0, Some(true))).is_empty());
         assert!(changes(Some(&seen(true, 1, Some(true))), &seen(true, 1, Some(true))).is_empty());
         assert_eq!(changes(Some(&seen(false, 0, None)), &seen(true, 0, Some(false))), ["up"]);
         assert_eq!(changes(Some(&seen(true, 2, Some(false))), &seen(false, 3, Some(true))), ["down", "reconnect", "coverage_above"]);
         assert_eq!(changes(Some(&seen(true, 0, Some(true))), &seen(true, 0, Some(false))), ["coverage_below"]);
+        let degraded = Seen { degraded: true, ..seen(true, 0, None) };
+        assert_eq!(changes(Some(&seen(true, 0, None)), &degraded), ["degraded"]);
+        assert_eq!(changes(Some(&degraded), &seen(true, 0, None)), ["recovered"]);
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! - SIGHUP: reload the configuration file (see `run/reload.rs`). A file that
 //!   does not load or validate is logged and the running configuration stays.
 
+mod load_monitor;
 mod model;
 mod reload;
 mod sharding;
@@ -29,6 +30,7 @@ use super::health::Health;
 use super::metrics::{self, MetricsError, StreamMetrics};
 use super::mqtt::{MqttError, MqttPublisher};
 use super::notify;
+use super::overload::OverloadRule;
 use super::retention::{Retention, Target};
 use super::status::{StreamDirectory, StreamStatus};
 use super::supervisor::{StreamContext, StreamSupervisor};
@@ -38,6 +40,7 @@ use crate::engine::LoadError;
 use crate::video::rtsp::{RtspError, RtspServer};
 use crate::video::stop::Wake;
 use crate::video::stream::Services;
+use load_monitor::LoadMonitor;
 use signals::Signals;
 use watchdog::Watchdog;
 
@@ -132,6 +135,8 @@ struct Daemon {
     retention: Option<Retention>,
     mqtt: Option<MqttPublisher>,
     watchdog: Option<Watchdog>,
+    /// Rates and overload, sampled by the main loop.
+    load: LoadMonitor,
     #[cfg(feature = "cuda")]
     gpu_gauges: Option<super::gpu::GpuMonitor>,
 }
@@ -235,6 +240,7 @@ impl Daemon {
             http,
             mqtt,
             watchdog: None,
+            load: LoadMonitor::new(overload_rule(&config)),
             #[cfg(feature = "cuda")]
             gpu_gauges: match &resolved.target {
                 device::Target::Cuda { gpus, .. } => super::gpu::GpuMonitor::start(gpus),
@@ -271,6 +277,7 @@ impl Daemon {
             }
             was_stalled = !stalled.is_empty();
             self.update_rtsp_clients();
+            self.load.sample(Instant::now(), &self.directory.list(), &self.health);
             if last_status.is_none_or(|t| t.elapsed() >= STATUS_EVERY) {
                 note(notify::status(&self.status_line()));
                 last_status = Some(Instant::now());
@@ -390,6 +397,10 @@ impl Daemon {
         let (ready, reason) = self.health.is_ready();
         format!("{} stream(s); {}", self.streams.len(), if ready { "all up".to_string() } else { reason })
     }
+}
+
+fn overload_rule(config: &DaemonConfig) -> OverloadRule {
+    OverloadRule { drop_share: config.daemon.overload_drop_share, window: Duration::from_secs(config.daemon.overload_window_s) }
 }
 
 /// The RTSP server `config`'s streams need, on `running`'s `[rtsp]` (a

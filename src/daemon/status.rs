@@ -5,10 +5,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::metrics::StreamMetrics;
+use super::overload::Load;
 use crate::video::snapshot::LatestFrame;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +59,8 @@ pub struct StreamStatus {
     state: AtomicU8,
     /// Unix milliseconds of the last decoded frame; 0 before the first.
     last_frame_ms: AtomicU64,
+    /// Rates and overload, from the daemon's once-a-second sample.
+    load: Mutex<Load>,
 }
 
 impl StreamStatus {
@@ -70,6 +73,7 @@ impl StreamStatus {
             latest: LatestFrame::new(),
             state: AtomicU8::new(StreamState::Starting as u8),
             last_frame_ms: AtomicU64::new(0),
+            load: Mutex::default(),
         }
     }
 
@@ -79,6 +83,23 @@ impl StreamStatus {
 
     pub fn state(&self) -> StreamState {
         StreamState::from_u8(self.state.load(Ordering::Relaxed))
+    }
+
+    /// What the API and the status page call the state: an up stream that
+    /// drops most of its frames is "degraded" (it still counts as up).
+    pub fn state_label(&self) -> &'static str {
+        match self.state() {
+            StreamState::Up if self.load().degraded => "degraded",
+            state => state.label(),
+        }
+    }
+
+    pub fn set_load(&self, load: Load) {
+        *self.load.lock().unwrap_or_else(PoisonError::into_inner) = load;
+    }
+
+    pub fn load(&self) -> Load {
+        *self.load.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Called per decoded frame: one clock read and one store.

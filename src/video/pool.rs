@@ -146,6 +146,7 @@ impl WorkerPool {
                 let worker = Worker {
                     index,
                     stall_after: std::env::var(STALL_HOOK_ENV).ok().and_then(|v| v.parse().ok()),
+                    slow: std::env::var(SLOW_HOOK_ENV).ok().and_then(|v| v.parse().ok()).map(Duration::from_millis),
                     batch: batch.max(1),
                     engine,
                     annotator: annotator.clone(),
@@ -199,11 +200,16 @@ impl WorkerPool {
 /// Test hook: each worker stops taking frames (but stays alive, like a
 /// wedged GPU call) after this many, so tests can see stall detection work.
 pub const STALL_HOOK_ENV: &str = "ROADSEG_TEST_STALL_AFTER_FRAMES";
+/// Test hook: each worker sleeps this many milliseconds per batch it takes,
+/// a CPU too slow for its streams, so tests can see overload reported.
+pub const SLOW_HOOK_ENV: &str = "ROADSEG_TEST_SLOW_INFERENCE_MS";
 
 struct Worker {
     index: usize,
     /// From [`STALL_HOOK_ENV`]; None in normal runs.
     stall_after: Option<u64>,
+    /// From [`SLOW_HOOK_ENV`]; None in normal runs.
+    slow: Option<Duration>,
     /// Most frames taken and run at once.
     batch: usize,
     engine: AnyEngine,
@@ -239,6 +245,9 @@ impl Worker {
             } else {
                 processed += jobs.len() as u64;
                 let t = Instant::now();
+                if let Some(slow) = self.slow {
+                    std::thread::sleep(slow);
+                }
                 let inferred = if jobs.len() == 1
                     && let Some(Job { stream, buf }) = jobs.pop()
                 {

@@ -22,6 +22,7 @@ mod held_out_bonnets;
 mod http;
 mod media;
 mod overlay;
+mod overload;
 mod parity;
 mod process;
 mod real_bonnets;

@@ -298,6 +298,9 @@ fn validation_rules_for_global_sections() {
     check(|c| c.metrics.username = Some("u".into()), "metrics.password", "both");
     check(|c| c.metrics.listen = "0.0.0.0:9464".into(), "metrics.listen", "Basic auth");
     check(|c| c.daemon.shutdown_timeout_s = 0, "daemon.shutdown_timeout_s", "1..=600");
+    check(|c| c.daemon.overload_drop_share = 0.0, "daemon.overload_drop_share", "(0, 1]");
+    check(|c| c.daemon.overload_drop_share = f64::NAN, "daemon.overload_drop_share", "(0, 1]");
+    check(|c| c.daemon.overload_window_s = 1, "daemon.overload_window_s", "2..=600");
     let mut c = valid();
     c.metrics.listen = String::new();
     c.model.height = 576;

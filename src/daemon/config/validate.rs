@@ -112,6 +112,10 @@ pub(super) fn problems(config: &DaemonConfig) -> Vec<Problem> {
     }
     let stall = config.daemon.stall_timeout_s;
     c.check(stall <= 3600, "daemon.stall_timeout_s", || format!("{stall} is above 3600 (0 turns stall detection off)"));
+    let share = config.daemon.overload_drop_share;
+    c.check(share > 0.0 && share <= 1.0, "daemon.overload_drop_share", || format!("{share} is outside (0, 1] (1 never reports a stream degraded)"));
+    let window = config.daemon.overload_window_s;
+    c.check((2..=600).contains(&window), "daemon.overload_window_s", || format!("{window} is outside 2..=600"));
     streams(&mut c, config);
     c.0
 }

@@ -42,6 +42,7 @@ impl Daemon {
             tracing::info!(stream = %name, "stream removed");
         }
         self.config = new;
+        self.load.rule = super::overload_rule(&self.config);
         if let Some(r) = &self.retention {
             r.set_targets(Target::all(&self.config));
         }

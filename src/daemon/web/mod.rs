@@ -88,7 +88,7 @@ impl WebServer {
             tokio::net::TcpListener::from_std(listener).map_err(bind)?
         };
         let authenticated = ctx.credentials.is_some();
-        let router = routes::router(ctx, &runtime);
+        let router = routes::router(ctx);
         let (stop, stopped) = watch::channel(false);
         let accept = runtime.spawn(accept_loop(listener, router, stopped));
         tracing::info!(addr = %local, authenticated, "serving the status page, /api/v1/streams, /metrics, /healthz and /readyz");

@@ -1,8 +1,6 @@
 //! The routes. Handlers read shared state and return; the only CPU work is
 //! rendering /metrics and encoding a snapshot (on a blocking thread).
 
-use std::sync::Arc;
-
 use axum::Router;
 use axum::extract::{Path, Request, State};
 use axum::http::{StatusCode, header};
@@ -10,7 +8,7 @@ use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 
-use super::api::{self, Rates};
+use super::api;
 use super::{REQUEST_TIMEOUT, WebContext, auth};
 
 const METRICS_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -21,13 +19,10 @@ const JPEG_QUALITY: u8 = 80;
 #[derive(Clone)]
 struct AppState {
     ctx: WebContext,
-    rates: Arc<Rates>,
 }
 
-pub fn router(ctx: WebContext, runtime: &tokio::runtime::Runtime) -> Router {
-    let rates = Arc::new(Rates::default());
-    runtime.spawn(api::sample_rates(ctx.streams.clone(), rates.clone()));
-    let state = AppState { ctx: ctx.clone(), rates };
+pub fn router(ctx: WebContext) -> Router {
+    let state = AppState { ctx: ctx.clone() };
     Router::new()
         .route("/", get(page))
         .route("/metrics", get(metrics))
@@ -72,7 +67,7 @@ async fn readyz(State(s): State<AppState>) -> Response {
 }
 
 async fn streams(State(s): State<AppState>) -> Response {
-    let body = api::streams_json(&s.ctx, &s.rates);
+    let body = api::streams_json(&s.ctx);
     ([(header::CACHE_CONTROL, "no-store")], axum::Json(body)).into_response()
 }
 

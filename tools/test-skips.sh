@@ -21,7 +21,13 @@ summary() {
   local n
   n=$(sed "s/: .*//" "$ROADSEG_SKIP_LOG" | sort -u | wc -l)
   if [ "$n" = 1 ]; then echo "1 test skipped:"; else echo "$n tests skipped:"; fi
-  sort -u "$ROADSEG_SKIP_LOG" | sed 's/^/  /'
+  # Grouped by reason (13 CUDA tests share one), each with its tests.
+  sort -u "$ROADSEG_SKIP_LOG" | awk '
+    { i = index($0, ": "); name = substr($0, 1, i - 1); why = substr($0, i + 2)
+      if (!(why in count)) order[++k] = why
+      count[why]++; names[why] = names[why] (count[why] > 1 ? ", " : "") name }
+    END { for (j = 1; j <= k; j++) { w = order[j]
+            printf "  %s: %d test%s: %s\n", w, count[w], (count[w] > 1 ? "s" : ""), names[w] } }'
 }
 
 if [ "$#" = 0 ]; then

@@ -20,7 +20,7 @@ fn skips_sh(log: &std::path::Path, args: &[&str]) -> (bool, String) {
 
 #[test]
 fn a_skipping_test_is_counted_and_named_at_the_end_of_the_run() {
-    // Rule: a test that calls roadseg::test_skip::skip appends `its::name: reason` to the skip log, and tools/test-skips.sh CMD empties the log first, runs CMD, ends with "N test(s) skipped:" and each line, and exits with CMD's status; alone it prints the log's summary.
+    // Rule: a test that calls roadseg::test_skip::skip appends `its::name: reason` to the skip log, and tools/test-skips.sh CMD empties the log first, runs CMD, ends with "N test(s) skipped:" and each reason with its tests, and exits with CMD's status; alone it prints the log's summary.
     if std::env::var_os(CHILD).is_some() {
         return roadseg::test_skip::skip(REASON);
     }
@@ -31,13 +31,15 @@ fn a_skipping_test_is_counted_and_named_at_the_end_of_the_run() {
     let name = "skips::a_skipping_test_is_counted_and_named_at_the_end_of_the_run";
     let (ok, out) = skips_sh(&log, &[me.to_str().unwrap(), "--exact", name, "--test-threads=1"]);
     assert!(ok, "the child test passes (a skip is a pass):\n{out}");
-    let line = format!("{name}: {REASON}");
-    assert_eq!(std::fs::read_to_string(&log).unwrap(), format!("{line}\n"), "one line, the stale one gone");
-    let tail: Vec<&str> = out.lines().rev().take(2).collect();
-    assert_eq!(tail, [format!("  {line}").as_str(), "1 test skipped:"], "the run ends with the summary:\n{out}");
-    // Alone, it prints the same summary again.
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), format!("{name}: {REASON}\n"), "one line, the stale one gone");
+    let summary = format!("1 test skipped:\n  {REASON}: 1 test: {name}\n");
+    assert!(out.ends_with(&summary), "the run ends with the summary:\n{out}");
+    // Alone, it prints the same summary again; tests sharing a reason are grouped under it.
     let (ok, out) = skips_sh(&log, &[]);
-    assert!(ok && out == format!("1 test skipped:\n  {line}\n"), "{out}");
+    assert!(ok && out == summary, "{out}");
+    std::fs::write(&log, "m::a: no GPU\nm::b: no GPU\nm::b: no GPU\nm::c: no promtool\n").unwrap();
+    let (_, out) = skips_sh(&log, &[]);
+    assert_eq!(out, "3 tests skipped:\n  no GPU: 2 tests: m::a, m::b\n  no promtool: 1 test: m::c\n");
     // A command's failure is passed on, and a run with no skips says so.
     let (ok, out) = skips_sh(&log, &["sh", "-c", "exit 3"]);
     assert!(!ok && out.trim_end().ends_with("no tests skipped"), "{out}");

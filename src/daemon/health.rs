@@ -1,5 +1,5 @@
 //! Readiness as /readyz reports it: the model is loaded and every configured
-//! stream is up. Setters also drive the matching gauges, so the metrics and
+//! stream is up (a degraded stream, dropping most frames, is named but ready). Setters also drive the matching gauges, so the metrics and
 //! the probe always agree.
 //!
 //! Register streams (`add_stream`) before loading the model: otherwise there
@@ -86,6 +86,7 @@ impl Health {
     pub fn set_stream_degraded(&self, name: &str, degraded: bool) {
         if let Some(s) = self.streams.read().unwrap_or_else(PoisonError::into_inner).get(name) {
             s.degraded.store(degraded, Ordering::Release);
+            metrics::set_stream_degraded(name, degraded);
         }
     }
 
@@ -111,6 +112,7 @@ impl Health {
         let removed = self.streams.write().unwrap_or_else(PoisonError::into_inner).remove(name).is_some();
         if removed {
             metrics::set_stream_up(name, false);
+            metrics::set_stream_degraded(name, false);
         }
     }
 

@@ -36,6 +36,7 @@ pub const RECONNECTS: &str = "roadseg_reconnects_total";
 pub const INTERRUPTIONS: &str = "roadseg_stream_interruptions_total";
 pub const DECODE_ERRORS: &str = "roadseg_decode_errors_total";
 pub const STREAM_UP: &str = "roadseg_stream_up";
+pub const STREAM_DEGRADED: &str = "roadseg_stream_degraded";
 pub const RTSP_CLIENTS: &str = "roadseg_rtsp_clients";
 pub const INFERENCE: &str = "roadseg_inference_seconds";
 pub const WORKER_BUSY: &str = "roadseg_worker_busy_ratio";
@@ -50,7 +51,7 @@ pub const GPU_BUSY: &str = "roadseg_gpu_busy_ratio";
 pub const SHARD_STREAMS: &str = "roadseg_shard_streams";
 
 /// Every name above, for checks that dashboards and docs use only real ones.
-pub const ALL_NAMES: [&str; 32] = [
+pub const ALL_NAMES: [&str; 33] = [
     GPU_UTILIZATION,
     GPU_BUSY,
     STAGE,
@@ -76,6 +77,7 @@ pub const ALL_NAMES: [&str; 32] = [
     INTERRUPTIONS,
     DECODE_ERRORS,
     STREAM_UP,
+    STREAM_DEGRADED,
     RTSP_CLIENTS,
     INFERENCE,
     WORKER_BUSY,
@@ -172,6 +174,11 @@ const GAUGES: &[(&str, Option<Unit>, &str)] = &[
         "Fraction of the last frame the model called road that joins no road in the lower picture (night sky, lit walls, tunnel ceilings), drawn and counted as its next-best class instead; high and lasting means this camera or light confuses the model",
     ),
     (STREAM_UP, None, "1 while the stream's source delivers frames"),
+    (
+        STREAM_DEGRADED,
+        None,
+        "1 while the stream drops more than daemon.overload_drop_share of its frames meant for inference as ring_full (inference cannot keep up: set infer_fps, add workers or use a GPU)",
+    ),
     (WORKER_BUSY, None, "Fraction of recent time the worker spent inferring"),
     (MODEL_LOADED, None, "1 once the model is loaded"),
     (BUILD_INFO, None, "Always 1; the version label says which build runs"),
@@ -579,6 +586,10 @@ pub fn set_shard_streams(owned: usize, skipped: usize) {
 /// Drives `roadseg_stream_up`; see `Health::set_stream_up` (health.rs).
 pub(super) fn set_stream_up(stream: &str, up: bool) {
     gauge!(STREAM_UP, "stream" => stream.to_string()).set(if up { 1.0 } else { 0.0 });
+}
+
+pub(super) fn set_stream_degraded(stream: &str, degraded: bool) {
+    gauge!(STREAM_DEGRADED, "stream" => stream.to_string()).set(if degraded { 1.0 } else { 0.0 });
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ fn streams(port: u16) -> serde_json::Value {
 
 #[test]
 fn a_stream_inference_cannot_keep_up_with_is_warned_about_and_degraded_while_the_daemon_stays_ready() {
-    // Rule: when most of a stream's frames are dropped as ring_full over daemon.overload_window_s (here a 25 fps file looped live, one worker at about 3 frames/s), the log warns naming the stream, the drop rate and the remedies (infer_fps, workers, a GPU), /api/v1/streams shows state "degraded" with its drop share and moving-average rates, and /readyz stays 200.
+    // Rule: when most of a stream's frames are dropped as ring_full over daemon.overload_window_s (here a 25 fps file looped live, one worker at about 3 frames/s), the log warns naming the stream, the drop rate and the remedies (infer_fps, workers, a GPU), /api/v1/streams shows state "degraded" with its drop share and moving-average rates, roadseg_stream_degraded is 1, and /readyz stays 200.
     let dir = tempfile::tempdir().unwrap();
     let clip = dir.path().join("clip.mp4");
     let (code, _, err) = common::roadseg(&["synth", "-o", clip.to_str().unwrap(), "--frames", "25", "--size", "320x180", "--fps", "25"]);
@@ -46,6 +46,7 @@ fn a_stream_inference_cannot_keep_up_with_is_warned_about_and_degraded_while_the
     let ready = get(mport, "/readyz");
     assert!(ready.starts_with("HTTP/1.1 200"), "/readyz stays ready: {ready}");
     assert!(ready.contains("degraded, dropping frames: busy"), "the reason names it: {ready}");
+    assert_eq!(metric(mport, "roadseg_stream_degraded", "busy"), 1.0, "the gauge says so too");
     d.wait_for("the warning", Duration::from_secs(5), || std::fs::read_to_string(&log_path).unwrap_or_default().contains("stream busy is degraded"));
     let log = d.log();
     let warning = log.lines().find(|l| l.contains("stream busy is degraded")).unwrap();

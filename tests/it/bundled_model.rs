@@ -21,14 +21,16 @@ const ROAD_IOU_FLOOR: f64 = 0.94;
 const HOOD_IOU_FLOOR: f64 = 0.9;
 /// `roadseg eval` of the bundled model on every 4th CamVid val frame (26) at
 /// 1024x768, fast preset: road IoU and mIoU as measured for the model card
-/// (2026-11-26, the soup of run 17 and the H100 fine-tune: 0.9488 and
+/// (2026-11-27, the product model, a WiSE-FT interpolation of p2 and the
+/// soup below: road 0.9510; 2026-11-26, the soup of run 17 and the H100 fine-tune: 0.9488 and
 /// 0.5095; run 17 had 0.9345 and 0.4877, run 16 0.9178 and 0.4791,
 /// run 15 0.9240 and 0.4931, run 11 0.9237 and 0.4766, run 7 0.9190 and
 /// 0.4706, run 5 0.9478 and 0.4853), and how far a change may move them.
-const CAMVID_SUBSET_ROAD: f64 = 0.9488;
+const CAMVID_SUBSET_ROAD: f64 = 0.9510;
 const CAMVID_TOLERANCE: f64 = 0.01;
-/// The same on every 4th frame of the IDD drives held out from training.
-const IDD_SUBSET_ROAD: f64 = 0.7349;
+/// The same on every 4th frame of the IDD drives held out from training
+/// (the product model 0.8461; the CamVid soup before it 0.7349).
+const IDD_SUBSET_ROAD: f64 = 0.8461;
 
 /// Renders the drive; returns the clip's path.
 fn synth(dir: &Path, frames: u32, size: &str, seed: u32, truth: Option<&Path>) -> String {
@@ -110,7 +112,10 @@ fn hood_estimate_matches_the_synthetic_bonnet() {
     let truth_pct = truth.iter().filter(|&&m| m != 0).count() as f64 / truth.len() as f64 * 100.0;
     let last = lines.last().unwrap()["hood_pct"].as_f64().expect("hood_pct in every line");
     assert!((last - truth_pct).abs() < 1.5, "hood_pct {last} vs drawn {truth_pct:.2}");
-    assert_eq!(lines[0]["hood_pct"].as_f64(), Some(0.0), "no hood claimed before any motion was seen");
+    // The model's ego-vehicle class gives the hood from the first frame (issue 35); a model
+    // without one has only the motion estimate, which claims nothing before motion is seen.
+    let first = lines[0]["hood_pct"].as_f64().expect("hood_pct in every line");
+    assert!(first == 0.0 || (first - truth_pct).abs() < 3.0, "first frame: hood_pct {first} vs drawn {truth_pct:.2}");
 }
 
 #[test]
@@ -270,7 +275,7 @@ fn the_bundled_model_keeps_its_held_out_idd_figure() {
 /// trained on (BDD100K stills, solidWhiteRight frames), as in the model card;
 /// since run 8 they are also the adoption gate between candidates. Issue 20
 /// asks for 0.90; this records where the model is.
-const UNSEEN_ROAD: f64 = 0.8025;
+const UNSEEN_ROAD: f64 = 0.8214;
 
 #[test]
 fn the_bundled_model_keeps_its_unseen_road_figure() {

@@ -41,11 +41,12 @@ panel() {
     -c:v libx264 -preset veryfast -pix_fmt yuv420p "$tmp/excerpt.mp4"
   "$bin" process "$tmp/excerpt.mp4" -o "$tmp/excerpt-out.mp4" --model "$model" --device cpu >/dev/null 2>"$tmp/log" ||
     { cat "$tmp/log" >&2; exit 1; }
-  ffmpeg -nostdin -v error -y -sseof -0.1 -i "$tmp/excerpt-out.mp4" -frames:v 1 \
-    -vf "scale=$width:-2,pad=$width:$((width * 9 / 16)):0:0:black,drawtext=text='$(basename "$model")':x=6:y=6:fontcolor=white:box=1:boxcolor=black@0.6" \
+  # The last frame: every frame of the last second written over the one before (a 6 fps clip has none in its last 0.1 s).
+  ffmpeg -nostdin -v error -y -sseof -1 -i "$tmp/excerpt-out.mp4" -update 1 \
+    -vf "scale=$width:$((width * 9 / 16)):force_original_aspect_ratio=decrease,pad=$width:$((width * 9 / 16)):(ow-iw)/2:(oh-ih)/2:black,drawtext=text='$(basename "$model")':x=6:y=6:fontcolor=white:box=1:boxcolor=black@0.6" \
     "$png" 2>/dev/null ||
-    ffmpeg -nostdin -v error -y -sseof -0.1 -i "$tmp/excerpt-out.mp4" -frames:v 1 \
-      -vf "scale=$width:-2,pad=$width:$((width * 9 / 16)):0:0:black" "$png"
+    ffmpeg -nostdin -v error -y -sseof -1 -i "$tmp/excerpt-out.mp4" -update 1 \
+      -vf "scale=$width:$((width * 9 / 16)):force_original_aspect_ratio=decrease,pad=$width:$((width * 9 / 16)):(ow-iw)/2:(oh-ih)/2:black" "$png"
 }
 
 rows=()

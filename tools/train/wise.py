@@ -2,7 +2,7 @@
 """Interpolate a product-label model (distill.py) with the CamVid model it
 was fine-tuned from, in weight space (WiSE-FT, Wortsman et al. 2022):
 
-    wise.py --fine DIR --base models/roadseg-camvid --alpha A --out DIR
+    wise.py --fine DIR --base CAMVID_MODEL_DIR --alpha A --out DIR
 
 theta = A * fine + (1 - A) * base for every tensor the two share, the
 decode head's BatchNorm statistics included (both models come from one
@@ -48,7 +48,8 @@ def interpolate(fine, base, alpha: float):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fine", required=True, help="a distill.py export (the product label set)")
-    ap.add_argument("--base", default="models/roadseg-camvid", help="the CamVid model it started from")
+    ap.add_argument("--base", required=True,
+                    help="the CamVid model it started from (the bundled model before 2026-11-27: git rev e24aab2)")
     ap.add_argument("--alpha", type=float, required=True, help="the fine model's share, 0..1")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()

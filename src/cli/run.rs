@@ -21,6 +21,10 @@ pub struct CheckConfigArgs {
     /// The same file, spelt as for `run`.
     #[arg(long, short, conflicts_with = "file")]
     pub config: Option<PathBuf>,
+    /// Skip timing the model on the CPU (a second or two) for the summary's
+    /// `CPU load:` line, which sets the streams' frame rates against it.
+    #[arg(long)]
+    pub no_estimate: bool,
 }
 
 pub fn run(args: RunArgs) -> Result<()> {
@@ -29,7 +33,7 @@ pub fn run(args: RunArgs) -> Result<()> {
 
 pub fn check_config(args: CheckConfigArgs) -> Result<()> {
     let file = args.file.or(args.config).expect("clap requires one of them");
-    let summary = roadseg::daemon::run::check_config(&file)?;
+    let summary = roadseg::daemon::run::check_config(&file, !args.no_estimate)?;
     print!("{summary}");
     Ok(())
 }

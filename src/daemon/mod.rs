@@ -3,6 +3,7 @@
 //! and API) and systemd notifications. The pipeline itself lives in `crate::video`.
 
 pub mod config;
+pub mod cpu_load;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod health;

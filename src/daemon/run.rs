@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
+use super::cpu_load;
 use super::config::{ConfigError, DaemonConfig, Shard, SourceUri, StreamConfig, Summary, check};
 use super::health::Health;
 use super::metrics::{self, MetricsError, StreamMetrics};
@@ -93,13 +94,22 @@ impl DaemonError {
 }
 
 /// `roadseg check-config FILE`: every check `run` makes, the model folder
-/// included; the summary on success.
-pub fn check_config(path: &Path) -> Result<Summary, ConfigError> {
+/// included; the summary on success. With `estimate`, on the CPU, the model
+/// is timed and the summary says whether the streams' frames will keep up.
+pub fn check_config(path: &Path, estimate: bool) -> Result<Summary, ConfigError> {
     let mut summary = check(Some(path))?;
     // A warning, not an error: the file may be checked on another machine
     // than the one that will run it.
-    if let Err(e) = device::resolve(&summary.config.model.device, summary.config.model.precision) {
-        summary.warnings.push(format!("{}; `roadseg run` here would exit 78", DaemonError::Device(e)));
+    match device::resolve(&summary.config.model.device, summary.config.model.precision) {
+        Err(e) => summary.warnings.push(format!("{}; `roadseg run` here would exit 78", DaemonError::Device(e))),
+        // Only an estimate: whatever it finds, the config is still valid.
+        Ok(resolved) if estimate && resolved.is_cpu() => {
+            summary.cpu_load = Some(match cpu_load::estimate(&summary.config, &resolved) {
+                Ok(load) => load.to_string(),
+                Err(e) => format!("CPU load: not estimated ({e})"),
+            });
+        }
+        Ok(_) => {}
     }
     Ok(summary)
 }

@@ -177,6 +177,12 @@ impl SourceUri {
         self.query.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
     }
 
+    /// The frame rate the URI itself states (`test://…?fps=F`); None where
+    /// only the source, once started, could say.
+    pub fn stated_fps(&self) -> Option<f64> {
+        (self.scheme == Scheme::Test).then(|| self.query_value("fps").and_then(parse_fps)).flatten()
+    }
+
     /// Whether a stream from `uri` is live when its settings do not say (see
     /// [`Scheme::is_live`]). A scheme no source handles counts as live: it
     /// fails to start either way, and a live stream keeps retrying.

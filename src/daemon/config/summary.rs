@@ -19,6 +19,9 @@ pub struct Summary {
     pub layers: String,
     pub config: DaemonConfig,
     pub warnings: Vec<String>,
+    /// `check-config`'s `CPU load:` line, when the model runs on the CPU and
+    /// was timed (see `daemon::cpu_load`).
+    pub cpu_load: Option<String>,
 }
 
 /// Loads like `DaemonConfig::load(path)`, then runs every check including
@@ -36,7 +39,7 @@ pub fn check_sources(sources: &Sources) -> Result<Summary, ConfigError> {
         p.at = sources.locate(&files, &p.field);
     }
     Problems::into_result(problems)?;
-    Ok(Summary { layers: sources.describe(), warnings: config.warnings(), config })
+    Ok(Summary { layers: sources.describe(), warnings: config.warnings(), cpu_load: None, config })
 }
 
 impl fmt::Display for Summary {
@@ -102,6 +105,9 @@ impl Summary {
         }
         if c.streams.iter().any(|s| [&s.output.file, &s.output.stats].iter().any(|t| t.as_deref().is_some_and(|t| t.contains("{start}")))) {
             writeln!(f, "({{start}} is the daemon's start time in UTC, e.g. {})", format_start(SystemTime::now()))?;
+        }
+        if let Some(line) = &self.cpu_load {
+            writeln!(f, "{line}")?;
         }
         for w in &self.warnings {
             writeln!(f, "warning: {w}")?;

@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::Precision;
 use crate::device::DeviceRequest;
-use crate::engine::Preset;
+use crate::engine::{ModelSpec, Preset};
 pub use crate::worker_count::WorkerCount;
 
 pub use load::Sources;
@@ -108,6 +108,21 @@ pub struct ModelConfig {
     /// CUDA: replay each frame as a recorded CUDA graph. Default true; false
     /// runs the same kernels eagerly (debugging).
     pub cuda_graphs: bool,
+}
+
+impl ModelConfig {
+    /// What the engine loads, at `height` (the configured one, or what the
+    /// daemon derived for `height = 0`): the one place config becomes a spec.
+    pub fn spec(&self, height: u32) -> ModelSpec<'_> {
+        ModelSpec {
+            path: &self.path,
+            size: (self.width as usize, height as usize),
+            preset: self.preset,
+            road_classes: &self.road_classes,
+            confidence_threshold: self.confidence_threshold,
+            cuda_graphs: self.cuda_graphs,
+        }
+    }
 }
 
 impl Default for ModelConfig {

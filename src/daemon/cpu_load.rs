@@ -10,7 +10,7 @@ use std::time::Instant;
 use super::config::DaemonConfig;
 use crate::backend::cpu::CpuBackend;
 use crate::device::Resolved;
-use crate::engine::{self, EngineError, FrameRef, LoadError, ModelSpec, PixelFormat};
+use crate::engine::{self, EngineError, FrameRef, LoadError, PixelFormat};
 use crate::input_size::FALLBACK_HEIGHT;
 
 /// What a live stream is taken to deliver when neither `infer_fps` nor its
@@ -88,14 +88,7 @@ pub fn demand(config: &DaemonConfig) -> (f64, usize, usize) {
 pub fn estimate(config: &DaemonConfig, resolved: &Resolved) -> Result<CpuLoad, EstimateError> {
     let m = &config.model;
     let height = if m.height == 0 { FALLBACK_HEIGHT } else { m.height };
-    let spec = ModelSpec {
-        path: &m.path,
-        size: (m.width as usize, height as usize),
-        preset: m.preset,
-        road_classes: &m.road_classes,
-        confidence_threshold: m.confidence_threshold,
-        cuda_graphs: m.cuda_graphs,
-    };
+    let spec = m.spec(height);
     let (mut engines, _) = engine::load_engines(&spec, resolved, 1, CpuBackend::new())?;
     let engine = &mut engines[0];
     // Mid grey: the model's time does not depend on what the picture shows.

@@ -11,7 +11,7 @@ use crate::daemon::config::{AnnotateConfig, DaemonConfig};
 use crate::daemon::health::Health;
 use crate::daemon::metrics::{self, DeviceMetrics};
 use crate::device::Resolved;
-use crate::engine::{self, LoadError, ModelSpec};
+use crate::engine::{self, LoadError};
 use crate::images::{OverlayStyle, palette};
 use crate::input_size::{self, FALLBACK_HEIGHT};
 use crate::annotate::{Annotator, FrameStats};
@@ -49,14 +49,7 @@ pub(super) fn input_height(config: &DaemonConfig, stop: &StopSignal) -> u32 {
 /// worker, each with its own engine (weights shared).
 pub(super) fn start_pool(config: &DaemonConfig, height: u32, resolved: &Resolved, streams: &StreamMetricMap, health: &Arc<Health>) -> Result<WorkerPool, LoadError> {
     let m = &config.model;
-    let spec = ModelSpec {
-        path: &m.path,
-        size: (m.width as usize, height as usize),
-        preset: m.preset,
-        road_classes: &m.road_classes,
-        confidence_threshold: m.confidence_threshold,
-        cuda_graphs: m.cuda_graphs,
-    };
+    let spec = m.spec(height);
     let (engines, labels) = engine::load_engines_for(&spec, resolved, config.workers.count, CpuBackend::new())?;
     let workers = engines.len();
     tracing::info!(workers, count = %config.workers.count, device = %resolved.device, "starting inference workers");

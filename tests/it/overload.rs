@@ -1,6 +1,8 @@
 //! Overload made visible: a stream the workers cannot keep up with is
 //! warned about and shown as degraded, while the daemon stays ready.
 
+#![cfg(feature = "video")]
+
 use std::time::Duration;
 
 use crate::common;

@@ -250,10 +250,10 @@ impl FileSink {
         }
         let segments = match settings.segment_seconds {
             None => None,
-            Some(secs) => Some(Segmenter {
-                length_ns: secs as u64 * 1_000_000_000,
-                split: pipeline.by_name("split").ok_or_else(|| glib::bool_error!("segment description has no splitmuxsink named split"))?,
-            }),
+            Some(secs) => {
+                let split = pipeline.by_name("split").ok_or_else(|| glib::bool_error!("segment description has no splitmuxsink named split"))?;
+                Some(Segmenter { length_ns: secs as u64 * 1_000_000_000, split })
+            }
         };
         let appsrc = pipeline
             .by_name("src")

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use super::metrics;
@@ -21,6 +21,8 @@ pub struct Health {
     /// Nothing inferred for this long while up = stalled (None: never).
     stall_after: Option<Duration>,
     origin: Instant,
+    /// Why the last reload was rejected; None once one applied (or none ran).
+    reload_error: Mutex<Option<String>>,
 }
 
 #[derive(Debug, Default)]
@@ -47,7 +49,7 @@ impl Health {
 
     /// `stall_after`: how long an up stream may go without an inferred frame.
     pub fn with_stall_timeout(stall_after: Option<Duration>) -> Health {
-        Health { model_loaded: AtomicBool::new(false), streams: RwLock::default(), stall_after, origin: Instant::now() }
+        Health { model_loaded: AtomicBool::new(false), streams: RwLock::default(), stall_after, origin: Instant::now(), reload_error: Mutex::default() }
     }
 
     pub fn set_model_loaded(&self, loaded: bool) {
@@ -55,8 +57,20 @@ impl Health {
         metrics::set_model_loaded(loaded);
     }
 
+    /// How the last reload went: `Err(why)` when it was rejected.
+    pub fn set_reload(&self, result: Result<(), String>) {
+        metrics::set_reload_failed(result.is_err());
+        *self.reload_error.lock().unwrap_or_else(PoisonError::into_inner) = result.err();
+    }
+
+    /// Why the last reload was rejected, if it was.
+    pub fn reload_error(&self) -> Option<String> {
+        self.reload_error.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
     /// A configured stream, down until it delivers frames.
     pub fn add_stream(&self, name: &str) {
+        metrics::revive_stream(name);
         self.set_stream_up(name, false);
     }
 
@@ -113,6 +127,7 @@ impl Health {
         if removed {
             metrics::set_stream_up(name, false);
             metrics::set_stream_degraded(name, false);
+            metrics::retire_stream(name);
         }
     }
 

@@ -7,6 +7,7 @@
 //! A removed stream's series stay in /metrics until the process restarts
 //! (the exporter cannot unregister); its `roadseg_stream_up` drops to 0.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
@@ -49,9 +50,10 @@ pub const GPU_TEMPERATURE: &str = "roadseg_gpu_temperature_celsius";
 pub const GPU_POWER: &str = "roadseg_gpu_power_watts";
 pub const GPU_BUSY: &str = "roadseg_gpu_busy_ratio";
 pub const SHARD_STREAMS: &str = "roadseg_shard_streams";
+pub const CONFIG_RELOAD_FAILED: &str = "roadseg_config_reload_failed";
 
 /// Every name above, for checks that dashboards and docs use only real ones.
-pub const ALL_NAMES: [&str; 33] = [
+pub const ALL_NAMES: [&str; 34] = [
     GPU_UTILIZATION,
     GPU_BUSY,
     STAGE,
@@ -85,6 +87,7 @@ pub const ALL_NAMES: [&str; 33] = [
     MODEL_LOADED,
     BUILD_INFO,
     SHARD_STREAMS,
+    CONFIG_RELOAD_FAILED,
 ];
 
 /// Source frame to annotated output, 5 ms to 10 s.
@@ -118,6 +121,7 @@ pub fn install() -> Result<PrometheusHandle, MetricsError> {
     describe();
     gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     gauge!(MODEL_LOADED).set(0.0);
+    gauge!(CONFIG_RELOAD_FAILED).set(0.0);
     let upkeep = handle.clone();
     // Detached on purpose: the recorder it tends is global and lives as long.
     let spawned = std::thread::Builder::new().name("metrics-upkeep".into()).spawn(move || {
@@ -143,7 +147,7 @@ fn builder() -> Result<PrometheusBuilder, BuildError> {
 const COUNTERS: &[(&str, &str)] = &[
     (FRAMES_DECODED, "Frames decoded from the source"),
     (FRAMES_INFERRED, "Frames segmented by a worker"),
-    (FRAMES_DROPPED, "Frames dropped, by reason (ring_full, inference_error, decode_error)"),
+    (FRAMES_DROPPED, "Frames dropped, by reason (ring_full, inference_error, decode_error, rate_limited, shutdown)"),
     (FRAMES_WRITTEN, "Frames written, by sink (file, rtsp, stats)"),
     (SINK_ERRORS, "Frames an output failed to write (a paused recording counts each frame it missed)"),
     (SEGMENTS_DELETED, "Recording segments deleted by retention (reason: age or space)"),
@@ -181,6 +185,7 @@ const GAUGES: &[(&str, Option<Unit>, &str)] = &[
     ),
     (WORKER_BUSY, None, "Fraction of recent time the worker spent inferring"),
     (MODEL_LOADED, None, "1 once the model is loaded"),
+    (CONFIG_RELOAD_FAILED, None, "1 when the last reload (SIGHUP) was rejected and the running configuration kept; 0 after one applied"),
     (BUILD_INFO, None, "Always 1; the version label says which build runs"),
     (GPU_UTILIZATION, None, "Fraction of the last sample period a kernel ran on the GPU (NVML)"),
     (GPU_BUSY, None, "Fraction of the last second the GPU spent running roadseg's frames (CUDA events around each frame's graph, summed over workers, at most 1)"),
@@ -215,10 +220,12 @@ pub enum DropReason {
     InferenceError,
     DecodeError,
     RateLimited,
+    Shutdown,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 4] = [DropReason::RingFull, DropReason::InferenceError, DropReason::DecodeError, DropReason::RateLimited];
+    pub const ALL: [DropReason; 5] =
+        [DropReason::RingFull, DropReason::InferenceError, DropReason::DecodeError, DropReason::RateLimited, DropReason::Shutdown];
 
     pub fn label(self) -> &'static str {
         match self {
@@ -226,6 +233,7 @@ impl DropReason {
             DropReason::InferenceError => "inference_error",
             DropReason::DecodeError => "decode_error",
             DropReason::RateLimited => "rate_limited",
+            DropReason::Shutdown => "shutdown",
         }
     }
 }
@@ -294,7 +302,7 @@ impl Stage {
 pub struct StreamMetrics {
     pub frames_decoded: Counter,
     pub frames_inferred: Counter,
-    dropped: [Counter; 4],
+    dropped: [Counter; DropReason::ALL.len()],
     written: [Counter; 3],
     sink_errors: [Counter; 3],
     pub latency: Histogram,
@@ -330,12 +338,12 @@ impl StreamMetrics {
             latency: Histogram::from_arc(Arc::new(TeeLatency { inner: histogram!(LATENCY, "stream" => s.clone()), readings: r.clone() })),
             stages: Stage::ALL.map(|stage| histogram!(STAGE, "stream" => s.clone(), "stage" => stage.label())),
             ring_depth: gauge!(RING_DEPTH, "stream" => s.clone()),
-            road_coverage: Gauge::from_arc(Arc::new(TeeGauge { inner: gauge!(ROAD_COVERAGE, "stream" => s.clone()), readings: r.clone(), into: |r| &r.road_coverage })),
-            mean_confidence: Gauge::from_arc(Arc::new(TeeGauge { inner: gauge!(MEAN_CONFIDENCE, "stream" => s.clone()), readings: r.clone(), into: |r| &r.mean_confidence })),
-            hood_coverage: gauge!(HOOD_COVERAGE, "stream" => s.clone()),
-            road_cut: gauge!(ROAD_CUT, "stream" => s.clone()),
-            last_inferred: gauge!(LAST_INFERRED, "stream" => s.clone()),
-            last_written: gauge!(LAST_WRITTEN, "stream" => s.clone()),
+            road_coverage: Gauge::from_arc(Arc::new(TeeGauge { inner: FrameGauge::new(ROAD_COVERAGE, &s), readings: r.clone(), into: |r| &r.road_coverage })),
+            mean_confidence: Gauge::from_arc(Arc::new(TeeGauge { inner: FrameGauge::new(MEAN_CONFIDENCE, &s), readings: r.clone(), into: |r| &r.mean_confidence })),
+            hood_coverage: FrameGauge::new(HOOD_COVERAGE, &s),
+            road_cut: FrameGauge::new(ROAD_CUT, &s),
+            last_inferred: FrameGauge::new(LAST_INFERRED, &s),
+            last_written: FrameGauge::new(LAST_WRITTEN, &s),
             reconnects: tee(counter!(RECONNECTS, "stream" => s.clone()), Slot::Reconnects),
             interruptions: counter!(INTERRUPTIONS, "stream" => s.clone()),
             decode_errors: counter!(DECODE_ERRORS, "stream" => s.clone()),
@@ -364,8 +372,8 @@ impl StreamMetrics {
         self.stages[stage as usize].record(took.as_secs_f64());
     }
 
-    /// What this handle set has counted since it was built (the stream's
-    /// start or its restart by a reload).
+    /// What this handle set has counted since the stream was first started
+    /// (a reload's restart keeps the set, as the exported counters go on).
     pub fn readings(&self) -> StreamReading {
         self.readings.read()
     }
@@ -487,6 +495,37 @@ impl GaugeFn for TeeGauge {
     }
 }
 
+/// A per-frame gauge whose series appears with its first value: before a
+/// stream's first frame there is nothing measured, and a 0 would read as a
+/// measurement (no road, no confidence). Registered once, on first set.
+struct FrameGauge {
+    name: &'static str,
+    stream: String,
+    gauge: OnceLock<Gauge>,
+}
+
+impl FrameGauge {
+    fn new(name: &'static str, stream: &str) -> Gauge {
+        Gauge::from_arc(Arc::new(FrameGauge { name, stream: stream.to_string(), gauge: OnceLock::new() }))
+    }
+
+    fn gauge(&self) -> &Gauge {
+        self.gauge.get_or_init(|| gauge!(self.name, "stream" => self.stream.clone()))
+    }
+}
+
+impl GaugeFn for FrameGauge {
+    fn increment(&self, value: f64) {
+        self.gauge().increment(value);
+    }
+    fn decrement(&self, value: f64) {
+        self.gauge().decrement(value);
+    }
+    fn set(&self, value: f64) {
+        self.gauge().set(value);
+    }
+}
+
 /// Now as Unix time in seconds, for the `*_timestamp_seconds` gauges.
 pub fn unix_now() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
@@ -581,6 +620,40 @@ pub(super) fn set_model_loaded(loaded: bool) {
 pub fn set_shard_streams(owned: usize, skipped: usize) {
     gauge!(SHARD_STREAMS, "state" => "owned").set(owned as f64);
     gauge!(SHARD_STREAMS, "state" => "skipped").set(skipped as f64);
+}
+
+/// Drives `roadseg_config_reload_failed`; see `Health::set_reload` (health.rs).
+pub(super) fn set_reload_failed(failed: bool) {
+    gauge!(CONFIG_RELOAD_FAILED).set(if failed { 1.0 } else { 0.0 });
+}
+
+/// Streams removed by a reload: their series leave `/metrics` (the
+/// exporter cannot forget a series, so [`render`] leaves them out), or a
+/// "stream down" alert would fire for a stream that no longer exists.
+static RETIRED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+pub(super) fn retire_stream(stream: &str) {
+    RETIRED.lock().unwrap_or_else(PoisonError::into_inner).insert(stream.to_string());
+}
+
+/// A stream (re)added: its series show again, counters where they were.
+pub(super) fn revive_stream(stream: &str) {
+    RETIRED.lock().unwrap_or_else(PoisonError::into_inner).remove(stream);
+}
+
+/// The exposition text, less the series of retired streams.
+pub fn render(handle: &PrometheusHandle) -> String {
+    let text = handle.render();
+    let retired: Vec<String> = RETIRED.lock().unwrap_or_else(PoisonError::into_inner).iter().map(|s| format!("stream=\"{s}\"")).collect();
+    if retired.is_empty() {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines().filter(|l| l.starts_with('#') || !retired.iter().any(|r| l.contains(r.as_str()))) {
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
 }
 
 /// Drives `roadseg_stream_up`; see `Health::set_stream_up` (health.rs).

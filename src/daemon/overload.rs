@@ -156,7 +156,7 @@ mod tests {
             frames_decoded: decoded,
             frames_inferred: out,
             frames_out: out,
-            dropped: [(DropReason::RingFull, ring_full), (DropReason::InferenceError, 0), (DropReason::DecodeError, 0), (DropReason::RateLimited, rate_limited)],
+            dropped: [(DropReason::RingFull, ring_full), (DropReason::InferenceError, 0), (DropReason::DecodeError, 0), (DropReason::RateLimited, rate_limited), (DropReason::Shutdown, 0)],
             reconnects: 0,
             latency_s: None,
             road_coverage: None,

@@ -354,8 +354,15 @@ impl Daemon {
     fn start_stream(&mut self, config: &StreamConfig, named_for: SystemTime) {
         let name = &config.name;
         self.health.add_stream(name);
-        let metrics = StreamMetrics::new(name);
-        self.stream_metrics.write().unwrap_or_else(PoisonError::into_inner).insert(name.to_string(), metrics.clone());
+        // A stream restarted by a reload keeps its handles: the API's counts
+        // then go on as the exported counters do (they never reset).
+        let metrics = self
+            .stream_metrics
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(name.to_string())
+            .or_insert_with(|| StreamMetrics::new(name))
+            .clone();
         let source = SourceUri::redacted(&config.uri);
         let status = Arc::new(StreamStatus::new(name, source.clone(), config.is_live(), metrics.clone()));
         self.directory.insert(status.clone());

@@ -61,6 +61,8 @@ pub struct StreamStatus {
     last_frame_ms: AtomicU64,
     /// Rates and overload, from the daemon's once-a-second sample.
     load: Mutex<Load>,
+    /// Why the source last failed to start or was lost; cleared when it is up.
+    last_error: Mutex<Option<String>>,
 }
 
 impl StreamStatus {
@@ -74,7 +76,17 @@ impl StreamStatus {
             state: AtomicU8::new(StreamState::Starting as u8),
             last_frame_ms: AtomicU64::new(0),
             load: Mutex::default(),
+            last_error: Mutex::default(),
         }
+    }
+
+    /// Records why the source failed (`Some`), or that it is up (`None`).
+    pub fn set_last_error(&self, error: Option<String>) {
+        *self.last_error.lock().unwrap_or_else(PoisonError::into_inner) = error;
+    }
+
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     pub fn set_state(&self, state: StreamState) {

@@ -138,6 +138,9 @@ impl Supervisor {
     fn set_up(&self, up: bool, state: StreamState) {
         self.ctx.health.set_stream_up(self.name(), up);
         self.ctx.status.set_state(state);
+        if up {
+            self.ctx.status.set_last_error(None);
+        }
     }
 
     fn run(self) {
@@ -193,7 +196,12 @@ impl Supervisor {
             match attempt() {
                 Ok(x) => return Ok(x),
                 Err(StartError::Source(FirstFrameError::Stopped)) => return Err(SessionEnd::Stopped),
-                Err(StartError::Source(e)) if self.live => tracing::error!(stream = %self.name(), "source failed: {e}"),
+                Err(StartError::Source(e)) if self.live => {
+                    tracing::error!(stream = %self.name(), "source failed: {e}");
+                    // Not "starting" any more: a camera that never answers is being retried.
+                    self.ctx.status.set_state(StreamState::Reconnecting);
+                    self.ctx.status.set_last_error(Some(e.to_string()));
+                }
                 Err(StartError::Source(e)) => {
                     tracing::error!(stream = %self.name(), "cannot play {}: {e}", SourceUri::redacted(&self.cfg.uri));
                     return Err(SessionEnd::Down);
@@ -275,6 +283,7 @@ impl Supervisor {
     /// Err(Rebuild) when it came back at another frame size.
     fn reconnect(&self, handle: &mut StreamHandle, backoff: &mut Backoff, why: &str) -> Result<(), SessionEnd> {
         self.set_up(false, StreamState::Reconnecting);
+        self.ctx.status.set_last_error(Some(format!("source lost: {why}")));
         tracing::warn!(stream = %self.name(), "source lost: {why}");
         self.ctx.metrics.interruptions.increment(1);
         handle.drop_source();

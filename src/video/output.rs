@@ -14,6 +14,10 @@ use crossbeam_channel::Receiver;
 use crate::annotate::FrameStats;
 use super::pool::{OutputItem, SkipReason, StreamCounters};
 use super::reorder::{Reorder, Slot};
+
+/// Kept back from a shutdown's deadline when finalising, so the stream's
+/// supervisor reports back before it.
+const FINISH_MARGIN: Duration = Duration::from_millis(250);
 use super::ring::{FrameBuf, FrameRing};
 use super::rtsp::RtspError;
 use super::sink::SinkError;
@@ -67,6 +71,11 @@ pub trait FrameSink: Send {
     /// How long its encoder held each frame that came out since the last
     /// call, where that is measured (the recording's encoder).
     fn encode_times(&self, _each: &mut dyn FnMut(Duration)) {}
+    /// Recorded segments closed so far (changes when one closes): the stats
+    /// sidecar is synced to disk with them.
+    fn segments_closed(&self) -> usize {
+        0
+    }
     /// Flushes and finalises (e.g. EOS so an MP4 gets its index).
     fn finish(self: Box<Self>, timeout: Duration) -> Result<(), OutputError>;
 }
@@ -96,9 +105,12 @@ pub struct NoObserver;
 impl StreamObserver for NoObserver {}
 
 /// JSON-lines sidecar: one object per written frame, with the wall-clock
-/// time it was written.
+/// time it was written. Each line goes to the file as it is made (one
+/// write), so a crash or `kill -9` loses none that was written; the file
+/// is synced to disk when a recorded segment closes and at the end.
 pub struct StatsWriter {
-    out: std::io::BufWriter<std::fs::File>,
+    out: std::fs::File,
+    line: Vec<u8>,
     path: String,
     /// Named in every line (daemon sidecars, which may be shared or shipped).
     stream: Option<String>,
@@ -127,7 +139,7 @@ impl StatsWriter {
             .truncate(!append)
             .open(path)
             .map_err(|source| StatsError::Open { path: path.into(), source })?;
-        Ok(StatsWriter { out: std::io::BufWriter::new(file), path: path.display().to_string(), stream })
+        Ok(StatsWriter { out: file, line: Vec::with_capacity(256), path: path.display().to_string(), stream })
     }
 
     fn write(&mut self, frame: &FrameBuf, stats: &FrameStats) -> Result<(), StatsError> {
@@ -145,12 +157,18 @@ impl StatsWriter {
         if let Some(stream) = &self.stream {
             line["stream"] = stream.as_str().into();
         }
-        writeln!(self.out, "{line}").map_err(|source| StatsError::Write { path: self.path.clone(), source })
+        self.line.clear();
+        let _ = writeln!(self.line, "{line}");
+        self.out.write_all(&self.line).map_err(|source| StatsError::Write { path: self.path.clone(), source })
     }
 
-    fn finish(mut self) -> Result<(), StatsError> {
-        self.out.flush().map_err(|source| StatsError::Write { path: self.path.clone(), source })?;
-        self.out.get_ref().sync_all().map_err(|source| StatsError::Sync { path: self.path.clone(), source })
+    /// Puts what was written on the disk itself (survives power loss too).
+    fn sync(&self) -> Result<(), StatsError> {
+        self.out.sync_data().map_err(|source| StatsError::Sync { path: self.path.clone(), source })
+    }
+
+    fn finish(self) -> Result<(), StatsError> {
+        self.out.sync_all().map_err(|source| StatsError::Sync { path: self.path.clone(), source })
     }
 }
 
@@ -208,6 +226,7 @@ fn run(mut p: OutputParts) -> OutputSummary {
     let mut summary = OutputSummary::default();
     let mut fps_window = (Instant::now(), 0u64);
     let mut previous_mask: Vec<u8> = Vec::new();
+    let mut segments_closed = 0usize;
     let mut emit = |(mut buf, stats): (FrameBuf, FrameStats), p: &mut OutputParts, summary: &mut OutputSummary| {
         buf.stages.in_order = Instant::now();
         for sink in p.sinks.iter_mut() {
@@ -235,6 +254,13 @@ fn run(mut p: OutputParts) -> OutputSummary {
         for sink in p.sinks.iter() {
             sink.encode_times(&mut |took| p.observer.encoded(took));
         }
+        let closed: usize = p.sinks.iter().map(|s| s.segments_closed()).sum();
+        if closed != segments_closed {
+            segments_closed = closed;
+            if let Some(Err(e)) = p.stats.as_ref().map(StatsWriter::sync) {
+                tracing::warn!(stream = %p.stream, "{e}");
+            }
+        }
         p.observer.frame_out(&buf, buf.stages.decoded.elapsed(), &stats);
         summary.frames += 1;
         summary.road_coverage_sum += stats.road_coverage as f64;
@@ -256,6 +282,7 @@ fn run(mut p: OutputParts) -> OutputSummary {
         }
         p.ring.recycle(buf);
     };
+    let mut finish_by = None;
     while let Ok(item) = p.items.recv() {
         match item {
             OutputItem::Frame { buf, stats } => reorder.insert(buf.seq, Slot::Ready((buf, stats))),
@@ -264,14 +291,23 @@ fn run(mut p: OutputParts) -> OutputSummary {
                 summary.skipped += 1;
                 reorder.insert(seq, Slot::Skipped);
             }
-            OutputItem::End => break,
+            OutputItem::End { finish_by: Some(by) } => {
+                finish_by = Some(by);
+                break;
+            }
+            OutputItem::End { finish_by: None } => break,
         }
         reorder.drain_ready(|x| emit(x, &mut p, &mut summary));
     }
     reorder.drain_all(|x| emit(x, &mut p, &mut summary));
+    // Within a shutdown's deadline, less a moment for the caller to hear back.
+    let timeout = match finish_by {
+        Some(by) => p.finish_timeout.min(by.saturating_duration_since(Instant::now()).saturating_sub(FINISH_MARGIN)).max(FINISH_MARGIN),
+        None => p.finish_timeout,
+    };
     for sink in std::mem::take(&mut p.sinks) {
         let kind = sink.kind();
-        if let Err(e) = sink.finish(p.finish_timeout) {
+        if let Err(e) = sink.finish(timeout) {
             tracing::error!(stream = %p.stream, sink = kind, "finalising failed: {e}");
             summary.first_error.get_or_insert(e);
         }

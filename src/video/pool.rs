@@ -26,6 +26,8 @@ pub enum SkipReason {
     InferenceError,
     /// Over the stream's inference rate cap (`infer_fps`).
     RateLimited,
+    /// Still waiting for inference when a shutdown's drain time ran out.
+    Shutdown,
 }
 
 impl SkipReason {
@@ -34,6 +36,7 @@ impl SkipReason {
             SkipReason::RingFull => "ring_full",
             SkipReason::InferenceError => "inference_error",
             SkipReason::RateLimited => "rate_limited",
+            SkipReason::Shutdown => "shutdown",
         }
     }
 }
@@ -43,10 +46,11 @@ impl SkipReason {
 pub enum OutputItem {
     Frame { buf: FrameBuf, stats: FrameStats },
     Skipped { seq: u64, reason: SkipReason },
-    /// Everything before this has been sent: finish the sinks. Sent once the
-    /// ring is closed and drained, since the source side may still hold a
-    /// sender and the channel would never disconnect.
-    End,
+    /// Everything before this has been sent: finish the sinks, within
+    /// `finish_by` if given (a shutdown's deadline). Sent once the ring is
+    /// closed and drained, since the source side may still hold a sender and
+    /// the channel would never disconnect.
+    End { finish_by: Option<Instant> },
 }
 
 /// Per-stream counters the workers update and the status line reads.

@@ -384,6 +384,11 @@ impl FileSink {
         self.encode_clock.drain(each);
     }
 
+    /// Segments finalised so far (0 when not segmenting).
+    pub fn segments_closed(&self) -> usize {
+        self.shared.end.lock().map_or(0, |e| e.closed_segments.len())
+    }
+
     /// Ends the stream and waits (up to `timeout`) until every file is finalised.
     pub fn finish(mut self, timeout: Duration) -> Result<FinishedFiles, SinkError> {
         self.close(timeout)

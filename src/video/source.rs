@@ -233,11 +233,9 @@ impl Source {
             .name("source-bus".into())
             .spawn(move || watch.run())
             .map_err(|e| glib::bool_error!("cannot start the source's bus thread: {e}"))?;
-        if settings.announce {
-            tracing::info!(source = %plan.shown, "source started");
-        } else {
-            tracing::debug!(source = %plan.shown, "source started");
-        }
+        // "source started" (INFO) waits for the first frame (the stream's
+        // intake logs it): a camera that never answers gets this far too.
+        tracing::debug!(source = %plan.shown, "source pipeline playing; waiting for its first frame");
         Ok(Source { pipeline, shared, bus_thread: Some(bus_thread), uri: plan.shown })
     }
 

@@ -745,7 +745,7 @@ fn a_file_stream_is_finalised_at_its_end_and_a_missing_one_stays_down() {
 
 #[test]
 fn sighup_adds_a_stream_and_leaves_the_running_one_alone() {
-    // Rule: SIGHUP reloads the file: a broken file keeps the running config, an added stream starts (its metrics appear) while an unchanged stream keeps counting, a removed one stops, a changed one restarts, and global sections are only logged as needing a restart.
+    // Rule: SIGHUP reloads the file: a broken file keeps the running config, an added stream starts (its metrics appear) while an unchanged stream keeps counting, a removed one stops and its series leave /metrics, a changed one restarts, and global sections are only logged as needing a restart.
     let dir = tempfile::tempdir().unwrap();
     let mport = free_port();
     let head = header(mport, free_port());
@@ -789,14 +789,15 @@ fn sighup_adds_a_stream_and_leaves_the_running_one_alone() {
     let changed_two = two.replace("live = true", "live = true\nring_capacity = 4");
     std::fs::write(&config, head + "\n[workers]\ncount = 2\n" + &changed_two).unwrap();
     d.signal("-HUP");
-    d.wait_for("stream one down after its removal", Duration::from_secs(20), || {
-        metric(mport, "roadseg_stream_up", "one") == 0.0
+    // Its series leave /metrics (issue 39: a "stream down" alert must not fire for it).
+    d.wait_for("stream one gone from /metrics after its removal", Duration::from_secs(20), || {
+        metric(mport, "roadseg_stream_up", "one") == -1.0
     });
-    let (one_after, two_after) = (inferred("one"), inferred("two"));
+    let two_after = inferred("two");
     d.wait_for("stream two still inferring", Duration::from_secs(10), || {
         inferred("two") > two_after + 3.0
     });
-    assert_eq!(inferred("one"), one_after, "removed stream one still counts");
+    assert_eq!(inferred("one"), -1.0, "removed stream one still shows");
     let log = d.log();
     assert!(log.contains("[workers] changed; restart required"), "{log}");
     let starts = log

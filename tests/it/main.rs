@@ -24,6 +24,7 @@ mod media;
 mod overlay;
 mod overload;
 mod parity;
+mod pressure;
 mod process;
 mod real_bonnets;
 mod setup;

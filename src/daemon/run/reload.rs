@@ -14,7 +14,10 @@ impl Daemon {
         note(notify::reloading());
         tracing::info!("SIGHUP: reloading the configuration");
         match load_config(self.config_path.as_deref()) {
-            Err(e) => tracing::error!("reload failed, keeping the running configuration: {e}"),
+            Err(e) => {
+                tracing::error!("reload failed, keeping the running configuration: {e}");
+                self.health.set_reload(Err(e.to_string()));
+            }
             Ok(mut new) => {
                 self.keep_shard(&mut new);
                 self.apply(new)
@@ -29,8 +32,10 @@ impl Daemon {
         tracing::info!(added = ?plan.added, removed = ?plan.removed, changed = ?plan.changed, unchanged = plan.unchanged.len(), "reload plan");
         if let Err(e) = self.ensure_rtsp(&new) {
             tracing::error!("reload: cannot start the RTSP server, keeping the running configuration: {e}");
+            self.health.set_reload(Err(format!("cannot start the RTSP server: {e}")));
             return;
         }
+        self.health.set_reload(Ok(()));
         let to_stop: Vec<String> = plan.removed.iter().chain(&plan.changed).cloned().collect();
         if !to_stop.is_empty() {
             let deadline = Instant::now() + Duration::from_secs(new.daemon.shutdown_timeout_s);

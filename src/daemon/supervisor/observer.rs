@@ -36,6 +36,7 @@ impl StreamObserver for Observer {
             SkipReason::RingFull => DropReason::RingFull,
             SkipReason::InferenceError => DropReason::InferenceError,
             SkipReason::RateLimited => DropReason::RateLimited,
+            SkipReason::Shutdown => DropReason::Shutdown,
         };
         self.metrics.dropped(reason).increment(1);
     }

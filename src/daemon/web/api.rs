@@ -31,6 +31,7 @@ fn stream_json(s: &StreamStatus) -> Value {
         "state": s.state_label(),
         "degraded": load.degraded,
         "drop_share": load.drop_share.map(|v| round(v, 3)),
+        "last_error": s.last_error(),
         "live": s.live,
         "source": s.source,
         "fps_in": rate.map(|r| round(r.fps_in, 2)),
@@ -52,5 +53,11 @@ fn stream_json(s: &StreamStatus) -> Value {
 pub fn streams_json(ctx: &WebContext) -> Value {
     let (ready, reason) = ctx.health.is_ready();
     let streams: Vec<Value> = ctx.streams.list().iter().map(|s| stream_json(s)).collect();
-    json!({ "ready": ready, "reason": reason, "streams": streams })
+    let reload_error = ctx.health.reload_error();
+    json!({
+        "ready": ready,
+        "reason": reason,
+        "config_reload": { "failed": reload_error.is_some(), "error": reload_error },
+        "streams": streams,
+    })
 }

@@ -52,7 +52,7 @@ async fn page() -> Response {
 }
 
 async fn metrics(State(s): State<AppState>) -> Response {
-    ([(header::CONTENT_TYPE, METRICS_TYPE)], s.ctx.metrics.render()).into_response()
+    ([(header::CONTENT_TYPE, METRICS_TYPE)], crate::daemon::metrics::render(&s.ctx.metrics)).into_response()
 }
 
 async fn healthz() -> Response {

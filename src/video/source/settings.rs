@@ -24,8 +24,6 @@ pub struct SourceSettings {
     pub rtsp_transport: RtspTransport,
     /// Let decodebin use hardware decoders (see `source/decoders.rs` for how).
     pub prefer_hardware: bool,
-    /// Log the start at INFO (else debug: a looped file starting its next pass).
-    pub announce: bool,
 }
 
 impl SourceSettings {
@@ -36,7 +34,6 @@ impl SourceSettings {
             latency_ms: DEFAULT_LATENCY_MS,
             rtsp_transport: RtspTransport::default(),
             prefer_hardware: true,
-            announce: true,
         }
     }
 }

@@ -76,9 +76,14 @@ impl Intake {
     /// is logged at INFO, else at debug.
     pub(super) fn connect(&mut self, stop: &StopSignal, announce: bool) -> Result<VideoInfo, FirstFrameError> {
         self.drop_source();
-        let source = Source::start(SourceSettings { announce, ..self.settings.clone() }, self.feeder.clone())?;
+        let source = Source::start(self.settings.clone(), self.feeder.clone())?;
         match first_frame(&source, &self.events, &self.requeue, self.first_frame_timeout, stop) {
             Ok(info) => {
+                if announce {
+                    tracing::info!(source = %source.uri(), "source started");
+                } else {
+                    tracing::debug!(source = %source.uri(), "source started");
+                }
                 self.source = Some(source);
                 Ok(info)
             }

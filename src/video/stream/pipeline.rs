@@ -8,7 +8,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::temporal::StreamTemporal;
 use crate::video::output::{FrameSink, OutputParts, OutputStage, OutputSummary, StatsWriter, StreamObserver};
-use crate::video::pool::{OutputItem, StreamCounters, StreamInput, WorkerPool};
+use crate::video::pool::{OutputItem, SkipReason, StreamCounters, StreamInput, WorkerPool};
 use crate::video::ring::FrameRing;
 
 pub(super) struct StreamPipeline {
@@ -58,17 +58,32 @@ impl StreamPipeline {
         StreamPipeline { name: parts.name, ring: parts.ring, input, output }
     }
 
-    /// Waits (up to `deadline`) for queued and in-flight frames to be
-    /// processed, then detaches from the pool and finalises the sinks.
+    /// Lets queued and in-flight frames be inferred for half the time left
+    /// before `deadline`, drops (and counts) those still waiting then, and
+    /// finalises the sinks in the other half: what was produced is kept
+    /// even when inference is far behind (an overloaded box at SIGTERM).
     pub(super) fn drain_and_finish(self, pool: &WorkerPool, deadline: Instant) -> OutputSummary {
         self.ring.close();
-        while (self.ring.depth() > 0 || self.input.in_flight() > 0) && Instant::now() < deadline {
+        let drain_until = Instant::now() + deadline.saturating_duration_since(Instant::now()) / 2;
+        while (self.ring.depth() > 0 || self.input.in_flight() > 0) && Instant::now() < drain_until {
             pool.notify();
             std::thread::sleep(Duration::from_millis(5));
         }
         pool.remove_stream(&self.name);
+        let mut dropped = 0u64;
+        while let Some(buf) = self.ring.pop() {
+            let _ = self.input.output.send(OutputItem::Skipped { seq: buf.seq, reason: SkipReason::Shutdown });
+            self.ring.recycle(buf);
+            dropped += 1;
+        }
+        // A worker may still be inside a batch of this stream: its frames
+        // arrive after End and are not written.
+        let unfinished = self.input.in_flight();
+        if dropped + unfinished > 0 {
+            tracing::warn!(stream = %self.name, dropped, unfinished, "shutting down: frames still waiting for inference are not written");
+        }
         // Everything before this has been sent: the output stage finishes.
-        let _ = self.input.output.send(OutputItem::End);
+        let _ = self.input.output.send(OutputItem::End { finish_by: Some(deadline) });
         self.output.join()
     }
 }

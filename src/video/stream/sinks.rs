@@ -96,6 +96,9 @@ impl FrameSink for FileOutput {
             sink.encode_times(each);
         }
     }
+    fn segments_closed(&self) -> usize {
+        self.sink.as_ref().map_or(0, FileSink::segments_closed)
+    }
     fn finish(self: Box<Self>, timeout: Duration) -> Result<(), OutputError> {
         let Some(sink) = self.sink else {
             return Err(self.reopen.and_then(|r| r.last_error).map_or(OutputError::Failed, OutputError::File));

@@ -8,6 +8,7 @@ pub mod annotate;
 pub mod checkpoint;
 pub mod clock;
 pub mod device;
+pub mod disk;
 pub mod engine;
 pub mod eval;
 pub mod frame;

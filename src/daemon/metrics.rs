@@ -8,7 +8,7 @@
 //! (the exporter cannot unregister); its `roadseg_stream_up` drops to 0.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -372,6 +372,22 @@ impl StreamMetrics {
         self.stages[stage as usize].record(took.as_secs_f64());
     }
 
+    /// A frame went into the recording (one relaxed load when nothing changed).
+    pub fn recording_ok(&self) {
+        if self.readings.recording.load(Ordering::Relaxed) != 1 {
+            self.readings.recording.store(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The recording is paused, `why` ("disk full", or the error).
+    pub fn recording_paused(&self, why: &str) {
+        let mut paused = self.readings.paused.lock().unwrap_or_else(PoisonError::into_inner);
+        if *paused != why {
+            *paused = why.to_string();
+        }
+        self.readings.recording.store(2, Ordering::Relaxed);
+    }
+
     /// What this handle set has counted since the stream was first started
     /// (a reload's restart keeps the set, as the exported counters go on).
     pub fn readings(&self) -> StreamReading {
@@ -392,6 +408,9 @@ struct StreamReadings {
     latency_s: AtomicU64,
     road_coverage: AtomicU64,
     mean_confidence: AtomicU64,
+    /// The recording's state: 0 none yet, 1 writing, 2 paused (why in `paused`).
+    recording: AtomicU8,
+    paused: Mutex<String>,
 }
 
 /// Which of [`StreamReadings`]' counts a tee'd counter adds to.
@@ -426,6 +445,11 @@ impl StreamReadings {
             latency_s: (out > 0).then(|| f(&self.latency_s)),
             road_coverage: (inferred > 0).then(|| f(&self.road_coverage)),
             mean_confidence: (inferred > 0).then(|| f(&self.mean_confidence)),
+            recording: match self.recording.load(Ordering::Relaxed) {
+                0 => None,
+                1 => Some("recording".to_string()),
+                _ => Some(format!("paused: {}", self.paused.lock().unwrap_or_else(PoisonError::into_inner))),
+            },
         }
     }
 }
@@ -443,6 +467,9 @@ pub struct StreamReading {
     /// Of the last frame inferred.
     pub road_coverage: Option<f64>,
     pub mean_confidence: Option<f64>,
+    /// "recording", "paused: disk full", "paused: <error>"; None before the
+    /// recording's first frame (or without one).
+    pub recording: Option<String>,
 }
 
 struct TeeCounter {

@@ -125,6 +125,7 @@ impl Poller {
                 "degraded": degraded,
                 "road_coverage": r.road_coverage,
                 "mean_confidence": r.mean_confidence,
+                "recording": r.recording,
                 "frames_decoded": r.frames_decoded,
                 "frames_inferred": r.frames_inferred,
                 "frames_dropped": r.dropped.iter().map(|(_, n)| n).sum::<u64>(),

@@ -161,6 +161,7 @@ mod tests {
             latency_s: None,
             road_coverage: None,
             mean_confidence: None,
+            recording: None,
         }
     }
 

@@ -16,6 +16,7 @@ use ::metrics::{counter, gauge};
 
 use super::config::DaemonConfig;
 use super::metrics::{SEGMENTS_DELETED, STORAGE_FREE};
+use crate::disk::free_bytes;
 
 /// How often the disks are looked at (more often for very short retention,
 /// which only tests use).
@@ -176,15 +177,6 @@ struct Segment {
     path: PathBuf,
     modified: SystemTime,
     device: u64,
-}
-
-/// Bytes available to the daemon on the filesystem holding `dir`.
-fn free_bytes(dir: &Path) -> Option<u64> {
-    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
-    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a valid NUL-terminated path and `s` a writable statvfs.
-    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut s) };
-    (rc == 0).then(|| s.f_bavail as u64 * s.f_frsize as u64)
 }
 
 /// One pass: what to delete, and why. `free` reads a disk's free bytes

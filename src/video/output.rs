@@ -62,6 +62,16 @@ pub enum StatsError {
     Sync { path: String, source: std::io::Error },
 }
 
+impl OutputError {
+    /// The recording failed for want of space (ENOSPC, as GStreamer words it).
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            OutputError::File(e) | OutputError::Paused(e) => e.to_string().contains("No space left"),
+            _ => false,
+        }
+    }
+}
+
 /// Somewhere annotated frames go. `write` failing is counted and logged but
 /// does not stop the stream's other sinks.
 pub trait FrameSink: Send {

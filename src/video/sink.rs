@@ -384,6 +384,15 @@ impl FileSink {
         self.encode_clock.drain(each);
     }
 
+    /// The file being written now: the segment open in segment mode.
+    pub fn open_file(&self) -> Option<PathBuf> {
+        let filesink = match &self.segments {
+            Some(seg) => seg.split.property::<Option<gst::Element>>("sink"),
+            None => self.pipeline.by_name("out"),
+        }?;
+        filesink.property::<Option<String>>("location").map(PathBuf::from)
+    }
+
     /// Segments finalised so far (0 when not segmenting).
     pub fn segments_closed(&self) -> usize {
         self.shared.end.lock().map_or(0, |e| e.closed_segments.len())

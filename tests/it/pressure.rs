@@ -156,3 +156,69 @@ fn a_removed_stream_leaves_metrics_and_a_rejected_reload_is_visible() {
     assert!(scrape(mport).lines().any(|l| l == "roadseg_config_reload_failed 0"));
     d.stop_cleanly();
 }
+
+/// A tmpfs of `mib` MiB mounted at `dir`, unmounted (lazily) on drop.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, mib: u32) -> Result<Tmpfs, String> {
+        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs", dir.to_str().unwrap()])
+            .output()
+            .map_err(|e| e.to_string())?;
+        match out.status.success() {
+            true => Ok(Tmpfs(dir.to_path_buf())),
+            false => Err(String::from_utf8_lossy(&out.stderr).trim().to_string()),
+        }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_disk_pauses_the_recording_once_leaves_no_empty_file_and_resumes_when_freed() {
+    // Rule: a recording whose disk fills is paused once (one WARN, the API and MQTT say "paused: disk full"), starts no new file while the disk stays full (no 0-byte segments, no resume/pause churn), and resumes with one INFO once space is freed; the segments written after it play.
+    let dir = tempfile::tempdir().unwrap();
+    let disk = dir.path().join("disk");
+    let _tmpfs = match Tmpfs::mount(&disk, 4) {
+        Ok(t) => t,
+        Err(e) => {
+            roadseg::test_skip::skip(&format!("cannot mount a tmpfs to fill ({e}); needs root"));
+            return;
+        }
+    };
+    let free = roadseg::disk::free_bytes(&disk).unwrap();
+    let filler = disk.join("filler");
+    std::fs::write(&filler, vec![7u8; (free - 400 * 1024) as usize]).unwrap();
+    let mport = free_port();
+    let head = header(mport, free_port()).replace("shutdown_timeout_s = 10", "shutdown_timeout_s = 10\nmin_free_bytes = 0");
+    let output = format!("file = \"{}/cam.mp4\"\nsegment_seconds = 1\nbitrate_kbps = 1000\n{}", disk.display(), stats(dir.path(), "cam"));
+    let config = dir.path().join("roadseg.toml");
+    std::fs::write(&config, head + &test_stream("cam", &output)).unwrap();
+    let mut d = Daemon::start(&config, &dir.path().join("log"));
+    let recording = |port| api(port)["streams"][0]["recording"].as_str().unwrap_or_default().to_string();
+    d.wait_for("the recording paused for a full disk", Duration::from_secs(40), || recording(mport) == "paused: disk full");
+    // Three retry periods with the disk still full.
+    std::thread::sleep(Duration::from_secs(7));
+    assert_eq!(recording(mport), "paused: disk full");
+    let log = d.log();
+    assert_eq!(log.matches("recording paused").count(), 1, "one warning per pause:\n{log}");
+    assert!(!log.contains("recording resumed"), "no resume while full:\n{log}");
+    let empty: Vec<_> = mp4s(&disk).into_iter().filter(|f| std::fs::metadata(f).unwrap().len() == 0).collect();
+    assert!(empty.is_empty(), "empty segments left: {empty:?}");
+    let before: Vec<_> = mp4s(&disk);
+
+    std::fs::remove_file(&filler).unwrap();
+    d.wait_for("the recording resumed", Duration::from_secs(20), || recording(mport) == "recording");
+    d.wait_for("two new segments", Duration::from_secs(20), || mp4s(&disk).len() >= before.len() + 2);
+    let log = d.log();
+    assert_eq!(log.matches("recording resumed").count(), 1, "{log}");
+    d.stop_cleanly();
+    let after: Vec<_> = mp4s(&disk).into_iter().filter(|f| !before.contains(f)).collect();
+    assert_playable(&after);
+}

@@ -27,9 +27,15 @@ impl StreamObserver for Observer {
     }
     fn written(&self, sink: &'static str) {
         self.metrics.written(Sink::named(sink)).increment(1);
+        if sink == "file" {
+            self.metrics.recording_ok();
+        }
     }
-    fn sink_failed(&self, sink: &'static str, _err: &OutputError) {
+    fn sink_failed(&self, sink: &'static str, err: &OutputError) {
         self.metrics.sink_errors(Sink::named(sink)).increment(1);
+        if sink == "file" {
+            self.metrics.recording_paused(&if err.is_disk_full() { "disk full".to_string() } else { err.to_string() });
+        }
     }
     fn skipped(&self, reason: SkipReason) {
         let reason = match reason {

@@ -13,6 +13,9 @@ use crate::video::sink::{FileSink, FileSinkSettings, SinkError};
 
 /// How often a failed segmented recording tries to start again.
 const REOPEN_EVERY: Duration = Duration::from_secs(2);
+/// Free space a paused recording waits for before it starts a new file:
+/// below it the file would fail again at once, leaving an empty one.
+const MIN_FREE_TO_RESUME: u64 = 1 << 20;
 
 /// Writes frames into an MP4 (one file or rotating segments). A segmented
 /// recording that fails (folder deleted, disk full) is paused, not ended:
@@ -30,6 +33,8 @@ struct Reopen {
     retry_at: Instant,
     /// What paused the recording (None until it first fails).
     last_error: Option<Arc<SinkError>>,
+    /// It was paused for want of space: resuming waits for free space.
+    disk_full: bool,
 }
 
 impl FileOutput {
@@ -37,7 +42,7 @@ impl FileOutput {
     /// failure; one file ends at its first error (reopening would overwrite it).
     pub(super) fn open(target: FileTarget, info: VideoInfo) -> Result<Self, SinkError> {
         let sink = open_file_sink_at(&target, info, 0)?;
-        let reopen = target.segment_seconds.map(|_| Reopen { target, info, next_index: 0, retry_at: Instant::now(), last_error: None });
+        let reopen = target.segment_seconds.map(|_| Reopen { target, info, next_index: 0, retry_at: Instant::now(), last_error: None, disk_full: false });
         Ok(FileOutput { sink: Some(sink), reopen })
     }
 
@@ -46,10 +51,23 @@ impl FileOutput {
     fn pause(&mut self, err: SinkError) -> OutputError {
         let Some(r) = self.reopen.as_mut() else { return err.into() };
         let err = Arc::new(err);
+        let was_paused = r.last_error.is_some() && self.sink.is_none();
+        r.disk_full = OutputError::Paused(err.clone()).is_disk_full() || space_left(&r.target).is_some_and(|free| free < MIN_FREE_TO_RESUME);
         if let Some(sink) = self.sink.take() {
+            let open = sink.open_file();
             let begun = sink.finish(Duration::from_secs(1)).map_or(1, |f| f.files.len() as u32 + 1);
             r.next_index += begun;
-            tracing::warn!(file = %r.target.path.display(), "recording paused: {err}; retrying every {} s", REOPEN_EVERY.as_secs());
+            // A file begun as the disk filled holds nothing: it goes.
+            if let Some(f) = open.filter(|f| std::fs::metadata(f).is_ok_and(|m| m.len() == 0)) {
+                let _ = std::fs::remove_file(&f);
+            }
+        }
+        // One warning per pause, not one per failed retry.
+        if !was_paused {
+            match r.disk_full {
+                true => tracing::warn!(file = %r.target.path.display(), "recording paused: disk full ({err}); it resumes once {} MiB are free", MIN_FREE_TO_RESUME >> 20),
+                false => tracing::warn!(file = %r.target.path.display(), "recording paused: {err}; retrying every {} s", REOPEN_EVERY.as_secs()),
+            }
         }
         r.retry_at = Instant::now() + REOPEN_EVERY;
         r.last_error = Some(err.clone());
@@ -60,6 +78,10 @@ impl FileOutput {
         let Some(r) = self.reopen.as_mut() else { return Err(OutputError::Ended) };
         if let Some(err) = r.last_error.as_ref().filter(|_| Instant::now() < r.retry_at) {
             return Err(OutputError::Paused(err.clone()));
+        }
+        if r.disk_full && space_left(&r.target).is_some_and(|free| free < MIN_FREE_TO_RESUME) {
+            r.retry_at = Instant::now() + REOPEN_EVERY;
+            return Err(OutputError::Paused(r.last_error.clone().expect("disk_full is set with the error")));
         }
         // Skip numbers already on disk: a resumed recording never overwrites.
         let name = |i: u32| PathBuf::from(r.target.path.to_string_lossy().replace("%05d", &format!("{i:05}")).replace("%%", "%"));
@@ -101,7 +123,15 @@ impl FrameSink for FileOutput {
     }
     fn finish(self: Box<Self>, timeout: Duration) -> Result<(), OutputError> {
         let Some(sink) = self.sink else {
-            return Err(self.reopen.and_then(|r| r.last_error).map_or(OutputError::Failed, OutputError::File));
+            // Paused at the stop: nothing is open. A full disk that has since
+            // been freed is no error now; anything else still is.
+            return match self.reopen {
+                Some(r) if r.disk_full && space_left(&r.target).is_some_and(|free| free >= MIN_FREE_TO_RESUME) => {
+                    tracing::info!(file = %r.target.path.display(), "recording was paused for a full disk at the stop (space is free again); its finished segments stay");
+                    Ok(())
+                }
+                r => Err(r.and_then(|r| r.last_error).map_or(OutputError::Failed, OutputError::File)),
+            };
         };
         let files = sink.finish(timeout)?;
         for (i, f) in files.files.iter().enumerate() {
@@ -152,6 +182,11 @@ impl FileTarget {
     pub fn open(&self, info: VideoInfo) -> Result<FileSink, SinkError> {
         open_file_sink_at(self, info, 0)
     }
+}
+
+/// Free bytes where `target` writes.
+fn space_left(target: &FileTarget) -> Option<u64> {
+    crate::disk::free_bytes_near(&target.path)
 }
 
 /// Encoder bitrate when none is configured (about 43 GB a day).

@@ -326,8 +326,10 @@ impl Default for AnnotateConfig {
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DaemonSection {
-    /// Seconds to drain and finalise outputs on SIGTERM before giving up,
-    /// 1..=600. Default 10 (keep it below the unit's TimeoutStopSec=30).
+    /// Seconds to drain and finalise outputs on SIGTERM, 1..=600: frames
+    /// still waiting for inference get the first half, then are dropped and
+    /// counted; finalising gets the rest. Default 10 (keep it below the
+    /// unit's TimeoutStopSec=30).
     pub shutdown_timeout_s: u64,
     /// A stream whose source delivers frames but that has had nothing
     /// inferred for this many seconds is stalled: /readyz answers 503 naming

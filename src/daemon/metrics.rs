@@ -148,7 +148,7 @@ const COUNTERS: &[(&str, &str)] = &[
     (FRAMES_DECODED, "Frames decoded from the source"),
     (FRAMES_INFERRED, "Frames segmented by a worker"),
     (FRAMES_DROPPED, "Frames dropped, by reason (ring_full, inference_error, decode_error, rate_limited, shutdown)"),
-    (FRAMES_WRITTEN, "Frames written, by sink (file, rtsp, stats)"),
+    (FRAMES_WRITTEN, "Frames written, by sink (file: frames in fragments on disk; rtsp, stats: frames handed over)"),
     (SINK_ERRORS, "Frames an output failed to write (a paused recording counts each frame it missed)"),
     (SEGMENTS_DELETED, "Recording segments deleted by retention (reason: age or space)"),
     (RECONNECTS, "Source reconnect attempts"),

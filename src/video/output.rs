@@ -86,8 +86,14 @@ pub trait FrameSink: Send {
     fn segments_closed(&self) -> usize {
         0
     }
-    /// Flushes and finalises (e.g. EOS so an MP4 gets its index).
-    fn finish(self: Box<Self>, timeout: Duration) -> Result<(), OutputError>;
+    /// Frames known to be on disk so far, for a sink that can tell (the
+    /// recording); None: a frame counts as written when `write` takes it.
+    fn frames_on_disk(&self) -> Option<u64> {
+        None
+    }
+    /// Flushes and finalises (e.g. EOS so an MP4 gets its index); for a
+    /// sink that counts them, the frames on disk at the end.
+    fn finish(self: Box<Self>, timeout: Duration) -> Result<Option<u64>, OutputError>;
 }
 
 /// What a stream reports as frames go through it (metrics, progress, the
@@ -98,7 +104,8 @@ pub trait StreamObserver: Send + Sync {
     fn decoded(&self, _ring_depth: usize) {}
     /// The source went on past damaged or lost input.
     fn damaged_input(&self) {}
-    fn written(&self, _sink: &'static str) {}
+    /// `frames` more frames were written by `sink`.
+    fn written(&self, _sink: &'static str, _frames: u64) {}
     fn sink_failed(&self, _sink: &'static str, _err: &OutputError) {}
     fn skipped(&self, _reason: SkipReason) {}
     /// An encoder took `took` from a frame's push to its encoded output.
@@ -237,11 +244,22 @@ fn run(mut p: OutputParts) -> OutputSummary {
     let mut fps_window = (Instant::now(), 0u64);
     let mut previous_mask: Vec<u8> = Vec::new();
     let mut segments_closed = 0usize;
+    // Per sink: frames on disk already reported (sinks that count them).
+    let mut on_disk = vec![0u64; p.sinks.len()];
     let mut emit = |(mut buf, stats): (FrameBuf, FrameStats), p: &mut OutputParts, summary: &mut OutputSummary| {
         buf.stages.in_order = Instant::now();
-        for sink in p.sinks.iter_mut() {
+        for (sink, on_disk) in p.sinks.iter_mut().zip(on_disk.iter_mut()) {
             match sink.write(&buf) {
-                Ok(()) => p.observer.written(sink.kind()),
+                Ok(()) => match sink.frames_on_disk() {
+                    None => p.observer.written(sink.kind(), 1),
+                    Some(now) => {
+                        // Falls back to 0 when a new file starts counting afresh.
+                        if now > *on_disk {
+                            p.observer.written(sink.kind(), now - *on_disk);
+                        }
+                        *on_disk = now;
+                    }
+                },
                 Err(e) => {
                     p.observer.sink_failed(sink.kind(), &e);
                     if summary.first_error.is_none() {
@@ -253,7 +271,7 @@ fn run(mut p: OutputParts) -> OutputSummary {
         }
         if let Some(stats_out) = p.stats.as_mut() {
             match stats_out.write(&buf, &stats) {
-                Ok(()) => p.observer.written("stats"),
+                Ok(()) => p.observer.written("stats", 1),
                 Err(e) => {
                     let e = OutputError::from(e);
                     p.observer.sink_failed("stats", &e);
@@ -315,11 +333,15 @@ fn run(mut p: OutputParts) -> OutputSummary {
         Some(by) => p.finish_timeout.min(by.saturating_duration_since(Instant::now()).saturating_sub(FINISH_MARGIN)).max(FINISH_MARGIN),
         None => p.finish_timeout,
     };
-    for sink in std::mem::take(&mut p.sinks) {
+    for (sink, reported) in std::mem::take(&mut p.sinks).into_iter().zip(on_disk) {
         let kind = sink.kind();
-        if let Err(e) = sink.finish(timeout) {
-            tracing::error!(stream = %p.stream, sink = kind, "finalising failed: {e}");
-            summary.first_error.get_or_insert(e);
+        match sink.finish(timeout) {
+            Ok(Some(at_end)) if at_end > reported => p.observer.written(kind, at_end - reported),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::error!(stream = %p.stream, sink = kind, "finalising failed: {e}");
+                summary.first_error.get_or_insert(e);
+            }
         }
     }
     if let Some(stats_out) = p.stats.take() {

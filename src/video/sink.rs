@@ -134,6 +134,8 @@ pub struct FileSink {
     segments: Option<Segmenter>,
     encoder: EncoderChoice,
     encode_clock: Arc<EncodeClock>,
+    /// Frames in fragments the file sink has written (disk_frames.rs).
+    on_disk: Arc<AtomicU64>,
     closed: bool,
 }
 
@@ -274,6 +276,14 @@ impl FileSink {
             .name("sink-bus".into())
             .spawn(move || watch_bus(watch.0, watch.1, watch.2))
             .map_err(|e| glib::bool_error!("cannot start the sink's bus thread: {e}"))?;
+        let on_disk = Arc::new(AtomicU64::new(0));
+        let filesink = match &segments {
+            Some(seg) => seg.split.property::<Option<gst::Element>>("sink"),
+            None => pipeline.by_name("out"),
+        };
+        if !filesink.is_some_and(|f| super::disk_frames::count_into(&f, on_disk.clone())) {
+            tracing::debug!(path = %settings.path.display(), "no file sink to watch: frames on disk are known only at the end");
+        }
         let frame_ns = (settings.fps.0 > 0 && settings.fps.1 > 0)
             .then(|| 1_000_000_000u64 * settings.fps.1 as u64 / settings.fps.0 as u64);
         let mut sink = FileSink {
@@ -290,6 +300,7 @@ impl FileSink {
             segments,
             encoder,
             encode_clock,
+            on_disk,
             closed: false,
         };
         if let Err(e) = sink.pipeline.set_state(gst::State::Playing) {
@@ -382,6 +393,12 @@ impl FileSink {
     /// last call (see [`EncodeClock`]).
     pub fn encode_times(&self, each: &mut dyn FnMut(Duration)) {
         self.encode_clock.drain(each);
+    }
+
+    /// Frames in the fragments written to disk so far (the fragment being
+    /// written counts once the next begins; after `finish`, every frame).
+    pub fn frames_on_disk(&self) -> u64 {
+        self.on_disk.load(Ordering::Relaxed)
     }
 
     /// The file being written now: the segment open in segment mode.

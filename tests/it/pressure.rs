@@ -182,7 +182,7 @@ impl Drop for Tmpfs {
 
 #[test]
 fn a_full_disk_pauses_the_recording_once_leaves_no_empty_file_and_resumes_when_freed() {
-    // Rule: a recording whose disk fills is paused once (one WARN, the API and MQTT say "paused: disk full"), starts no new file while the disk stays full (no 0-byte segments, no resume/pause churn), and resumes with one INFO once space is freed; the segments written after it play.
+    // Rule: a recording whose disk fills is paused once (one WARN, the API and MQTT say "paused: disk full"), starts no new file while the disk stays full (no 0-byte segments, no resume/pause churn), and resumes with one INFO once space is freed; the segments written after it play; frames_written{sink="file"} counts only frames on disk (never more than the files hold, at most one fragment fewer).
     let dir = tempfile::tempdir().unwrap();
     let disk = dir.path().join("disk");
     let _tmpfs = match Tmpfs::mount(&disk, 4) {
@@ -212,6 +212,10 @@ fn a_full_disk_pauses_the_recording_once_leaves_no_empty_file_and_resumes_when_f
     let empty: Vec<_> = mp4s(&disk).into_iter().filter(|f| std::fs::metadata(f).unwrap().len() == 0).collect();
     assert!(empty.is_empty(), "empty segments left: {empty:?}");
     let before: Vec<_> = mp4s(&disk);
+    // Counted as written = on disk: never more than the files hold.
+    let counted = labelled_metric(mport, "roadseg_frames_written_total", &["stream=\"cam\"", "sink=\"file\""]).unwrap_or(-1.0);
+    let decodable: u64 = before.iter().map(|f| probe_frames(f.to_str().unwrap(), &[]).0).sum();
+    assert!(counted > 0.0 && counted as u64 <= decodable && counted as u64 + 10 >= decodable, "frames_written {counted}, on disk {decodable}");
 
     std::fs::remove_file(&filler).unwrap();
     d.wait_for("the recording resumed", Duration::from_secs(20), || recording(mport) == "recording");

@@ -25,8 +25,8 @@ impl StreamObserver for Observer {
     fn damaged_input(&self) {
         self.metrics.decode_errors.increment(1);
     }
-    fn written(&self, sink: &'static str) {
-        self.metrics.written(Sink::named(sink)).increment(1);
+    fn written(&self, sink: &'static str, frames: u64) {
+        self.metrics.written(Sink::named(sink)).increment(frames);
         if sink == "file" {
             self.metrics.recording_ok();
         }

@@ -24,6 +24,8 @@ const MIN_FREE_TO_RESUME: u64 = 1 << 20;
 pub(super) struct FileOutput {
     sink: Option<FileSink>,
     reopen: Option<Reopen>,
+    /// Frames on disk in the files of sinks closed before `sink`.
+    on_disk_before: u64,
 }
 
 struct Reopen {
@@ -43,7 +45,7 @@ impl FileOutput {
     pub(super) fn open(target: FileTarget, info: VideoInfo) -> Result<Self, SinkError> {
         let sink = open_file_sink_at(&target, info, 0)?;
         let reopen = target.segment_seconds.map(|_| Reopen { target, info, next_index: 0, retry_at: Instant::now(), last_error: None, disk_full: false });
-        Ok(FileOutput { sink: Some(sink), reopen })
+        Ok(FileOutput { sink: Some(sink), reopen, on_disk_before: 0 })
     }
 
     /// The failed sink is closed (what it finished stays) and the next start
@@ -55,8 +57,10 @@ impl FileOutput {
         r.disk_full = OutputError::Paused(err.clone()).is_disk_full() || space_left(&r.target).is_some_and(|free| free < MIN_FREE_TO_RESUME);
         if let Some(sink) = self.sink.take() {
             let open = sink.open_file();
-            let begun = sink.finish(Duration::from_secs(1)).map_or(1, |f| f.files.len() as u32 + 1);
-            r.next_index += begun;
+            let on_disk = sink.frames_on_disk();
+            let finished = sink.finish(Duration::from_secs(1));
+            self.on_disk_before += finished.as_ref().map_or(on_disk, |f| f.frames);
+            r.next_index += finished.map_or(1, |f| f.files.len() as u32 + 1);
             // A file begun as the disk filled holds nothing: it goes.
             if let Some(f) = open.filter(|f| std::fs::metadata(f).is_ok_and(|m| m.len() == 0)) {
                 let _ = std::fs::remove_file(&f);
@@ -118,17 +122,20 @@ impl FrameSink for FileOutput {
             sink.encode_times(each);
         }
     }
+    fn frames_on_disk(&self) -> Option<u64> {
+        Some(self.on_disk_before + self.sink.as_ref().map_or(0, FileSink::frames_on_disk))
+    }
     fn segments_closed(&self) -> usize {
         self.sink.as_ref().map_or(0, FileSink::segments_closed)
     }
-    fn finish(self: Box<Self>, timeout: Duration) -> Result<(), OutputError> {
+    fn finish(self: Box<Self>, timeout: Duration) -> Result<Option<u64>, OutputError> {
         let Some(sink) = self.sink else {
             // Paused at the stop: nothing is open. A full disk that has since
             // been freed is no error now; anything else still is.
             return match self.reopen {
                 Some(r) if r.disk_full && space_left(&r.target).is_some_and(|free| free >= MIN_FREE_TO_RESUME) => {
                     tracing::info!(file = %r.target.path.display(), "recording was paused for a full disk at the stop (space is free again); its finished segments stay");
-                    Ok(())
+                    Ok(Some(self.on_disk_before))
                 }
                 r => Err(r.and_then(|r| r.last_error).map_or(OutputError::Failed, OutputError::File)),
             };
@@ -140,7 +147,7 @@ impl FrameSink for FileOutput {
                 None => tracing::info!(file = %f.display(), "recording finalised"),
             }
         }
-        Ok(())
+        Ok(Some(self.on_disk_before + files.frames))
     }
 }
 
@@ -155,8 +162,8 @@ impl FrameSink for RtspOutput {
         self.0.push(&f.data, f.stride(), f.timing)?;
         Ok(())
     }
-    fn finish(self: Box<Self>, _timeout: Duration) -> Result<(), OutputError> {
-        Ok(())
+    fn finish(self: Box<Self>, _timeout: Duration) -> Result<Option<u64>, OutputError> {
+        Ok(None)
     }
 }
 

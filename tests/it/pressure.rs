@@ -88,7 +88,7 @@ fn the_sidecar_holds_every_line_counted_before_a_kill_9() {
 
 #[test]
 fn a_camera_that_never_answers_shows_reconnecting_with_its_error_and_no_measurements() {
-    // Rule: a live source that never delivers a frame turns from "starting" to "reconnecting" after its first failed attempt, with the error in the API; its per-frame gauges (road coverage, confidence) are absent rather than 0, and "source started" is never logged for it.
+    // Rule: a live source that never delivers a frame turns from "starting" to "reconnecting" after its first failed attempt, with the error in the API; its per-frame gauges (road coverage, confidence) are absent rather than 0, "source started" is never logged for it, and after a reload restarts it the API's reconnects still match roadseg_reconnects_total.
     let dir = tempfile::tempdir().unwrap();
     let mport = free_port();
     let nobody = free_port();
@@ -97,7 +97,8 @@ fn a_camera_that_never_answers_shows_reconnecting_with_its_error_and_no_measurem
         stats(dir.path(), "gone")
     );
     let config = dir.path().join("roadseg.toml");
-    std::fs::write(&config, header(mport, free_port()) + &test_stream("ok", &stats(dir.path(), "ok")) + &cam).unwrap();
+    let rport = free_port();
+    std::fs::write(&config, header(mport, rport) + &test_stream("ok", &stats(dir.path(), "ok")) + &cam).unwrap();
     let mut d = Daemon::start(&config, &dir.path().join("log"));
     let mut seen = serde_json::Value::Null;
     d.wait_for("the dead camera shown as reconnecting", Duration::from_secs(30), || {
@@ -115,6 +116,20 @@ fn a_camera_that_never_answers_shows_reconnecting_with_its_error_and_no_measurem
     }
     let log = d.log();
     assert!(!log.lines().any(|l| l.contains("source started") && l.contains(&nobody.to_string())), "{log}");
+
+    // A reload that changes it restarts it: the API's reconnects go on as the exported counter does.
+    d.wait_for("a few reconnect attempts", Duration::from_secs(30), || metric(mport, "roadseg_reconnects_total", "gone") >= 2.0);
+    std::fs::write(&config, header(mport, rport) + &test_stream("ok", &stats(dir.path(), "ok")) + &cam.replace("reconnect_max_ms = 500", "reconnect_max_ms = 600")).unwrap();
+    d.signal("-HUP");
+    let log_path = d.log.clone();
+    d.wait_for("the changed stream restarted", Duration::from_secs(20), || {
+        std::fs::read_to_string(&log_path).unwrap_or_default().lines().filter(|l| l.contains("starting stream") && l.contains("stream=gone")).count() == 2
+    });
+    let api_reconnects = |port| api(port)["streams"].as_array().and_then(|s| s.iter().find(|s| s["name"] == "gone").and_then(|s| s["reconnects"].as_f64())).unwrap_or(-1.0);
+    d.wait_for("the API and /metrics agreeing on reconnects", Duration::from_secs(20), || {
+        let (before, exported, after) = (api_reconnects(mport), metric(mport, "roadseg_reconnects_total", "gone"), api_reconnects(mport));
+        before >= 2.0 && before <= exported && exported <= after
+    });
     d.stop_cleanly();
 }
 

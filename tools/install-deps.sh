@@ -17,12 +17,9 @@ packages=(
   ffmpeg chromium
 )
 # Only the missing ones are named (apt would skip the others anyway).
-missing=()
-for p in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
-done
+# shellcheck source=tools/apt-missing.sh
+. "$(dirname "$0")/apt-missing.sh"
+mapfile -t missing < <(apt_missing "${packages[@]}")
 if [ "${#missing[@]}" = 0 ]; then
   echo "roadseg dependencies: all ${#packages[@]} packages are already installed"
 else

@@ -14,12 +14,9 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 packages=(prometheus mosquitto mosquitto-clients python3-numpy python3-pil)
-missing=()
-for p in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
-done
+# shellcheck source=tools/apt-missing.sh
+. tools/apt-missing.sh
+mapfile -t missing < <(apt_missing "${packages[@]}")
 if [ "${#missing[@]}" = 0 ]; then
   echo "roadseg test dependencies: all ${#packages[@]} packages are already installed"
 else

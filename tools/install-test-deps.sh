@@ -4,6 +4,7 @@
 #   prometheus         promtool lints /metrics (tests/it/daemon.rs)
 #   mosquitto(-clients) the real broker the MQTT test talks to
 #   python3-numpy python3-pil  the kernel emulations and tools/train/augment.py --selftest
+#   chromium-driver    drives headless Chromium for the live view test (tests/it/http.rs)
 #   NVRTC              (tools/install-nvrtc.sh, a pip wheel; no GPU needed) compiles
 #                      every CUDA kernel in tests/it/cuda_kernels.rs
 # Each is best-effort: what fails to install is named, and its tests skip,
@@ -13,7 +14,7 @@ cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
-packages=(prometheus mosquitto mosquitto-clients python3-numpy python3-pil)
+packages=(prometheus mosquitto mosquitto-clients python3-numpy python3-pil chromium-driver)
 # shellcheck source=tools/apt-missing.sh
 . tools/apt-missing.sh
 mapfile -t missing < <(apt_missing "${packages[@]}")

@@ -39,6 +39,8 @@ pub const DECODE_ERRORS: &str = "roadseg_decode_errors_total";
 pub const STREAM_UP: &str = "roadseg_stream_up";
 pub const STREAM_DEGRADED: &str = "roadseg_stream_degraded";
 pub const RTSP_CLIENTS: &str = "roadseg_rtsp_clients";
+pub const LIVE_VIEWERS: &str = "roadseg_live_viewers";
+pub const LIVE_FRAMES: &str = "roadseg_live_frames_encoded_total";
 pub const INFERENCE: &str = "roadseg_inference_seconds";
 pub const WORKER_BUSY: &str = "roadseg_worker_busy_ratio";
 pub const DEVICE_FALLBACK: &str = "roadseg_device_fallback_total";
@@ -53,7 +55,7 @@ pub const SHARD_STREAMS: &str = "roadseg_shard_streams";
 pub const CONFIG_RELOAD_FAILED: &str = "roadseg_config_reload_failed";
 
 /// Every name above, for checks that dashboards and docs use only real ones.
-pub const ALL_NAMES: [&str; 34] = [
+pub const ALL_NAMES: [&str; 36] = [
     GPU_UTILIZATION,
     GPU_BUSY,
     STAGE,
@@ -81,6 +83,8 @@ pub const ALL_NAMES: [&str; 34] = [
     STREAM_UP,
     STREAM_DEGRADED,
     RTSP_CLIENTS,
+    LIVE_VIEWERS,
+    LIVE_FRAMES,
     INFERENCE,
     WORKER_BUSY,
     DEVICE_FALLBACK,
@@ -152,6 +156,7 @@ const COUNTERS: &[(&str, &str)] = &[
     (SINK_ERRORS, "Frames an output failed to write (a paused recording counts each frame it missed)"),
     (SEGMENTS_DELETED, "Recording segments deleted by retention (reason: age or space)"),
     (RECONNECTS, "Source reconnect attempts"),
+    (LIVE_FRAMES, "Frames given to the live view's encoders (stops moving when nobody watches)"),
     (INTERRUPTIONS, "Times a running live source was lost (error, end, silence); each is followed by reconnect attempts"),
     (DECODE_ERRORS, "Damaged or lost input the source went on without: warnings from its demuxer, parser or decoder, and gaps in the frames' timestamps (frames lost)"),
     (DEVICE_FALLBACK, "Times inference fell back from one device to another"),
@@ -193,6 +198,7 @@ const GAUGES: &[(&str, Option<Unit>, &str)] = &[
     (GPU_POWER, None, "GPU board power draw in watts (NVML)"),
     (RING_DEPTH, Some(Unit::Count), "Frames waiting between the source and the workers"),
     (RTSP_CLIENTS, Some(Unit::Count), "Clients connected to the stream's RTSP mount"),
+    (LIVE_VIEWERS, Some(Unit::Count), "Browsers playing the stream's live view (/api/v1/streams/NAME/live.mp4); its encoders run only while this is above 0"),
     (SHARD_STREAMS, Some(Unit::Count), "Configured streams this daemon runs (state=owned) and leaves to other shards (state=skipped), per [daemon] shard"),
     (LAST_INFERRED, Some(Unit::Seconds), "Unix time of the stream's last inferred frame"),
     (LAST_WRITTEN, Some(Unit::Seconds), "Unix time of the stream's last frame through its outputs"),
@@ -318,6 +324,8 @@ pub struct StreamMetrics {
     pub interruptions: Counter,
     pub decode_errors: Counter,
     pub rtsp_clients: Gauge,
+    pub live_viewers: Gauge,
+    pub live_frames: Counter,
     readings: Arc<StreamReadings>,
 }
 
@@ -347,7 +355,9 @@ impl StreamMetrics {
             reconnects: tee(counter!(RECONNECTS, "stream" => s.clone()), Slot::Reconnects),
             interruptions: counter!(INTERRUPTIONS, "stream" => s.clone()),
             decode_errors: counter!(DECODE_ERRORS, "stream" => s.clone()),
-            rtsp_clients: gauge!(RTSP_CLIENTS, "stream" => s),
+            rtsp_clients: gauge!(RTSP_CLIENTS, "stream" => s.clone()),
+            live_viewers: gauge!(LIVE_VIEWERS, "stream" => s.clone()),
+            live_frames: counter!(LIVE_FRAMES, "stream" => s),
             readings: r,
         }
     }

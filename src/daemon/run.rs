@@ -286,7 +286,7 @@ impl Daemon {
                 tracing::error!(streams = %names.join(", "), "inference stalled: no frame inferred within daemon.stall_timeout_s; the watchdog is no longer fed");
             }
             was_stalled = !stalled.is_empty();
-            self.update_rtsp_clients();
+            self.update_viewer_gauges();
             self.load.sample(Instant::now(), &self.directory.list(), &self.health);
             if last_status.is_none_or(|t| t.elapsed() >= STATUS_EVERY) {
                 note(notify::status(&self.status_line()));
@@ -336,6 +336,8 @@ impl Daemon {
             rtsp.shutdown();
         }
         if let Some(http) = self.http.take() {
+            // Live views are endless responses: end them, or the server waits on them.
+            self.directory.list().iter().for_each(|s| s.viewers.close_all());
             http.shutdown();
         }
         tracing::info!("stopped");
@@ -399,13 +401,18 @@ impl Daemon {
         all
     }
 
-    /// `roadseg_rtsp_clients`: clients playing each stream's mount.
-    fn update_rtsp_clients(&self) {
-        let Some(server) = &self.services.rtsp else { return };
+    /// `roadseg_rtsp_clients` (clients playing each stream's mount) and the
+    /// live view's viewers and frames encoded.
+    fn update_viewer_gauges(&self) {
         let metrics = self.stream_metrics.read().unwrap_or_else(PoisonError::into_inner);
         for s in &self.streams {
-            if let (Some(mount), Some(m)) = (s.config.output.rtsp_mount(&s.name), metrics.get(&s.name)) {
+            let Some(m) = metrics.get(&s.name) else { continue };
+            if let (Some(server), Some(mount)) = (&self.services.rtsp, s.config.output.rtsp_mount(&s.name)) {
                 m.rtsp_clients.set(server.clients_at(&mount) as f64);
+            }
+            if let Some(status) = self.directory.get(&s.name) {
+                m.live_viewers.set(status.viewers.viewers() as f64);
+                m.live_frames.absolute(status.viewers.frames_encoded());
             }
         }
     }

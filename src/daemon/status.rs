@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::metrics::StreamMetrics;
 use super::overload::Load;
+use crate::video::live::LiveHub;
 use crate::video::snapshot::LatestFrame;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,6 +57,8 @@ pub struct StreamStatus {
     pub live: bool,
     pub metrics: StreamMetrics,
     pub latest: LatestFrame,
+    /// Browsers watching the annotated stream (`live.mp4`).
+    pub viewers: LiveHub,
     state: AtomicU8,
     /// Unix milliseconds of the last decoded frame; 0 before the first.
     last_frame_ms: AtomicU64,
@@ -73,6 +76,7 @@ impl StreamStatus {
             live,
             metrics,
             latest: LatestFrame::new(),
+            viewers: LiveHub::new(),
             state: AtomicU8::new(StreamState::Starting as u8),
             last_frame_ms: AtomicU64::new(0),
             load: Mutex::default(),

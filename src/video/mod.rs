@@ -7,6 +7,7 @@ pub mod encoder;
 pub mod frame;
 mod frame_lengths;
 pub mod headless;
+pub mod live;
 mod launch;
 pub mod output;
 pub mod pool;

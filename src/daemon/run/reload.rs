@@ -42,6 +42,9 @@ impl Daemon {
             self.stop_streams(&to_stop, deadline);
         }
         for name in &plan.removed {
+            if let Some(s) = self.directory.get(name) {
+                s.viewers.close_all();
+            }
             self.health.remove_stream(name);
             self.directory.remove(name);
             tracing::info!(stream = %name, "stream removed");

@@ -64,6 +64,8 @@ impl StreamObserver for Observer {
         self.metrics.last_written.set(unix_now());
     }
     fn keep_latest(&self, buf: &mut FrameBuf) {
+        // Before the snapshot slot takes the pixels (it swaps them out).
+        self.status.viewers.offer(buf);
         self.status.latest.offer(buf);
     }
 }

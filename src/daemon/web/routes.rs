@@ -30,6 +30,7 @@ pub fn router(ctx: WebContext) -> Router {
         .route("/readyz", get(readyz))
         .route("/api/v1/streams", get(streams))
         .route("/api/v1/streams/{name}/snapshot.jpg", get(snapshot))
+        .route("/api/v1/streams/{name}/live.mp4", get(live))
         .fallback(not_found)
         .with_state(state)
         .layer(middleware::from_fn_with_state(ctx, auth::require))
@@ -89,9 +90,25 @@ async fn snapshot(State(s): State<AppState>, Path(name): Path<String>) -> Respon
     }
 }
 
+/// The annotated stream as endless fragmented MP4 for a `<video>` element;
+/// the encoder runs while this response is being read.
+async fn live(State(s): State<AppState>, Path(name): Path<String>) -> Response {
+    let Some(stream) = s.ctx.streams.get(&name) else {
+        return text(StatusCode::NOT_FOUND, format!("no stream named '{name}'\n"));
+    };
+    match stream.viewers.watch() {
+        Ok(body) => (
+            [(header::CONTENT_TYPE, "video/mp4"), (header::CACHE_CONTROL, "no-store")],
+            axum::body::Body::from_stream(body),
+        )
+            .into_response(),
+        Err(e) => text(StatusCode::SERVICE_UNAVAILABLE, format!("stream '{name}': {e}\n")),
+    }
+}
+
 async fn not_found() -> Response {
     text(
         StatusCode::NOT_FOUND,
-        "not found; try /, /metrics, /healthz, /readyz, /api/v1/streams or /api/v1/streams/NAME/snapshot.jpg\n",
+        "not found; try /, /metrics, /healthz, /readyz, /api/v1/streams, /api/v1/streams/NAME/snapshot.jpg or /api/v1/streams/NAME/live.mp4\n",
     )
 }

@@ -3,6 +3,8 @@
 
 #[cfg(feature = "video")]
 pub mod daemon;
+#[cfg(feature = "video")]
+pub mod webdriver;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 

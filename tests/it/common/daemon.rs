@@ -14,13 +14,19 @@ pub fn model() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/odd-bf16-203x141")
 }
 
-/// A port nothing listens on (bound, then released).
+/// A port nothing listens on (bound, then released), never one this test
+/// process handed out before: the kernel may offer a just-released port
+/// again, and two services of one config on the same port is a config error.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// `[model]` for the small test model, metrics on `metrics` (0: disabled), RTSP on `rtsp`.

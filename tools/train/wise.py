@@ -14,6 +14,8 @@ fine-tuned one. Why: fine-tuning on the teacher and IDD bought new cameras
 and a learned hood but cost some of the CamVid model's road on familiar
 streets; an interpolation can keep much of both. Exported like distill.py's
 steps (float16, Hugging Face layout, training.json saying how it was made).
+A base with the product label set already (the shipped product model, for
+a run fine-tuned from it) is interpolated tensor for tensor.
 """
 from __future__ import annotations
 
@@ -29,11 +31,12 @@ import distill  # noqa: E402
 
 def interpolate(fine, base, alpha: float):
     own, src = fine.state_dict(), base.state_dict()
+    same_labels = base.config.num_labels == fine.config.num_labels
     mixed = {}
     for name, tensor in own.items():
         if not tensor.is_floating_point():
             mixed[name] = tensor
-        elif name.startswith("decode_head.classifier."):
+        elif name.startswith("decode_head.classifier.") and not same_labels:
             rows = torch.stack([src[name][r].mean(0) for _, r in sorted(distill.INIT_ROWS.items())])
             mixed[name] = alpha * tensor + (1 - alpha) * rows
         else:
@@ -49,7 +52,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fine", required=True, help="a distill.py export (the product label set)")
     ap.add_argument("--base", required=True,
-                    help="the CamVid model it started from (the bundled model before 2026-11-27: git rev e24aab2)")
+                    help="the model it started from: the CamVid model (the bundled model before 2026-11-27: git rev e24aab2) "
+                         "or a product-label model")
     ap.add_argument("--alpha", type=float, required=True, help="the fine model's share, 0..1")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
@@ -61,8 +65,10 @@ def main() -> int:
     labels = [fine.config.id2label[i] for i in range(fine.config.num_labels)]
     if labels != distill.CLASSES:
         raise SystemExit(f"{args.fine}: labels {labels} are not distill.py's product set {distill.CLASSES}")
-    if base.config.num_labels != 11:
-        raise SystemExit(f"{args.base}: {base.config.num_labels} labels; expected CamVid's 11")
+    base_labels = [base.config.id2label[i] for i in range(base.config.num_labels)]
+    # A product-label base (a later run from the shipped model) mixes row for row.
+    if base_labels != distill.CLASSES and base.config.num_labels != 11:
+        raise SystemExit(f"{args.base}: labels {base_labels}: neither CamVid's 11 nor the product set")
     model = interpolate(fine, base, args.alpha)
     distill.export(model, args.out, {"wise": {"fine": args.fine, "base": args.base, "alpha": args.alpha}})
     print(f"{args.out}: {args.alpha} x {args.fine} + {1 - args.alpha:.2f} x {args.base}")

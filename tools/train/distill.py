@@ -39,7 +39,8 @@ night the student is held to the road the teacher found by day.
 
 Resumable: OUT/state.pt holds the weights, the optimiser and the step every
 --save-every-min; run the same command again to go on. The LR schedule is
-by step (--steps), so a resumed run is the same run. Every --val-every
+by step (--steps) and, with --time-budget-min, by the wall-clock time spent
+(kept in state.pt across resumes), so a resumed run is the same run. Every --val-every
 steps: road IoU on CamVid val and the held-out IDD drives (the daemon's
 preprocessing, 1024 wide, plain argmax), logged, and the weights exported
 as OUT/step-NNNNNN (float16 HF folder, the daemon's format).
@@ -445,16 +446,20 @@ def main(argv=None) -> int:
                              {"params": no_decay, "weight_decay": 0.0}], lr=args.lr)
     state_path = os.path.join(args.out, "state.pt")
     step = 0
+    # Wall-clock time already spent (--time-budget-min counts across resumes).
+    spent_s = 0.0
     if os.path.exists(state_path):
         st = torch.load(state_path, map_location=device)
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
         step = st["step"]
-        log(f"resumed at step {step}", fh)
+        spent_s = float(st.get("elapsed_s", 0.0))
+        log(f"resumed at step {step} ({spent_s / 60:.1f} min of the budget spent)", fh)
 
     def save_state():
         tmp = state_path + ".tmp"
-        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "args": vars(args)}, tmp)
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "args": vars(args),
+                    "elapsed_s": time.time() - t_start}, tmp)
         os.replace(tmp, state_path)
 
     stop = {"flag": False}
@@ -467,7 +472,7 @@ def main(argv=None) -> int:
                                          persistent_workers=args.workers > 0,
                                          pin_memory=device.type == "cuda")
 
-    t_start = time.time()
+    t_start = time.time() - spent_s
     budget_s = args.time_budget_min * 60 if args.time_budget_min > 0 else math.inf
     val_s = {"last": 0.0}
 

@@ -286,7 +286,7 @@ fn which_any(names: &[&str]) -> Result<PathBuf, ()> {
 
 #[test]
 fn mqtt_status_stats_and_events_survive_the_broker_going_away() {
-    // Rule: with [mqtt] set, the daemon publishes retained online statuses, per-stream stats at the configured rate and up/reconnect events; a broker that goes away and comes back loses the daemon nothing, and statuses are published again.
+    // Rule: with [mqtt] set, the daemon publishes retained online statuses, per-stream stats (the recording's state among them) at the configured rate and up/reconnect events; a broker that goes away and comes back loses the daemon nothing, and statuses are published again.
     let dir = tempfile::tempdir().unwrap();
     let (mport, bport) = (free_port(), free_port());
     let seen = dir.path().join("mqtt.txt");
@@ -296,7 +296,7 @@ fn mqtt_status_stats_and_events_survive_the_broker_going_away() {
     };
     let mqtt = format!("\n[mqtt]\nurl = \"mqtt://127.0.0.1:{bport}\"\nstats_interval_s = 1\ncoverage_threshold = 0.0\n");
     let config = dir.path().join("roadseg.toml");
-    let output = format!("stats = \"{}/cam.jsonl\"", dir.path().display());
+    let output = format!("stats = \"{0}/cam.jsonl\"\nfile = \"{0}/cam.mp4\"", dir.path().display());
     std::fs::write(&config, header(mport, free_port()) + &mqtt + &test_stream("cam", &output)).unwrap();
     let mut d = Daemon::start(&config, &dir.path().join("log"));
     let text = || std::fs::read_to_string(&seen).unwrap_or_default();
@@ -308,6 +308,8 @@ fn mqtt_status_stats_and_events_survive_the_broker_going_away() {
         t.contains("roadseg/status online")
             && t.contains("roadseg/streams/cam/status online")
             && stats().iter().any(|s| s["mean_confidence"].is_number() && s["road_coverage"].is_number())
+            // Issue 39: the recording's state travels with the stats.
+            && stats().iter().any(|s| s["recording"] == "recording")
     });
     let last = stats().pop().unwrap();
     assert_eq!(last["stream"], "cam");

@@ -14,13 +14,13 @@ use crossbeam_channel::Receiver;
 use crate::annotate::FrameStats;
 use super::pool::{OutputItem, SkipReason, StreamCounters};
 use super::reorder::{Reorder, Slot};
+use super::ring::{FrameBuf, FrameRing};
+use super::rtsp::RtspError;
+use super::sink::SinkError;
 
 /// Kept back from a shutdown's deadline when finalising, so the stream's
 /// supervisor reports back before it.
 const FINISH_MARGIN: Duration = Duration::from_millis(250);
-use super::ring::{FrameBuf, FrameRing};
-use super::rtsp::RtspError;
-use super::sink::SinkError;
 
 /// Why a sink, the stats sidecar or the output stage failed.
 #[derive(Debug, thiserror::Error)]

@@ -5,7 +5,7 @@
 //! complete fragment; `finish` ends the stream so the last fragment is written too.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -167,6 +167,8 @@ struct Segmenter {
 struct Shared {
     end: Mutex<End>,
     changed: Condvar,
+    /// `End::closed_segments.len()`, read per frame without the lock.
+    segments_closed: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -412,7 +414,7 @@ impl FileSink {
 
     /// Segments finalised so far (0 when not segmenting).
     pub fn segments_closed(&self) -> usize {
-        self.shared.end.lock().map_or(0, |e| e.closed_segments.len())
+        self.shared.segments_closed.load(Ordering::Acquire)
     }
 
     /// Ends the stream and waits (up to `timeout`) until every file is finalised.
@@ -625,6 +627,7 @@ fn watch_bus(bus: gst::Bus, pipeline: glib::WeakRef<gst::Pipeline>, shared: Arc<
                     && let (Ok(location), Ok(mut end)) = (s.get::<String>("location"), shared.end.lock())
                 {
                     end.closed_segments.push(PathBuf::from(location));
+                    shared.segments_closed.store(end.closed_segments.len(), Ordering::Release);
                 }
             }
             gst::MessageView::Application(a) if a.structure().is_some_and(|s| s.name() == STOP) => return,

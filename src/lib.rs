@@ -13,6 +13,7 @@ pub mod engine;
 pub mod eval;
 pub mod frame;
 pub mod host_memory;
+pub mod hub;
 pub mod images;
 pub mod input_size;
 pub mod model;

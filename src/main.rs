@@ -128,7 +128,14 @@ fn main() -> std::process::ExitCode {
         Err(e) => {
             let shown = if cli.verbose { cause_chain(&e) } else { one_line(&e) };
             eprintln!("roadseg: error: {shown}");
-            if is_config_error(&e) { std::process::ExitCode::from(EXIT_CONFIG) } else { std::process::ExitCode::FAILURE }
+            if let Some(hub) = e.chain().find_map(|c| c.downcast_ref::<roadseg::hub::HubError>()) {
+                // A wrong name (78) differs from a Hub that cannot be reached (69): systemd retries only the second.
+                std::process::ExitCode::from(hub.exit_code())
+            } else if is_config_error(&e) {
+                std::process::ExitCode::from(EXIT_CONFIG)
+            } else {
+                std::process::ExitCode::FAILURE
+            }
         }
     }
 }

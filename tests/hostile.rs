@@ -734,7 +734,7 @@ fn hostile_daemon_configs_are_rejected_cleanly() {
                     Ok(()) => {
                         accepted();
                         let warnings = cfg.warnings();
-                        let summary = Summary { layers: "fuzz".into(), config: cfg, warnings, cpu_load: None }.to_string();
+                        let summary = Summary { layers: "fuzz".into(), config: cfg, warnings, cpu_load: None, model_origin: None }.to_string();
                         leak("check-config summary", &summary)
                     }
                 }

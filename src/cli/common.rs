@@ -14,7 +14,9 @@ use roadseg::worker_count::WorkerCount;
 
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// HuggingFace SegFormer checkpoint folder (config.json + model.safetensors).
+    /// HuggingFace SegFormer checkpoint folder (config.json + model.safetensors),
+    /// or a Hub model `org/name[@revision]` fetched into the Hugging Face cache
+    /// (HF_HOME, HF_TOKEN, HF_HUB_OFFLINE as in transformers).
     /// The default is looked for in $ROADSEG_MODEL, ./models/roadseg-camvid,
     /// /usr/share/roadseg/models/roadseg-camvid, then beside the binary.
     #[arg(long, default_value = BUNDLED_MODEL, value_parser = parse_model_path)]
@@ -80,9 +82,9 @@ pub fn load_engines(args: &ModelArgs, size: (usize, usize), threshold: f32, back
     if !(0.0..=1.0).contains(&threshold) {
         bail!("--threshold {threshold} is outside 0..=1");
     }
-    let path = roadseg::checkpoint::locate_model(&args.model)?;
+    let origin = roadseg::hub::resolve_model(&args.model)?;
     let spec = ModelSpec {
-        path: &path,
+        path: origin.dir(),
         size,
         preset: args.preset,
         road_classes: &args.road_classes,

@@ -5,12 +5,13 @@
 //! (issue 38); this says so before the daemon runs, not after.
 
 use std::fmt;
+use std::path::Path;
 use std::time::Instant;
 
 use super::config::DaemonConfig;
 use crate::backend::cpu::CpuBackend;
 use crate::device::Resolved;
-use crate::engine::{self, EngineError, FrameRef, LoadError, PixelFormat};
+use crate::engine::{self, EngineError, FrameRef, LoadError, ModelSpec, PixelFormat};
 use crate::input_size::FALLBACK_HEIGHT;
 
 /// What a live stream is taken to deliver when neither `infer_fps` nor its
@@ -85,10 +86,10 @@ pub fn demand(config: &DaemonConfig) -> (f64, usize, usize) {
 /// Times `config`'s model on the CPU and sets it against [`demand`].
 /// `model.height = 0` (taken from the first stream when the daemon starts)
 /// is timed at [`FALLBACK_HEIGHT`].
-pub fn estimate(config: &DaemonConfig, resolved: &Resolved) -> Result<CpuLoad, EstimateError> {
+pub fn estimate(config: &DaemonConfig, model_dir: &Path, resolved: &Resolved) -> Result<CpuLoad, EstimateError> {
     let m = &config.model;
     let height = if m.height == 0 { FALLBACK_HEIGHT } else { m.height };
-    let spec = m.spec(height);
+    let spec = ModelSpec { path: model_dir, ..m.spec(height) };
     let (mut engines, _) = engine::load_engines(&spec, resolved, 1, CpuBackend::new())?;
     let engine = &mut engines[0];
     // Mid grey: the model's time does not depend on what the picture shows.

@@ -7,10 +7,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use super::metrics;
+use crate::hub::ModelOrigin;
 
 #[derive(Debug)]
 pub struct Health {
@@ -23,6 +24,8 @@ pub struct Health {
     origin: Instant,
     /// Why the last reload was rejected; None once one applied (or none ran).
     reload_error: Mutex<Option<String>>,
+    /// Where the loaded model came from (folder or Hub commit), once loaded.
+    model: OnceLock<ModelOrigin>,
 }
 
 #[derive(Debug, Default)]
@@ -49,12 +52,22 @@ impl Health {
 
     /// `stall_after`: how long an up stream may go without an inferred frame.
     pub fn with_stall_timeout(stall_after: Option<Duration>) -> Health {
-        Health { model_loaded: AtomicBool::new(false), streams: RwLock::default(), stall_after, origin: Instant::now(), reload_error: Mutex::default() }
+        Health { model_loaded: AtomicBool::new(false), streams: RwLock::default(), stall_after, origin: Instant::now(), reload_error: Mutex::default(), model: OnceLock::new() }
     }
 
     pub fn set_model_loaded(&self, loaded: bool) {
         self.model_loaded.store(loaded, Ordering::Release);
         metrics::set_model_loaded(loaded);
+    }
+
+    /// The model is loaded, from `origin` (a model never changes while running).
+    pub fn set_model(&self, origin: ModelOrigin) {
+        let _ = self.model.set(origin);
+        self.set_model_loaded(true);
+    }
+
+    pub fn model(&self) -> Option<&ModelOrigin> {
+        self.model.get()
     }
 
     /// How the last reload went: `Err(why)` when it was rejected.

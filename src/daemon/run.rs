@@ -38,6 +38,7 @@ use super::supervisor::{StreamContext, StreamSupervisor};
 use super::web::{Credentials, WebContext, WebError, WebServer};
 use crate::device::{self, DeviceError, DeviceRequest};
 use crate::engine::LoadError;
+use crate::hub::{self, HubError, HubSettings, ModelOrigin, ModelSource};
 use crate::video::rtsp::{RtspError, RtspServer};
 use crate::video::stop::Wake;
 use crate::video::stream::Services;
@@ -70,6 +71,9 @@ pub enum DaemonError {
     Device(DeviceError),
     #[error(transparent)]
     Model(#[from] LoadError),
+    /// Shown as itself, kept as the source: `main` takes its exit code.
+    #[error("model.path: {0}")]
+    Hub(#[source] HubError),
     #[error("a stream has rtsp output but rtsp.listen is empty")]
     NoRtspListen,
     #[error(
@@ -89,29 +93,45 @@ impl DaemonError {
     /// should not restart a daemon for the first). A device this machine
     /// cannot use is one: restarting will not grow it a GPU.
     pub fn is_config(&self) -> bool {
-        matches!(self, DaemonError::Config(_) | DaemonError::Device(_))
+        match self {
+            DaemonError::Hub(e) => e.is_config(),
+            other => matches!(other, DaemonError::Config(_) | DaemonError::Device(_)),
+        }
     }
 }
 
 /// `roadseg check-config FILE`: every check `run` makes, the model folder
 /// included; the summary on success. With `estimate`, on the CPU, the model
 /// is timed and the summary says whether the streams' frames will keep up.
-pub fn check_config(path: &Path, estimate: bool) -> Result<Summary, ConfigError> {
+pub fn check_config(path: &Path, estimate: bool) -> Result<Summary, DaemonError> {
     let mut summary = check(Some(path))?;
+    // As `run` would: a Hub model is fetched (or found in the cache) now,
+    // so a check on the machine that runs it also readies its cache.
+    let origin = model_origin(&summary.config)?;
     // A warning, not an error: the file may be checked on another machine
     // than the one that will run it.
     match device::resolve(&summary.config.model.device, summary.config.model.precision) {
         Err(e) => summary.warnings.push(format!("{}; `roadseg run` here would exit 78", DaemonError::Device(e))),
         // Only an estimate: whatever it finds, the config is still valid.
         Ok(resolved) if estimate && resolved.is_cpu() => {
-            summary.cpu_load = Some(match cpu_load::estimate(&summary.config, &resolved) {
+            summary.cpu_load = Some(match cpu_load::estimate(&summary.config, origin.dir(), &resolved) {
                 Ok(load) => load.to_string(),
                 Err(e) => format!("CPU load: not estimated ({e})"),
             });
         }
         Ok(_) => {}
     }
+    summary.model_origin = Some(origin);
     Ok(summary)
+}
+
+/// The model folder: as configured (found and checked with the config), or
+/// a Hub model fetched into the Hugging Face cache.
+fn model_origin(config: &DaemonConfig) -> Result<ModelOrigin, DaemonError> {
+    match hub::model_source(&config.model.path) {
+        ModelSource::Folder(dir) => Ok(ModelOrigin::Folder(dir)),
+        ModelSource::Hub(id) => hub::fetch_logged(&id, &HubSettings::from_env()).map(ModelOrigin::Hub).map_err(DaemonError::Hub),
+    }
 }
 
 /// Loads and checks everything `run` needs before it starts anything
@@ -205,6 +225,9 @@ impl Daemon {
     fn start(config_path: Option<&Path>, config: DaemonConfig, shard: Shard, skipped: &[String], signals: &Signals) -> Result<Daemon, DaemonError> {
         // First: an unusable device is a config error (exit 78), found before any port opens.
         let resolved = device::resolve(&config.model.device, config.model.precision).map_err(DaemonError::Device)?;
+        // Before any port opens too: a wrong Hub name is a config error, and
+        // a first download takes its time before anything is served.
+        let origin = model_origin(&config)?;
         let stall_after = (config.daemon.stall_timeout_s > 0).then(|| Duration::from_secs(config.daemon.stall_timeout_s));
         let health = Arc::new(Health::with_stall_timeout(stall_after));
         for s in &config.streams {
@@ -230,8 +253,8 @@ impl Daemon {
         let rtsp = start_rtsp(&config, &config)?.map(Arc::new);
         let stream_metrics = StreamMetricMap::default();
         let height = model::input_height(&config, &signals.terminate);
-        let pool = model::start_pool(&config, height, &resolved, &stream_metrics, &health)?;
-        health.set_model_loaded(true);
+        let pool = model::start_pool(&config, origin.dir(), height, &resolved, &stream_metrics, &health)?;
+        health.set_model(origin);
         let mqtt = match config.mqtt.url.is_empty() {
             true => None,
             false => Some(MqttPublisher::start(&config.mqtt, health.clone(), stream_metrics.clone())?),

@@ -20,6 +20,7 @@ mod faults;
 mod frame_path;
 mod held_out_bonnets;
 mod http;
+mod hub;
 mod media;
 mod overlay;
 mod overload;

@@ -10,6 +10,7 @@ use super::template::{self, format_start};
 use crate::video::uri::redact_text;
 use super::{ConfigError, DaemonConfig, Problems, Shard, ShardSetting, SourceUri, Sources, StreamConfig};
 use crate::daemon::shard::shard_of;
+use crate::hub::ModelOrigin;
 use crate::worker_count::{AUTO_WORKERS_PER_GPU, WorkerCount};
 
 /// A checked configuration and a human description of it (`Display`).
@@ -22,6 +23,8 @@ pub struct Summary {
     /// `check-config`'s `CPU load:` line, when the model runs on the CPU and
     /// was timed (see `daemon::cpu_load`).
     pub cpu_load: Option<String>,
+    /// Where the model comes from, once `check-config` fetched or found it.
+    pub model_origin: Option<ModelOrigin>,
 }
 
 /// Loads like `DaemonConfig::load(path)`, then runs every check including
@@ -39,7 +42,7 @@ pub fn check_sources(sources: &Sources) -> Result<Summary, ConfigError> {
         p.at = sources.locate(&files, &p.field);
     }
     Problems::into_result(problems)?;
-    Ok(Summary { layers: sources.describe(), warnings: config.warnings(), cpu_load: None, config })
+    Ok(Summary { layers: sources.describe(), warnings: config.warnings(), cpu_load: None, model_origin: None, config })
 }
 
 impl fmt::Display for Summary {
@@ -61,6 +64,10 @@ impl Summary {
         let precision = m.precision.map_or("auto".to_string(), |p| p.to_string());
         let preset = format!("{:?}", m.preset).to_lowercase();
         writeln!(f, "model: {} (width {}, height {height}, device {}, precision {precision}, preset {preset})", m.path.display(), m.width, m.device)?;
+        if let Some(ModelOrigin::Hub(hub)) = &self.model_origin {
+            writeln!(f, "  from the Hugging Face Hub: {} revision {}, commit {}", hub.repo, hub.revision, hub.commit)?;
+            writeln!(f, "  cached at {}", hub.dir.display())?;
+        }
         writeln!(f, "  road classes {:?}, confidence threshold {}", m.road_classes, m.confidence_threshold)?;
         let count = match c.workers.count {
             WorkerCount::Auto => format!("auto: {AUTO_WORKERS_PER_GPU} a GPU (at most one a CPU core), 1 on the CPU"),

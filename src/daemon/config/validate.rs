@@ -294,6 +294,10 @@ fn output(c: &mut Collector, i: usize, o: &OutputConfig, config: &DaemonConfig) 
 }
 
 pub(super) fn model_path_problems(path: &Path) -> Vec<Problem> {
+    // A Hub name is checked when it is fetched (check-config and run do).
+    if matches!(crate::hub::model_source(path), crate::hub::ModelSource::Hub(_)) {
+        return Vec::new();
+    }
     let shown = path.display();
     let message = if let Err(not_found) = crate::checkpoint::locate_model(path) {
         // The bundled default, searched for in vain: say everywhere it was looked for.

@@ -2,6 +2,7 @@
 //! or from the first stream's frames), its engines, and the worker pool
 //! that runs them with the daemon's metric hooks.
 
+use std::path::Path;
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use crate::daemon::config::{AnnotateConfig, DaemonConfig};
 use crate::daemon::health::Health;
 use crate::daemon::metrics::{self, DeviceMetrics};
 use crate::device::Resolved;
-use crate::engine::{self, LoadError};
+use crate::engine::{self, LoadError, ModelSpec};
 use crate::images::{OverlayStyle, palette};
 use crate::input_size::{self, FALLBACK_HEIGHT};
 use crate::annotate::{Annotator, FrameStats};
@@ -47,9 +48,17 @@ pub(super) fn input_height(config: &DaemonConfig, stop: &StopSignal) -> u32 {
 
 /// Loads the model once at `height` and starts one worker per configured
 /// worker, each with its own engine (weights shared).
-pub(super) fn start_pool(config: &DaemonConfig, height: u32, resolved: &Resolved, streams: &StreamMetricMap, health: &Arc<Health>) -> Result<WorkerPool, LoadError> {
+pub(super) fn start_pool(
+    config: &DaemonConfig,
+    model_dir: &Path,
+    height: u32,
+    resolved: &Resolved,
+    streams: &StreamMetricMap,
+    health: &Arc<Health>,
+) -> Result<WorkerPool, LoadError> {
     let m = &config.model;
-    let spec = m.spec(height);
+    // `model.path` may name a Hub model; `model_dir` is where it was fetched to.
+    let spec = ModelSpec { path: model_dir, ..m.spec(height) };
     let (engines, labels) = engine::load_engines_for(&spec, resolved, config.workers.count, CpuBackend::new())?;
     let workers = engines.len();
     tracing::info!(workers, count = %config.workers.count, device = %resolved.device, "starting inference workers");

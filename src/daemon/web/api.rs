@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::WebContext;
 use crate::daemon::status::StreamStatus;
+use crate::hub::ModelOrigin;
 
 fn round(v: f64, places: i32) -> f64 {
     let k = 10f64.powi(places);
@@ -51,6 +52,20 @@ fn stream_json(s: &StreamStatus) -> Value {
     })
 }
 
+/// Where the running model came from: a folder, or a Hub repo at a commit.
+fn model_json(origin: &ModelOrigin) -> Value {
+    match origin {
+        ModelOrigin::Folder(dir) => json!({ "source": "folder", "path": dir.display().to_string() }),
+        ModelOrigin::Hub(m) => json!({
+            "source": "hub",
+            "repo": m.repo,
+            "revision": m.revision,
+            "commit": m.commit,
+            "path": m.dir.display().to_string(),
+        }),
+    }
+}
+
 pub fn streams_json(ctx: &WebContext) -> Value {
     let (ready, reason) = ctx.health.is_ready();
     let streams: Vec<Value> = ctx.streams.list().iter().map(|s| stream_json(s)).collect();
@@ -58,6 +73,7 @@ pub fn streams_json(ctx: &WebContext) -> Value {
     json!({
         "ready": ready,
         "reason": reason,
+        "model": ctx.health.model().map(model_json),
         "config_reload": { "failed": reload_error.is_some(), "error": reload_error },
         "streams": streams,
     })

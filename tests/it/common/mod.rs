@@ -3,6 +3,7 @@
 
 #[cfg(feature = "video")]
 pub mod daemon;
+pub mod mock_hub;
 #[cfg(feature = "video")]
 pub mod webdriver;
 #[cfg(feature = "cuda")]

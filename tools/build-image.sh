@@ -76,7 +76,8 @@ hooks=(
   --customize-hook='sed -i "s|^listen = \"127.0.0.1:9464\"|listen = \"0.0.0.0:9464\"|; s|^listen = \"127.0.0.1:8554\"|listen = \"0.0.0.0:8554\"|" "$1/etc/roadseg/roadseg.toml"'
   --customize-hook='grep -q "^listen = \"0.0.0.0:9464\"" "$1/etc/roadseg/roadseg.toml" && grep -q "^listen = \"0.0.0.0:8554\"" "$1/etc/roadseg/roadseg.toml"'
   # The working directory and volume: owned by the service account.
-  --customize-hook='chroot "$1" install -d -o roadseg -g roadseg -m 0750 /var/lib/roadseg'
+  --customize-hook='chroot "$1" install -d -o roadseg -g roadseg -m 0750 /var/lib/roadseg' \
+  --customize-hook='chroot "$1" install -d -o roadseg -g roadseg -m 0750 /var/cache/roadseg'
   --customize-hook="test \"\$(chroot \"\$1\" id -u roadseg)\" = $uid"
 )
 if [ "$full" != 1 ]; then

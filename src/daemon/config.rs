@@ -85,7 +85,8 @@ pub struct DaemonConfig {
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ModelConfig {
-    /// HuggingFace SegFormer checkpoint folder. Default `models/roadseg-camvid`.
+    /// HuggingFace SegFormer checkpoint folder, or a Hub model
+    /// `org/name[@revision]` (see `crate::hub`). Default `models/roadseg-camvid`.
     pub path: PathBuf,
     /// Model input width, a multiple of 32 in 64..=4096. Default 1024.
     pub width: u32,

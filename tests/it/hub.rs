@@ -194,3 +194,39 @@ fn each_hub_failure_names_its_cause_and_exits_with_its_code() {
         assert!(!weights_blob, "{model}: a broken or refused download left weights in {}", blobs.display());
     }
 }
+
+#[test]
+fn check_config_and_the_running_daemon_say_which_hub_commit_the_model_is() {
+    // Rule: `[model] path = "org/name@rev"` is fetched by check-config and run; both, and /api/v1/streams, name repo, revision and commit.
+    use crate::common::daemon::{self, Daemon, free_port, get};
+    use std::time::Duration;
+    let hub = hub_with_tiny();
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("hf");
+    let (metrics, rtsp) = (free_port(), free_port());
+    let header = daemon::header(metrics, rtsp).replace(&format!("{:?}", daemon::model().display().to_string()), "\"org/tiny@v1\"");
+    assert!(header.contains("path = \"org/tiny@v1\""), "{header}");
+    let config = tmp.path().join("roadseg.toml");
+    std::fs::write(&config, header + &daemon::test_stream("cam", &format!("stats = {:?}", tmp.path().join("cam.jsonl").display().to_string()))).unwrap();
+
+    let (code, stdout, err) = roadseg_hub(&hub.endpoint(), &home, &[], &["check-config", config.to_str().unwrap(), "--no-estimate"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(stdout.contains(&format!("from the Hugging Face Hub: org/tiny revision v1, commit {COMMIT}")), "{stdout}");
+    assert!(std::fs::read_to_string(home.join("hub/models--org--tiny/refs/v1")).unwrap() == COMMIT, "a tag gets its ref too");
+
+    let log = tmp.path().join("daemon.log");
+    let mut d = Daemon::start_with_env(&config, &log, &[
+        ("HF_ENDPOINT", hub.endpoint().as_str()),
+        ("HF_HOME", home.to_str().unwrap()),
+        ("HF_HUB_OFFLINE", "1"),
+    ]);
+    let mut api = String::new();
+    d.wait_for("the API to name the model", Duration::from_secs(30), || {
+        api = get(metrics, "/api/v1/streams");
+        api.contains("\"commit\"")
+    });
+    let body: serde_json::Value = serde_json::from_str(&api[api.find("\r\n\r\n").unwrap() + 4..]).unwrap();
+    let m = &body["model"];
+    assert_eq!((m["source"].as_str(), m["repo"].as_str(), m["revision"].as_str(), m["commit"].as_str()), (Some("hub"), Some("org/tiny"), Some("v1"), Some(COMMIT)), "{body}");
+    d.stop_cleanly();
+}

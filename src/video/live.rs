@@ -42,6 +42,11 @@ pub struct LiveHub {
     watching: AtomicUsize,
     viewers: Mutex<Vec<Viewer>>,
     frames: AtomicU64,
+    /// Viewers of the MJPEG fallback (`live.mjpeg`), which need no encoder
+    /// here: they count toward [`MAX_VIEWERS`] and the viewers gauge.
+    mjpeg: AtomicUsize,
+    /// Bumped by [`LiveHub::close_all`]: MJPEG responses end when it moves.
+    epoch: AtomicU64,
 }
 
 struct Viewer {
@@ -61,8 +66,14 @@ struct Encoder {
     started: Instant,
 }
 
-/// The body of a live-view response: fragmented MP4, chunk by chunk.
+/// The body of a live-view response: fragmented MP4 (or MJPEG parts), chunk by chunk.
 pub struct LiveStream(mpsc::Receiver<Bytes>);
+
+impl From<mpsc::Receiver<Bytes>> for LiveStream {
+    fn from(chunks: mpsc::Receiver<Bytes>) -> LiveStream {
+        LiveStream(chunks)
+    }
+}
 
 impl futures_core::Stream for LiveStream {
     type Item = Result<Bytes, std::convert::Infallible>;
@@ -80,7 +91,7 @@ impl LiveHub {
     /// A new viewer: its encoder starts with the next frame.
     pub fn watch(&self) -> Result<LiveStream, LiveError> {
         let mut viewers = self.viewers.lock().unwrap_or_else(PoisonError::into_inner);
-        if viewers.len() >= MAX_VIEWERS {
+        if viewers.len() + self.mjpeg.load(Ordering::Acquire) >= MAX_VIEWERS {
             return Err(LiveError::Full);
         }
         let (chunks, rx) = mpsc::channel(BACKLOG_CHUNKS);
@@ -90,7 +101,31 @@ impl LiveHub {
     }
 
     pub fn viewers(&self) -> usize {
-        self.watching.load(Ordering::Acquire)
+        self.watching.load(Ordering::Acquire) + self.mjpeg.load(Ordering::Acquire)
+    }
+
+    /// An MJPEG viewer arrives; returns the epoch its response ends after.
+    pub fn mjpeg_joined(&self) -> Result<u64, LiveError> {
+        let viewers = self.viewers.lock().unwrap_or_else(PoisonError::into_inner);
+        if viewers.len() + self.mjpeg.load(Ordering::Acquire) >= MAX_VIEWERS {
+            return Err(LiveError::Full);
+        }
+        self.mjpeg.fetch_add(1, Ordering::AcqRel);
+        Ok(self.epoch.load(Ordering::Acquire))
+    }
+
+    pub fn mjpeg_left(&self) {
+        self.mjpeg.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// A frame encoded for a live viewer outside this hub (an MJPEG part).
+    pub fn count_encoded(&self) {
+        self.frames.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether [`LiveHub::close_all`] ran since `epoch`.
+    pub fn closed_since(&self, epoch: u64) -> bool {
+        self.epoch.load(Ordering::Acquire) != epoch
     }
 
     /// Frames handed to viewers' encoders so far.
@@ -103,6 +138,7 @@ impl LiveHub {
         let mut viewers = self.viewers.lock().unwrap_or_else(PoisonError::into_inner);
         viewers.clear();
         self.watching.store(0, Ordering::Release);
+        self.epoch.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Gives an annotated frame to every viewer. Never waits: if a request is

@@ -63,6 +63,13 @@ impl LatestFrame {
         slot.at = Some(SystemTime::now());
     }
 
+    /// The latest frame's sequence number (None before the first): tells
+    /// whether there is anything new without copying it.
+    pub fn seq(&self) -> Option<u64> {
+        let slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
+        slot.at.map(|_| slot.seq)
+    }
+
     /// The latest frame as RGB, or None before the first one.
     pub fn snapshot(&self) -> Option<Snapshot> {
         let (width, height, seq, at, format, pixels) = {

@@ -365,3 +365,81 @@ fn the_status_page_plays_each_stream_live_and_the_encoder_stops_when_the_page_cl
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(live_counters(&d, "front").0, stopped, "frames still encoded with nobody watching");
 }
+
+/// Reads `live.mjpeg` parts from a raw connection until `want` JPEGs came
+/// (or 10 s passed): the JPEGs, and the response head.
+fn read_mjpeg(port: u16, stream: &str, want: usize) -> (String, Vec<Vec<u8>>) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(format!("GET /api/v1/streams/{stream}/live.mjpeg HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 65536];
+    let started = Instant::now();
+    let jpegs = loop {
+        let parts: Vec<Vec<u8>> = raw
+            .windows(2)
+            .enumerate()
+            .filter(|(_, w)| *w == [0xFF, 0xD8])
+            .filter_map(|(i, _)| raw[i..].windows(2).position(|w| w == [0xFF, 0xD9]).map(|end| raw[i..i + end + 2].to_vec()))
+            .collect();
+        if parts.len() >= want || started.elapsed() > Duration::from_secs(10) {
+            break parts;
+        }
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break parts,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+        }
+    };
+    let head_end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(0);
+    (String::from_utf8_lossy(&raw[..head_end]).into_owned(), jpegs)
+}
+
+#[test]
+fn browsers_without_h264_get_the_live_view_as_mjpeg_made_only_while_watched() {
+    // Rule: live.mjpeg serves the annotated frames as multipart JPEGs that an <img> plays (the page's fallback, forced by /?live=mjpeg); JPEGs are made only while someone reads, and the viewer counts in roadseg_live_viewers.
+    let mut d = Daemon::start("127.0.0.1", "", &["front"]);
+    d.wait_for("frames out", Duration::from_secs(60), |d| stream(&d.api(), "front")["frames_out"].as_u64().unwrap_or(0) > 5);
+    assert_eq!(live_counters(&d, "front"), (0.0, 0.0), "nothing made before a viewer");
+    assert_eq!(d.get("/api/v1/streams/nope/live.mjpeg").0, 404);
+
+    let (head, jpegs) = read_mjpeg(d.port, "front", 3);
+    assert!(head.contains("multipart/x-mixed-replace; boundary=roadseg-frame"), "{head}");
+    assert!(jpegs.len() >= 3, "{} JPEGs in 10 s", jpegs.len());
+    for j in &jpegs {
+        let img = image::load_from_memory(j).unwrap();
+        assert_eq!((img.width(), img.height()), (320, 240));
+    }
+    d.wait_for("the raw viewer to leave", Duration::from_secs(5), |d| live_counters(d, "front").1 == 0.0);
+
+    let mut browser = match common::webdriver::Browser::start() {
+        Ok(b) => b,
+        Err(why) => {
+            roadseg::test_skip::skip(&why);
+            return;
+        }
+    };
+    browser.open(&format!("http://127.0.0.1:{}/?live=mjpeg", d.port)).unwrap();
+    let probe = "const m = document.getElementById('mjpeg-front'); return m ? [m.naturalWidth, m.style.display, document.getElementById('live-front').src] : null;";
+    let mut last = Value::Null;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(30) {
+        last = browser.eval(probe).unwrap();
+        if last[0].as_f64() == Some(320.0) && last[1].as_str() == Some("") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert_eq!(last[0].as_f64(), Some(320.0), "the MJPEG <img> never showed a frame: {last}\n{}", d.log());
+    assert_eq!(last[2].as_str(), Some(""), "?live=mjpeg must not start the MP4 encoder: {last}");
+    let (before, viewers) = live_counters(&d, "front");
+    assert_eq!(viewers, 1.0);
+    std::thread::sleep(Duration::from_secs(2));
+    let made = live_counters(&d, "front").0 - before;
+    // 10 fps source, 5 JPEGs/s at most: 10 in 2 s, some slack for a busy machine.
+    assert!((3.0..=12.0).contains(&made), "{made} JPEGs in 2 s");
+    browser.close();
+    d.wait_for("the MJPEG viewer to leave", Duration::from_secs(10), |d| live_counters(d, "front").1 == 0.0);
+    let stopped = live_counters(&d, "front").0;
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(live_counters(&d, "front").0, stopped, "JPEGs still made with nobody watching");
+}

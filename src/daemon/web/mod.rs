@@ -11,6 +11,7 @@
 
 mod api;
 mod auth;
+mod mjpeg;
 mod routes;
 
 use std::net::SocketAddr;

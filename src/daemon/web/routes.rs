@@ -8,7 +8,7 @@ use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 
-use super::api;
+use super::{api, mjpeg};
 use super::{REQUEST_TIMEOUT, WebContext, auth};
 
 const METRICS_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -31,6 +31,7 @@ pub fn router(ctx: WebContext) -> Router {
         .route("/api/v1/streams", get(streams))
         .route("/api/v1/streams/{name}/snapshot.jpg", get(snapshot))
         .route("/api/v1/streams/{name}/live.mp4", get(live))
+        .route("/api/v1/streams/{name}/live.mjpeg", get(live_mjpeg))
         .fallback(not_found)
         .with_state(state)
         .layer(middleware::from_fn_with_state(ctx, auth::require))
@@ -106,9 +107,17 @@ async fn live(State(s): State<AppState>, Path(name): Path<String>) -> Response {
     }
 }
 
+/// The fallback for browsers without H.264: MJPEG parts for an `<img>`.
+async fn live_mjpeg(State(s): State<AppState>, Path(name): Path<String>) -> Response {
+    let Some(stream) = s.ctx.streams.get(&name) else {
+        return text(StatusCode::NOT_FOUND, format!("no stream named '{name}'\n"));
+    };
+    mjpeg::response(stream).unwrap_or_else(|e| text(StatusCode::SERVICE_UNAVAILABLE, format!("stream '{name}': {e}\n")))
+}
+
 async fn not_found() -> Response {
     text(
         StatusCode::NOT_FOUND,
-        "not found; try /, /metrics, /healthz, /readyz, /api/v1/streams, /api/v1/streams/NAME/snapshot.jpg or /api/v1/streams/NAME/live.mp4\n",
+        "not found; try /, /metrics, /healthz, /readyz, /api/v1/streams, /api/v1/streams/NAME/snapshot.jpg, /api/v1/streams/NAME/live.mp4 or /api/v1/streams/NAME/live.mjpeg\n",
     )
 }

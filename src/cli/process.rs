@@ -16,7 +16,7 @@ use roadseg::model::MAX_BATCH;
 use roadseg::temporal::{DEFAULT_WEIGHT, TemporalSettings};
 use roadseg::annotate::{Annotator, FrameStats};
 use roadseg::video::output::StreamObserver;
-use roadseg::video::pool::{WorkerPool, WorkerWindow};
+use roadseg::video::pool::{BatchPolicy, WorkerPool, WorkerWindow};
 use roadseg::video::ring::FrameBuf;
 use roadseg::video::source::{Shortfall, SourceError, SourceSettings};
 use roadseg::video::stop::{StopSignal, Wake, stop_channel};
@@ -229,7 +229,9 @@ fn start_pool(args: &ProcessArgs, size: (usize, usize), workers: WorkerCount, gp
             *gpu_time.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert(Duration::ZERO) += gpu;
         }
     });
-    Ok(WorkerPool::start(loaded.engines, args.batch, annotator, Arc::new(|_, _, _| {}), on_busy))
+    // A file's frames wait in its ring (back-pressure): a batch never needs to wait for them.
+    let policy = BatchPolicy { max: args.batch, wait: Duration::ZERO };
+    Ok(WorkerPool::start(loaded.engines, policy, annotator, Arc::new(|_, _, _| {}), on_busy))
 }
 
 /// How the input ended.

@@ -153,13 +153,20 @@ pub struct WorkersConfig {
     /// this many frames that are ready now (round-robin over the streams,
     /// never waiting to fill a batch). Each batch size used keeps its own
     /// model instance (N images' activations) and, on CUDA, its own graph.
-    /// Per-stream order and timestamps are unchanged. Default 1.
+    /// Per-stream order and timestamps are unchanged. Sizes run: the powers
+    /// of two up to `batch`, and `batch` (13 frames of 16 run as 8, 4, 1).
+    /// Default 1.
     pub batch: usize,
+    /// With `batch` > 1: when fewer frames are ready, how long a worker waits
+    /// (from its first frame) for more before it runs what it has: the most
+    /// a live frame is held back for a fuller batch. 0..=1000; 0 never
+    /// waits. Default 5.
+    pub max_batch_wait_ms: u64,
 }
 
 impl Default for WorkersConfig {
     fn default() -> Self {
-        WorkersConfig { count: WorkerCount::Auto, batch: 1 }
+        WorkersConfig { count: WorkerCount::Auto, batch: 1, max_batch_wait_ms: 5 }
     }
 }
 

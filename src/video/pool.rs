@@ -14,6 +14,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crossbeam_channel::Sender;
 
 use self::batch::{Job, take_ready};
+pub use self::batch::BatchPolicy;
 use crate::annotate::{Annotator, FrameStats, Origin};
 use super::ring::{Doorbell, FrameBuf, FrameRing};
 use crate::engine::{AnyEngine, Segmentation, UNKNOWN};
@@ -134,9 +135,9 @@ pub struct WorkerPool {
 
 impl WorkerPool {
     /// One worker thread per engine, before any stream is added: the model
-    /// (and so its input size) is settled first. Each worker runs up to
-    /// `batch` ready frames as one batched forward (1: one at a time).
-    pub fn start(engines: Vec<AnyEngine>, batch: usize, annotator: Annotator, on_inference: InferenceObserver, on_busy: BusyObserver) -> Self {
+    /// (and so its input size) is settled first. Each worker forms batches
+    /// by `policy` ([`BatchPolicy::SINGLE`]: one frame at a time).
+    pub fn start(engines: Vec<AnyEngine>, policy: BatchPolicy, annotator: Annotator, on_inference: InferenceObserver, on_busy: BusyObserver) -> Self {
         let shared = Arc::new(Shared {
             streams: RwLock::new(Vec::new()),
             generation: AtomicU64::new(0),
@@ -151,7 +152,7 @@ impl WorkerPool {
                     index,
                     stall_after: std::env::var(STALL_HOOK_ENV).ok().and_then(|v| v.parse().ok()),
                     slow: std::env::var(SLOW_HOOK_ENV).ok().and_then(|v| v.parse().ok()).map(Duration::from_millis),
-                    batch: batch.max(1),
+                    policy: BatchPolicy { max: policy.max.max(1), ..policy },
                     engine,
                     annotator: annotator.clone(),
                     shared: shared.clone(),
@@ -214,8 +215,8 @@ struct Worker {
     stall_after: Option<u64>,
     /// From [`SLOW_HOOK_ENV`]; None in normal runs.
     slow: Option<Duration>,
-    /// Most frames taken and run at once.
-    batch: usize,
+    /// How many frames are taken and run at once, and how long to wait for them.
+    policy: BatchPolicy,
     engine: AnyEngine,
     annotator: Annotator,
     shared: Arc<Shared>,
@@ -230,7 +231,7 @@ impl Worker {
         let mut next = 0usize;
         let (mut window_start, mut busy, mut gpu_ms) = (Instant::now(), Duration::ZERO, None::<f64>);
         let mut processed = 0u64;
-        let mut jobs: Vec<Job> = Vec::with_capacity(self.batch);
+        let mut jobs: Vec<Job> = Vec::with_capacity(self.policy.max);
         while !self.shared.stop.load(Ordering::SeqCst) {
             if self.stall_after.is_some_and(|n| processed >= n) {
                 std::thread::sleep(Duration::from_millis(20));
@@ -242,8 +243,11 @@ impl Worker {
                 seen_generation = generation;
             }
             // The stall hook counts frames: never take past it.
-            let room = self.stall_after.map_or(self.batch, |n| self.batch.min((n - processed) as usize));
+            let room = self.stall_after.map_or(self.policy.max, |n| self.policy.max.min((n - processed) as usize));
             take_ready(&streams, &mut next, room, &mut jobs);
+            if !jobs.is_empty() && jobs.len() < room && !self.policy.wait.is_zero() {
+                self.fill_within_budget(&streams, &mut next, room, &mut jobs);
+            }
             if jobs.is_empty() {
                 self.shared.work.wait(Duration::from_millis(20));
             } else {
@@ -252,18 +256,21 @@ impl Worker {
                 if let Some(slow) = self.slow {
                     std::thread::sleep(slow);
                 }
-                let inferred = if jobs.len() == 1
-                    && let Some(Job { stream, buf }) = jobs.pop()
-                {
-                    // One frame: exactly the single-frame path.
-                    let inferred = self.process(&stream, buf);
-                    stream.counters.in_flight.fetch_sub(1, Ordering::SeqCst);
-                    inferred
-                } else {
-                    self.process_batch(&mut jobs)
-                };
-                if inferred && let Some(ms) = self.engine.timings().gpu_ms {
-                    *gpu_ms.get_or_insert(0.0) += ms;
+                for run in self.policy.split(jobs.len()) {
+                    let mut batch: Vec<Job> = jobs.drain(..run).collect();
+                    let inferred = if run == 1
+                        && let Some(Job { stream, buf }) = batch.pop()
+                    {
+                        // One frame: exactly the single-frame path.
+                        let inferred = self.process(&stream, buf);
+                        stream.counters.in_flight.fetch_sub(1, Ordering::SeqCst);
+                        inferred
+                    } else {
+                        self.process_batch(&mut batch)
+                    };
+                    if inferred && let Some(ms) = self.engine.timings().gpu_ms {
+                        *gpu_ms.get_or_insert(0.0) += ms;
+                    }
                 }
                 busy += t.elapsed();
             }
@@ -278,6 +285,20 @@ impl Worker {
         // The last, partial window, so totals kept from these reports add up.
         let gpu = gpu_ms.map(|ms| Duration::from_secs_f64(ms / 1000.0));
         (self.on_busy)(WorkerWindow { worker: self.index, length: window_start.elapsed(), busy, gpu });
+    }
+
+    /// Waits for more ready frames until `jobs` holds `room` or the policy's
+    /// budget, counted from now (the first frame's taking), runs out.
+    fn fill_within_budget(&self, streams: &[Arc<StreamInput>], next: &mut usize, room: usize, jobs: &mut Vec<Job>) {
+        let deadline = Instant::now() + self.policy.wait;
+        while jobs.len() < room && !self.shared.stop.load(Ordering::SeqCst) {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            self.shared.work.wait(deadline - now);
+            take_ready(streams, next, room, jobs);
+        }
     }
 
     /// Infers, annotates and hands on one frame; false when inference failed

@@ -73,7 +73,10 @@ impl Summary {
             WorkerCount::Auto => format!("auto: {AUTO_WORKERS_PER_GPU} a GPU (at most one a CPU core), 1 on the CPU"),
             WorkerCount::Fixed(n) => n.to_string(),
         };
-        writeln!(f, "workers: {count} (batch {})", c.workers.batch)?;
+        match c.workers.batch {
+            1 => writeln!(f, "workers: {count} (batch 1)")?,
+            b => writeln!(f, "workers: {count} (batch {b}, waiting up to {} ms for a fuller one)", c.workers.max_batch_wait_ms)?,
+        }
         match c.metrics.listen_addr() {
             Some(a) => writeln!(
                 f,

@@ -87,6 +87,8 @@ pub(super) fn problems(config: &DaemonConfig) -> Vec<Problem> {
     });
     let batch = config.workers.batch;
     c.check((1..=MAX_BATCH).contains(&batch), "workers.batch", || format!("{batch} is outside 1..={MAX_BATCH}"));
+    let wait = config.workers.max_batch_wait_ms;
+    c.check(wait <= 1000, "workers.max_batch_wait_ms", || format!("{wait} is outside 0..=1000 (milliseconds a live frame may wait for a fuller batch)"));
     listeners(&mut c, config);
     let a = &config.annotate;
     c.check((0.0..=1.0).contains(&a.road_alpha), "annotate.road_alpha", || format!("{} is outside 0..=1", a.road_alpha));

@@ -16,7 +16,7 @@ use crate::engine::{self, LoadError, ModelSpec};
 use crate::images::{OverlayStyle, palette};
 use crate::input_size::{self, FALLBACK_HEIGHT};
 use crate::annotate::{Annotator, FrameStats};
-use crate::video::pool::{WorkerPool, WorkerWindow};
+use crate::video::pool::{BatchPolicy, WorkerPool, WorkerWindow};
 use crate::video::stop::StopSignal;
 use crate::video::stream;
 
@@ -91,7 +91,8 @@ pub(super) fn start_pool(
             gpu_busy.set(w.worker, gpu_share);
         }
     });
-    Ok(WorkerPool::start(engines, config.workers.batch, annotator, on_inference, on_busy))
+    let policy = BatchPolicy { max: config.workers.batch, wait: Duration::from_millis(config.workers.max_batch_wait_ms) };
+    Ok(WorkerPool::start(engines, policy, annotator, on_inference, on_busy))
 }
 
 fn annotator(a: &AnnotateConfig, road_classes: Vec<usize>, labels: &[String]) -> Annotator {

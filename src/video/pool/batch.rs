@@ -5,11 +5,52 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{Done, Seen, StreamInput, Worker, drop_failed};
 use crate::engine::FrameRef;
 use crate::video::ring::FrameBuf;
+
+/// How a worker forms batches: up to `max` frames from any streams; when
+/// fewer are ready it waits up to `wait` (from its first frame) for more, so
+/// a live frame is held back by that much at most (`[workers]
+/// max_batch_wait_ms`; zero never waits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchPolicy {
+    pub max: usize,
+    pub wait: Duration,
+}
+
+impl BatchPolicy {
+    /// One frame at a time, never waiting.
+    pub const SINGLE: BatchPolicy = BatchPolicy { max: 1, wait: Duration::ZERO };
+
+    /// The batch sizes a worker runs: the powers of two up to `max`, and
+    /// `max`. Each size keeps its own model instance (on CUDA its own
+    /// graph), so a few sizes bound that memory: 5 at most for 16 frames
+    /// instead of 16.
+    pub fn sizes(&self) -> Vec<usize> {
+        let max = self.max.max(1);
+        let mut sizes: Vec<usize> = (0..usize::BITS).map(|k| 1usize << k).take_while(|&n| n <= max).collect();
+        if sizes.last() != Some(&max) {
+            sizes.push(max);
+        }
+        sizes
+    }
+
+    /// `n` taken frames as runs of those sizes, largest first (13 of 16:
+    /// 8, 4, 1).
+    pub fn split(&self, mut n: usize) -> Vec<usize> {
+        let sizes = self.sizes();
+        let mut runs = Vec::new();
+        while n > 0 {
+            let k = *sizes.iter().rev().find(|&&k| k <= n).expect("1 is a size");
+            runs.push(k);
+            n -= k;
+        }
+        runs
+    }
+}
 
 /// A frame taken from a stream's ring, the stream's in-flight count raised.
 pub(super) struct Job {
@@ -115,7 +156,7 @@ mod tests {
 
     use crossbeam_channel::{Receiver, unbounded};
 
-    use super::{Job, take_ready};
+    use super::{BatchPolicy, Job, take_ready};
     use crate::backend::cpu::CpuBackend;
     use crate::engine::{AnyEngine, ModelSpec, Preset, load_cpu_engines};
     use crate::frame::PixelFormat;
@@ -218,7 +259,7 @@ mod tests {
                 Arc::new(move |_: &str, _: f64, stats: &crate::annotate::FrameStats| reported.lock().unwrap().push(stats.road_cut))
             };
             let annotator = Annotator { style: Default::default(), show_text: false, show_origin: false };
-            let pool = WorkerPool::start(vec![test_model_engine(&road)], batch, annotator, on_inference, Arc::new(|_| {}));
+            let pool = WorkerPool::start(vec![test_model_engine(&road)], BatchPolicy { max: batch, wait: Duration::ZERO }, annotator, on_inference, Arc::new(|_| {}));
             let (s, rx) = stream_with("cut", 4, offset, settings);
             pool.add_stream(s.clone());
             pool.notify();
@@ -244,7 +285,8 @@ mod tests {
     fn two_streams_in_batches_of_four_keep_every_frame_in_order_with_its_timestamps() {
         // Rule: with workers.batch = 4, frames from two streams (one smoothing its logits) run in shared batches, and each stream's output gets every frame once, in order, with its own pts and a frame-sized mask; the in-flight counts return to 0.
         let annotator = Annotator { style: Default::default(), show_text: true, show_origin: false };
-        let pool = WorkerPool::start(vec![test_model_engine("label_0")], 4, annotator, Arc::new(|_, _, _| {}), Arc::new(|_| {}));
+        let policy = BatchPolicy { max: 4, wait: Duration::ZERO };
+        let pool = WorkerPool::start(vec![test_model_engine("label_0")], policy, annotator, Arc::new(|_, _, _| {}), Arc::new(|_| {}));
         // Every frame is queued before its stream is added, so the first take
         // finds at least four frames ready.
         let (a, ra) = stream("a", 7, 0, true);
@@ -281,5 +323,67 @@ mod tests {
         assert_eq!((a.in_flight(), b.in_flight()), (0, 0));
         assert_eq!((a.counters.inferred.load(Ordering::SeqCst), b.counters.inferred.load(Ordering::SeqCst)), (7, 6));
         pool.shutdown();
+    }
+
+    #[test]
+    fn batches_run_in_a_few_fixed_sizes() {
+        // Rule: a worker's batch sizes are the powers of two up to workers.batch and workers.batch itself; n frames run as the largest sizes that fit, in turn.
+        let policy = |max| BatchPolicy { max, wait: Duration::ZERO };
+        assert_eq!(policy(16).sizes(), [1, 2, 4, 8, 16]);
+        assert_eq!(policy(6).sizes(), [1, 2, 4, 6]);
+        assert_eq!(policy(1).sizes(), [1]);
+        assert_eq!(BatchPolicy::SINGLE.split(3), [1, 1, 1]);
+        assert_eq!(policy(16).split(13), [8, 4, 1]);
+        assert_eq!(policy(16).split(16), [16]);
+        assert_eq!(policy(6).split(6), [6]);
+        assert_eq!(policy(6).split(5), [4, 1]);
+        for n in 1..=16 {
+            assert_eq!(policy(16).split(n).iter().sum::<usize>(), n);
+        }
+    }
+
+    /// Runs `frames` of stream `name`, pushed `gap` apart after the first,
+    /// through a one-worker pool with `policy`: each frame's inference
+    /// instant and how long after its push it came out.
+    fn run_spaced(policy: BatchPolicy, frames: u64, gap: Duration) -> Vec<(Instant, Duration)> {
+        let annotator = Annotator { style: Default::default(), show_text: false, show_origin: false };
+        let pool = WorkerPool::start(vec![test_model_engine("label_0")], policy, annotator, Arc::new(|_, _, _| {}), Arc::new(|_| {}));
+        let (s, rx) = stream("spaced", 0, 0, false);
+        pool.add_stream(s.clone());
+        let mut pushed = Vec::new();
+        for i in 0..frames {
+            if i > 0 {
+                std::thread::sleep(gap);
+            }
+            let data = pixels(i, 0);
+            s.ring.push(&DecodedFrame { data: &data, width: 64, height: 48, stride: 256, format: PixelFormat::Rgba, chroma: None, pts: Some(i * FRAME_NS), duration: None });
+            pushed.push(Instant::now());
+            pool.notify();
+        }
+        let out = (0..frames as usize)
+            .map(|i| match rx.recv_timeout(Duration::from_secs(60)) {
+                Ok(OutputItem::Frame { buf, .. }) => {
+                    let at = buf.stages.inferred;
+                    s.ring.recycle(buf);
+                    (at, Instant::now().duration_since(pushed[i]))
+                }
+                other => panic!("frame {i}: {other:?}"),
+            })
+            .collect();
+        pool.shutdown();
+        out
+    }
+
+    #[test]
+    fn a_worker_waits_within_its_budget_for_a_fuller_batch_and_no_longer() {
+        // Rule: with max_batch_wait_ms, frames arriving within the budget after the first join its batch; a frame alone waits about the budget, never much more; zero never waits.
+        let wait = Duration::from_millis(300);
+        let spaced = run_spaced(BatchPolicy { max: 4, wait }, 4, Duration::from_millis(40));
+        let first = spaced[0].0;
+        assert!(spaced.iter().all(|(at, _)| *at == first), "four frames 40 ms apart within a 300 ms budget run as one batch: {spaced:?}");
+        let alone = run_spaced(BatchPolicy { max: 4, wait }, 1, Duration::ZERO);
+        assert!(alone[0].1 >= wait && alone[0].1 < wait + Duration::from_secs(2), "a lone frame waits the budget: {:?}", alone[0].1);
+        let eager = run_spaced(BatchPolicy { max: 4, wait: Duration::ZERO }, 2, Duration::from_millis(200));
+        assert_ne!(eager[0].0, eager[1].0, "no budget: the first frame does not wait for the second");
     }
 }

@@ -47,6 +47,10 @@ pub struct LiveHub {
     mjpeg: AtomicUsize,
     /// Bumped by [`LiveHub::close_all`]: MJPEG responses end when it moves.
     epoch: AtomicU64,
+    /// Unix ms at which the first frame of the newest MP4 viewer's timeline
+    /// was decoded (0: none yet): its player at `currentTime` t shows the
+    /// frame decoded at this + t, so the page can show its own delay.
+    origin_ms: AtomicU64,
 }
 
 struct Viewer {
@@ -63,6 +67,7 @@ struct Encoder {
     pool: gst::BufferPool,
     size: (u32, u32, crate::frame::PixelFormat),
     first_pts: Option<u64>,
+    pushed_any: bool,
     started: Instant,
 }
 
@@ -128,6 +133,11 @@ impl LiveHub {
         self.epoch.load(Ordering::Acquire) != epoch
     }
 
+    /// See the `origin_ms` field: None before any MP4 viewer's first frame.
+    pub fn timeline_origin_unix_ms(&self) -> Option<u64> {
+        Some(self.origin_ms.load(Ordering::Acquire)).filter(|&ms| ms > 0)
+    }
+
     /// Frames handed to viewers' encoders so far.
     pub fn frames_encoded(&self) -> u64 {
         self.frames.load(Ordering::Relaxed)
@@ -167,8 +177,11 @@ impl LiveHub {
                 }
             }
             if let Some(e) = v.encoder.as_mut()
-                && e.push(buf).is_ok()
+                && let Ok(first) = e.push(buf)
             {
+                if first {
+                    self.origin_ms.store(decoded_unix_ms(buf), Ordering::Release);
+                }
                 shown = true;
             }
         }
@@ -221,18 +234,27 @@ impl Encoder {
         );
         let pool = packed.pool()?;
         pipeline.set_state(gst::State::Playing).map_err(|e| glib::bool_error!("{e}"))?;
-        Ok(Encoder { pipeline, appsrc, packed, pool, size: (buf.width, buf.height, buf.format), first_pts: None, started: Instant::now() })
+        Ok(Encoder { pipeline, appsrc, packed, pool, size: (buf.width, buf.height, buf.format), first_pts: None, pushed_any: false, started: Instant::now() })
     }
 
-    fn push(&mut self, buf: &FrameBuf) -> Result<(), glib::BoolError> {
+    /// Ok(true) for the frame that starts this viewer's timeline.
+    fn push(&mut self, buf: &FrameBuf) -> Result<bool, glib::BoolError> {
+        let first = !self.pushed_any;
+        self.pushed_any = true;
         // Each viewer's timeline starts at 0 with its first frame.
         let pts = match buf.timing.pts {
             Some(pts) => pts.saturating_sub(*self.first_pts.get_or_insert(pts)),
             None => self.started.elapsed().as_nanos() as u64,
         };
         let buffer = self.packed.buffer(&self.pool, &buf.data, buf.stride(), Some(pts), None)?;
-        self.appsrc.push_buffer(buffer).map(|_| ()).map_err(|e| glib::bool_error!("{e:?}"))
+        self.appsrc.push_buffer(buffer).map(|_| first).map_err(|e| glib::bool_error!("{e:?}"))
     }
+}
+
+/// When `buf` was decoded, as Unix ms (its stage times are monotonic).
+fn decoded_unix_ms(buf: &FrameBuf) -> u64 {
+    let decoded = std::time::SystemTime::now() - buf.stages.decoded.elapsed();
+    decoded.duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis() as u64
 }
 
 impl Drop for Encoder {

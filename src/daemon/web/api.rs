@@ -34,6 +34,13 @@ fn stream_json(s: &StreamStatus) -> Value {
         "drop_share": load.drop_share.map(|v| round(v, 3)),
         "last_error": s.last_error(),
         "live": s.live,
+        // The live view's viewers (MP4 and MJPEG), and when the frame that
+        // starts the newest MP4 viewer's timeline was decoded: a player at
+        // currentTime t shows the frame decoded at that + t.
+        "live_view": {
+            "viewers": s.viewers.viewers(),
+            "timeline_origin_unix_ms": s.viewers.timeline_origin_unix_ms(),
+        },
         "source": s.source,
         "fps_in": rate.map(|r| round(r.fps_in, 2)),
         "fps_out": rate.map(|r| round(r.fps_out, 2)),

@@ -540,11 +540,29 @@ pub struct OutputConfig {
     /// newest is always kept). Default: kept until `[daemon] min_free_bytes`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retain_hours: Option<f64>,
+    /// Record at most this many frames a second, 0.1..=240 (by the frames'
+    /// timestamps; the others are inferred, counted and sent to RTSP, but
+    /// not encoded into the file). Default: every frame.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub record_fps: Option<f64>,
+    /// Record this many pixels wide, 64..=7680 (height from the aspect);
+    /// only ever smaller than the frames. Default: the frames' own size.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub record_width: Option<u32>,
 }
 
 impl Default for OutputConfig {
     fn default() -> Self {
-        OutputConfig { file: None, segment_seconds: 300, rtsp: None, stats: None, bitrate_kbps: crate::video::stream::DEFAULT_BITRATE_KBPS, retain_hours: None }
+        OutputConfig {
+            file: None,
+            segment_seconds: 300,
+            rtsp: None,
+            stats: None,
+            bitrate_kbps: crate::video::stream::DEFAULT_BITRATE_KBPS,
+            retain_hours: None,
+            record_fps: None,
+            record_width: None,
+        }
     }
 }
 

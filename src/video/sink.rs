@@ -59,6 +59,8 @@ pub struct FileSinkSettings {
     /// Number of the first segment (a recording resumed after a failure
     /// goes on after the last one instead of overwriting it).
     pub start_index: u32,
+    /// Record at this size instead of the frames' (scaled before the encoder).
+    pub scale_to: Option<(u32, u32)>,
 }
 
 impl FileSinkSettings {
@@ -75,6 +77,7 @@ impl FileSinkSettings {
             encoder: EncoderSettings::default(),
             wall_clock_names: false,
             start_index: 0,
+            scale_to: None,
         }
     }
 }
@@ -182,9 +185,11 @@ impl FileSink {
     pub fn start(settings: FileSinkSettings) -> Result<FileSink, SinkError> {
         gst::init()?;
         validate(&settings)?;
+        // The encoder sees the recording's size.
+        let (width, height) = settings.scale_to.unwrap_or((settings.width, settings.height));
         let info = VideoInfo {
-            width: settings.width,
-            height: settings.height,
+            width,
+            height,
             fps_num: settings.fps.0,
             fps_den: settings.fps.1,
             format: settings.format,
@@ -221,12 +226,18 @@ impl FileSink {
             Some(_) => segment_fragment_ms(settings.fragment_ms),
         }
         .to_string();
+        let scale = match settings.scale_to {
+            // A capsfilter element, not bare caps: the encoder's description starts with caps of its own.
+            Some((w, h)) => format!(" ! videoscale ! capsfilter caps=\"video/x-raw,width={w},height={h}\""),
+            None => String::new(),
+        };
         let description = match settings.segment_seconds {
             None => fill(
                 FILE,
                 &[
                     ("max_bytes", &max_bytes),
                     ("caps", &caps),
+                    ("scale", &scale),
                     ("encoder", encoder.description()),
                     ("fragment_ms", &fragment_ms),
                     ("path", &quote(path_str)),
@@ -237,6 +248,7 @@ impl FileSink {
                 &[
                     ("max_bytes", &max_bytes),
                     ("caps", &caps),
+                    ("scale", &scale),
                     ("encoder", encoder.description()),
                     ("fragment_ms", &fragment_ms),
                     // Wall-clock names come from the format-location handler below;

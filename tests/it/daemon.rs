@@ -894,3 +894,39 @@ fn two_streams_in_batches_of_four_keep_every_frame_in_order_with_its_timestamps(
     }
     d.stop_cleanly();
 }
+
+#[test]
+fn a_recording_can_be_kept_to_fewer_frames_and_pixels_than_the_stream() {
+    // Rule: record_fps and record_width make the file smaller and cheaper (fewer frames, fewer pixels) while every frame is still inferred and in the sidecar; without them every frame is recorded at full size.
+    let dir = tempfile::tempdir().unwrap();
+    let (mport, rport) = (free_port(), free_port());
+    let (low, full) = (dir.path().join("low"), dir.path().join("full"));
+    let out = |rec: &Path, extra: &str| {
+        format!("file = \"{}/{{stream}}.mp4\"\nsegment_seconds = 60\nstats = \"{}/{{stream}}.jsonl\"\n{extra}", rec.display(), rec.display())
+    };
+    let config = dir.path().join("roadseg.toml");
+    let streams = test_stream("low", &out(&low, "record_fps = 2.5\nrecord_width = 160")) + &test_stream("full", &out(&full, ""));
+    std::fs::write(&config, header(mport, rport) + &streams).unwrap();
+    let mut d = Daemon::start(&config, &dir.path().join("log"));
+    d.wait_for("6 s of frames", Duration::from_secs(60), || metric(mport, "roadseg_frames_inferred_total", "low") >= 60.0);
+    d.stop_cleanly();
+    let probe = |rec: &Path, name: &str| {
+        let file = mp4s(rec).into_iter().next().unwrap_or_else(|| panic!("no recording for {name}"));
+        let (frames, err) = probe_frames(file.to_str().unwrap(), &[]);
+        let size = std::process::Command::new("ffprobe")
+            .args(["-v", "error", "-select_streams", "v:0", "-show_entries", "stream=width,height", "-of", "csv=p=0"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        let lines = std::fs::read_to_string(rec.join(format!("{name}.jsonl"))).unwrap().lines().count() as u64;
+        (frames, String::from_utf8_lossy(&size.stdout).trim().to_string(), lines, err)
+    };
+    let (low_frames, low_size, low_lines, err) = probe(&low, "low");
+    let (full_frames, full_size, full_lines, _) = probe(&full, "full");
+    assert_eq!((low_size.as_str(), full_size.as_str()), ("160,120", "320,240"), "{err}");
+    // 10 fps in, 2.5 recorded: a quarter of the frames, give or take the ends.
+    let expected = low_lines as f64 / 4.0;
+    assert!((low_frames as f64 - expected).abs() <= 2.0, "{low_frames} frames recorded of {low_lines} inferred at 2.5 of 10 fps");
+    assert!(full_frames + 2 >= full_lines && full_frames <= full_lines, "full: {full_frames} recorded of {full_lines} inferred");
+    assert!(low_lines >= 60, "every frame still inferred and in the sidecar: {low_lines}");
+}

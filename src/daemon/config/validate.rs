@@ -285,6 +285,12 @@ fn output(c: &mut Collector, i: usize, o: &OutputConfig, config: &DaemonConfig) 
         }
     }
     c.check(o.segment_seconds >= 1, at("segment_seconds"), || "must be at least 1".into());
+    if let Some(fps) = o.record_fps {
+        c.check((0.1..=240.0).contains(&fps), at("record_fps"), || format!("{fps} is outside 0.1..=240 frames a second"));
+    }
+    if let Some(w) = o.record_width {
+        c.check((64..=7680).contains(&w), at("record_width"), || format!("{w} is outside 64..=7680 pixels"));
+    }
     if let Some(path) = &o.rtsp {
         let bare = path.replace("{stream}", "x");
         let ok = !bare.trim_matches('/').is_empty()

@@ -17,6 +17,8 @@ pub(super) fn stream_spec(cfg: &StreamConfig, named_for: SystemTime, finish_time
             segment_seconds: Some(u32::try_from(o.segment_seconds).unwrap_or(u32::MAX)),
             bitrate_kbps: o.bitrate_kbps,
             wall_clock_names: o.wall_clock_names(),
+            max_fps: o.record_fps,
+            width: o.record_width,
         }));
     }
     if let Some(mount) = o.rtsp_mount(name) {

@@ -26,6 +26,34 @@ pub(super) struct FileOutput {
     reopen: Option<Reopen>,
     /// Frames on disk in the files of sinks closed before `sink`.
     on_disk_before: u64,
+    /// With `max_fps`: frames earlier than this timestamp are not recorded.
+    pacer: Option<Pacer>,
+}
+
+const PACER_SLACK_NS: u64 = 2_000_000;
+
+/// Keeps a recording to at most one frame per `interval_ns` of the frames'
+/// timestamps, without drift: each kept frame moves the next due time on by
+/// one interval (or to one interval after it, after a gap).
+struct Pacer {
+    interval_ns: u64,
+    next_due: Option<u64>,
+}
+
+impl Pacer {
+    fn keep(&mut self, pts: Option<u64>) -> bool {
+        let Some(pts) = pts else { return true };
+        match self.next_due {
+            // A little slack: timestamps of 1/30 s frames are rounded to the
+            // nanosecond, so six of them fall a few ns short of 1/5 s.
+            Some(due) if pts + PACER_SLACK_NS < due => false,
+            due => {
+                let next = due.map_or(pts, |d| d + self.interval_ns);
+                self.next_due = Some(if next <= pts { pts + self.interval_ns } else { next });
+                true
+            }
+        }
+    }
 }
 
 struct Reopen {
@@ -44,8 +72,9 @@ impl FileOutput {
     /// failure; one file ends at its first error (reopening would overwrite it).
     pub(super) fn open(target: FileTarget, info: VideoInfo) -> Result<Self, SinkError> {
         let sink = open_file_sink_at(&target, info, 0)?;
+        let pacer = target.max_fps.filter(|&f| f > 0.0).map(|fps| Pacer { interval_ns: (1e9 / fps) as u64, next_due: None });
         let reopen = target.segment_seconds.map(|_| Reopen { target, info, next_index: 0, retry_at: Instant::now(), last_error: None, disk_full: false });
-        Ok(FileOutput { sink: Some(sink), reopen, on_disk_before: 0 })
+        Ok(FileOutput { sink: Some(sink), reopen, on_disk_before: 0, pacer })
     }
 
     /// The failed sink is closed (what it finished stays) and the next start
@@ -108,6 +137,11 @@ impl FrameSink for FileOutput {
         "file"
     }
     fn write(&mut self, f: &FrameBuf) -> Result<(), OutputError> {
+        if let Some(p) = self.pacer.as_mut()
+            && !p.keep(f.timing.pts)
+        {
+            return Ok(());
+        }
         if self.sink.is_none() {
             self.try_reopen()?;
         }
@@ -176,12 +210,18 @@ pub struct FileTarget {
     pub bitrate_kbps: u32,
     /// `path` is a strftime pattern: segments named for their start (UTC).
     pub wall_clock_names: bool,
+    /// Record at most this many frames a second (by the frames' timestamps);
+    /// the others are not encoded. None: every frame.
+    pub max_fps: Option<f64>,
+    /// Record this many pixels wide (height from the frames' aspect, even),
+    /// when narrower than the frames. None: the frames' own size.
+    pub width: Option<u32>,
 }
 
 impl FileTarget {
     /// One file at the default bitrate.
     pub fn single(path: PathBuf) -> Self {
-        FileTarget { path, segment_seconds: None, bitrate_kbps: DEFAULT_BITRATE_KBPS, wall_clock_names: false }
+        FileTarget { path, segment_seconds: None, bitrate_kbps: DEFAULT_BITRATE_KBPS, wall_clock_names: false, max_fps: None, width: None }
     }
 
     /// A sink writing frames of `info` here (for writers that are not a
@@ -189,6 +229,14 @@ impl FileTarget {
     pub fn open(&self, info: VideoInfo) -> Result<FileSink, SinkError> {
         open_file_sink_at(self, info, 0)
     }
+}
+
+/// `width` wide at the frames' aspect, both even (H.264's 4:2:0 wants it);
+/// None when that is not smaller than the frames.
+fn recording_size(width: u32, frame_w: u32, frame_h: u32) -> Option<(u32, u32)> {
+    let w = width & !1;
+    let h = ((u64::from(frame_h) * u64::from(w) / u64::from(frame_w.max(1))) as u32).max(2) & !1;
+    (w >= 2 && w < frame_w).then_some((w, h))
 }
 
 /// Free bytes where `target` writes.
@@ -206,7 +254,13 @@ fn open_file_sink_at(target: &FileTarget, info: VideoInfo, start_index: u32) -> 
     if let Some(dir) = target.path.parent().filter(|d| !d.as_os_str().is_empty() && !target.wall_clock_names) {
         std::fs::create_dir_all(dir).map_err(|source| SinkError::CreateDir { dir: dir.into(), source })?;
     }
-    let mut settings = FileSinkSettings::new(target.path.clone(), info.width, info.height, info.frame_rate());
+    // Caps say the recorded rate: the encoder sizes each frame's bits by it.
+    let fps = match target.max_fps {
+        Some(max) if max < f64::from(info.fps_num) / f64::from(info.fps_den.max(1)) => ((max * 1000.0).round() as i32, 1000),
+        _ => info.frame_rate(),
+    };
+    let mut settings = FileSinkSettings::new(target.path.clone(), info.width, info.height, fps);
+    settings.scale_to = target.width.and_then(|w| recording_size(w, info.width, info.height));
     settings.format = info.format;
     settings.segment_seconds = target.segment_seconds;
     settings.encoder.bitrate_kbps = target.bitrate_kbps;
@@ -215,3 +269,22 @@ fn open_file_sink_at(target: &FileTarget, info: VideoInfo, start_index: u32) -> 
     FileSink::start(settings)
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_capped_recording_keeps_one_frame_per_interval_without_drift() {
+        // Rule: record_fps keeps the first frame at or after each due time, due times advance by exactly one interval (no drift at 30 -> 5 fps), and a gap restarts them.
+        let mut p = Pacer { interval_ns: 200_000_000, next_due: None };
+        let frame = 1_000_000_000 / 30;
+        let kept: Vec<u64> = (0..61u64).filter(|i| p.keep(Some(i * frame))).collect();
+        assert_eq!(kept, (0..=60).step_by(6).collect::<Vec<u64>>(), "30 fps to 5 fps: every 6th frame");
+        assert!(p.keep(Some(100 * frame)) && !p.keep(Some(100 * frame + 1)), "after a gap the next due time starts again");
+        assert!(p.keep(None), "untimed frames are kept");
+        assert_eq!(recording_size(640, 1280, 720), Some((640, 360)));
+        assert_eq!(recording_size(641, 1920, 1080), Some((640, 360)));
+        assert_eq!(recording_size(1280, 1280, 720), None, "not smaller: no scaling");
+        assert_eq!(recording_size(500, 1000, 333), Some((500, 166)));
+    }
+}

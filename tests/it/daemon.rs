@@ -779,7 +779,9 @@ fn sighup_adds_a_stream_and_leaves_the_running_one_alone() {
     d.wait_for("stream two inferring after SIGHUP", Duration::from_secs(30), || {
         inferred("two") > 3.0
     });
-    assert!(inferred("one") > before + 3.0, "stream one stalled across the reload");
+    // Both streams share one worker: when two has its 4th frame, one may have
+    // only 3 more. Waited for, not raced: a stalled stream still fails here.
+    d.wait_for("stream one to keep inferring across the reload", Duration::from_secs(10), || inferred("one") > before + 3.0);
     let starts = d
         .log()
         .lines()

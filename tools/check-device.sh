@@ -9,7 +9,8 @@
 #   3. each call's carry (working tree + what it carries) under 60 MiB;
 #   4. bench/gpu-check.sh --dry-run: every call's plan under its time limit
 #      and every step's files, binaries, flags and test filters, on the CPU;
-#   5. bench/pipeline-gpu.sh --plan and its CPU dry run over the bundle.
+#   5. bench/pipeline-gpu.sh --plan and its CPU dry run over the bundle;
+#   6. bench/scale-gpu.sh --plan and its CPU dry run (two steps, small).
 # Failing commands print their own output; nothing is hidden.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,4 +40,8 @@ OUT=$out/gpu-check bench/gpu-check.sh --dry-run
 echo "== bench/pipeline-gpu.sh --plan, then its CPU dry run"
 bench/pipeline-gpu.sh --plan
 BUNDLE=target/device-bundle OUT=$out/pipeline DEVICE=cpu FRAMES=30 STREAMS=2 SECONDS=10 WORKERS=auto PORT=${PORT:-19474} bench/pipeline-gpu.sh
+echo "== bench/scale-gpu.sh --plan, then its CPU dry run"
+bench/scale-gpu.sh --plan
+BUNDLE=target/device-bundle OUT=$out/scale DEVICE=cpu RES=320x240 FPS=5 STEPS="1 2" STEP_S=5 SIZE=256x192 BATCH=2 \
+  PORT=${SCALE_PORT:-19494} bench/scale-gpu.sh
 echo "check-device: ok"

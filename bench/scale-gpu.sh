@@ -15,9 +15,10 @@
 # dropped (all reasons), p99 of roadseg_latency_seconds, GPU busy
 # (roadseg_gpu_busy_ratio, the workers' own CUDA-event time), host CPU per
 # camera (the daemon's utime+stime from /proc), GPU memory used (nvidia-smi),
-# the daemon's RSS. RECORD (none, the default, or annotated) says what each
-# stream writes: none = the JSONL stats sidecar only; annotated = also the
-# annotated MP4 (at RECORD_FPS frames/s when set: `record_fps`).
+# the daemon's RSS. RECORD (none, the default; masks; or annotated) says what
+# each stream writes: none = the JSONL stats sidecar only; masks = each line
+# with its road mask (`stats_masks`); annotated = also the annotated MP4 (at
+# RECORD_FPS frames/s when set: `record_fps`).
 #
 # $OUT gets summary.md (a row per N, rewritten after each), scale.log, and
 # the last step's config.toml, metrics.txt and daemon.log (its last MiB).
@@ -164,6 +165,7 @@ min_free_bytes = 0
 EOF
   for i in $(seq 0 $(($1 - 1))); do
     printf '\n[[streams]]\nname = "cam%d"\nuri = "file://%s"\nloop = true\n[streams.output]\nstats = "%s/stats/{stream}.jsonl"\n' "$i" "$WORK/cam.mp4" "$WORK"
+    [ "$RECORD" = masks ] && printf 'stats_masks = true\n'
     if [ "$RECORD" = annotated ]; then
       printf 'file = "%s/rec/{stream}.mp4"\nsegment_seconds = 3600\n' "$WORK"
       [ -n "$RECORD_FPS" ] && printf 'record_fps = %s\n' "$RECORD_FPS"

@@ -533,6 +533,11 @@ pub struct OutputConfig {
     /// JSON-lines statistics sidecar, one line per inferred frame.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stats: Option<String>,
+    /// Each stats line also carries the frame's road mask, at most 320
+    /// wide, run-length coded (`road_rle`: `w`, `h`, `counts` alternating
+    /// not-road and road, row-major): every frame's road for a few KB, with
+    /// or without a video recording. Needs `stats`. Default false.
+    pub stats_masks: bool,
     /// H.264 bitrate of the recording and the RTSP stream, 100..=100000
     /// kbit/s. Default 4000 (about 43 GB a day).
     pub bitrate_kbps: u32,
@@ -560,6 +565,7 @@ impl Default for OutputConfig {
             stats: None,
             bitrate_kbps: crate::video::stream::DEFAULT_BITRATE_KBPS,
             retain_hours: None,
+            stats_masks: false,
             record_fps: None,
             record_width: None,
         }

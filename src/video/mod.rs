@@ -8,6 +8,7 @@ pub mod frame;
 mod frame_lengths;
 pub mod headless;
 pub mod live;
+pub mod mask_rle;
 mod launch;
 pub mod output;
 pub mod pool;

@@ -131,6 +131,9 @@ pub struct StatsWriter {
     path: String,
     /// Named in every line (daemon sidecars, which may be shared or shipped).
     stream: Option<String>,
+    /// Each line also carries the frame's road mask, run-length coded
+    /// (`road_rle`, see `video::mask_rle`).
+    masks: bool,
 }
 
 impl StatsWriter {
@@ -145,6 +148,12 @@ impl StatsWriter {
         Self::open(path, Some(stream.to_string()), true)
     }
 
+    /// Lines also carry each frame's road mask (its `road_mask` must be filled).
+    pub fn with_masks(mut self, masks: bool) -> Self {
+        self.masks = masks;
+        self
+    }
+
     fn open(path: &std::path::Path, stream: Option<String>, append: bool) -> Result<Self, StatsError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|source| StatsError::CreateDir { dir: dir.into(), source })?;
@@ -156,7 +165,7 @@ impl StatsWriter {
             .truncate(!append)
             .open(path)
             .map_err(|source| StatsError::Open { path: path.into(), source })?;
-        Ok(StatsWriter { out: file, line: Vec::with_capacity(256), path: path.display().to_string(), stream })
+        Ok(StatsWriter { out: file, line: Vec::with_capacity(256), path: path.display().to_string(), stream, masks: false })
     }
 
     fn write(&mut self, frame: &FrameBuf, stats: &FrameStats) -> Result<(), StatsError> {
@@ -173,6 +182,10 @@ impl StatsWriter {
         });
         if let Some(stream) = &self.stream {
             line["stream"] = stream.as_str().into();
+        }
+        if self.masks && frame.road_mask.len() == frame.width as usize * frame.height as usize {
+            let rle = crate::video::mask_rle::encode(&frame.road_mask, frame.width as usize, frame.height as usize);
+            line["road_rle"] = serde_json::to_value(rle).unwrap_or_default();
         }
         self.line.clear();
         let _ = writeln!(self.line, "{line}");

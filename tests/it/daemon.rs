@@ -932,3 +932,34 @@ fn a_recording_can_be_kept_to_fewer_frames_and_pixels_than_the_stream() {
     assert!(full_frames + 2 >= full_lines && full_frames <= full_lines, "full: {full_frames} recorded of {full_lines} inferred");
     assert!(low_lines >= 60, "every frame still inferred and in the sidecar: {low_lines}");
 }
+
+#[test]
+fn stats_lines_can_carry_each_frames_road_mask_run_length_coded() {
+    // Rule: with stats_masks every stats line has road_rle (w, h, counts summing to w*h, alternating from not-road) whose road share matches the line's road coverage of the scene; without it no line has one.
+    let dir = tempfile::tempdir().unwrap();
+    let (mport, rport) = (free_port(), free_port());
+    let stats = |name: &str| dir.path().join(format!("{name}.jsonl"));
+    let out = |name: &str, extra: &str| format!("stats = {:?}\n{extra}", stats(name).display().to_string());
+    let config = dir.path().join("roadseg.toml");
+    let streams = test_stream("masks", &out("masks", "stats_masks = true")) + &test_stream("plain", &out("plain", ""));
+    std::fs::write(&config, header(mport, rport) + &streams).unwrap();
+    let mut d = Daemon::start(&config, &dir.path().join("log"));
+    d.wait_for("20 frames", Duration::from_secs(60), || metric(mport, "roadseg_frames_inferred_total", "masks") >= 20.0);
+    d.stop_cleanly();
+    let lines = |name: &str| -> Vec<serde_json::Value> {
+        std::fs::read_to_string(stats(name)).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    };
+    let masked = lines("masks");
+    assert!(masked.len() >= 20);
+    for line in &masked {
+        let rle: roadseg::video::mask_rle::RoadRle = serde_json::from_value(line["road_rle"].clone()).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert_eq!((rle.w, rle.h), (320, 240));
+        let mask = rle.decode();
+        assert_eq!(mask.len(), 320 * 240);
+        let share = mask.iter().filter(|&&m| m == 1).count() as f64 / mask.len() as f64;
+        let scene = 1.0 - line["hood_pct"].as_f64().unwrap() / 100.0;
+        let coverage = line["road_coverage"].as_f64().unwrap() * scene;
+        assert!((share - coverage).abs() < 0.01, "mask road {share:.4}, stats say {coverage:.4}: {line}");
+    }
+    assert!(lines("plain").iter().all(|l| l.get("road_rle").is_none()), "no masks unless asked");
+}

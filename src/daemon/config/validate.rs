@@ -285,6 +285,7 @@ fn output(c: &mut Collector, i: usize, o: &OutputConfig, config: &DaemonConfig) 
         }
     }
     c.check(o.segment_seconds >= 1, at("segment_seconds"), || "must be at least 1".into());
+    c.check(!o.stats_masks || o.stats.is_some(), at("stats_masks"), || "set, but there is no stats file to carry the masks (set stats)".into());
     if let Some(fps) = o.record_fps {
         c.check((0.1..=240.0).contains(&fps), at("record_fps"), || format!("{fps} is outside 0.1..=240 frames a second"));
     }

@@ -33,8 +33,9 @@ pub(super) fn stream_spec(cfg: &StreamConfig, named_for: SystemTime, finish_time
         infer_fps: cfg.infer_fps,
         temporal: cfg.temporal(),
         outputs,
-        stats: o.stats_path(name, named_for).map(|path| StatsTarget::Append { path, stream: name.to_string() }),
-        want_masks: false,
+        stats: o.stats_path(name, named_for).map(|path| StatsTarget::Append { path, stream: name.to_string(), masks: o.stats_masks }),
+        // Masks cost a pass over each frame's class map: only when a line carries them.
+        want_masks: o.stats_masks && o.stats.is_some(),
         finish_timeout,
         observer,
     }

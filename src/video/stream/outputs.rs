@@ -24,8 +24,9 @@ pub enum OutputSpec {
 pub enum StatsTarget {
     /// A new file (an existing one is replaced): one run, one file.
     Create(PathBuf),
-    /// Appended to, so a restart never truncates it; every line names `stream`.
-    Append { path: PathBuf, stream: String },
+    /// Appended to, so a restart never truncates it; every line names
+    /// `stream`; with `masks`, every line carries the frame's road mask.
+    Append { path: PathBuf, stream: String, masks: bool },
 }
 
 /// Why a stream's outputs could not be opened.
@@ -108,7 +109,9 @@ fn open_each(stream: &str, outputs: &[OutputSpec], stats: Option<&StatsTarget>, 
     let stats = match stats {
         None => None,
         Some(StatsTarget::Create(path)) => Some(StatsWriter::create(path).map_err(OutputsError::Stats)?),
-        Some(StatsTarget::Append { path, stream }) => Some(StatsWriter::append(path, stream).map_err(OutputsError::Stats)?),
+        Some(StatsTarget::Append { path, stream, masks }) => {
+            Some(StatsWriter::append(path, stream).map_err(OutputsError::Stats)?.with_masks(*masks))
+        }
     };
     Ok((sinks, stats))
 }

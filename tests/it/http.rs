@@ -355,16 +355,23 @@ fn the_status_page_plays_each_stream_live_and_the_encoder_stops_when_the_page_cl
     // (one machine, one clock): sampled for 3 s (ROADSEG_LIVE_DELAY_SAMPLES,
     // 4 a second, for a longer look: docs/benchmarks.md).
     let samples: usize = std::env::var("ROADSEG_LIVE_DELAY_SAMPLES").ok().and_then(|v| v.parse().ok()).unwrap_or(12);
-    let mut delays = Vec::new();
+    let (mut delays, mut arrivals) = (Vec::new(), Vec::new());
     for _ in 0..samples {
-        let d = browser.eval("return ['front', 'rear'].map(n => +document.getElementById('live-' + n).dataset.delayMs);").unwrap();
-        delays.extend((0..2).filter_map(|i| d[i].as_f64()).filter(|ms| ms.is_finite()));
+        // The delay, and its part before the player: now - origin - the end of what it has buffered.
+        let d = browser
+            .eval("return ['front', 'rear'].map(n => { const v = document.getElementById('live-' + n), b = v.buffered; \
+                   return [+v.dataset.delayMs, b.length ? Date.now() - (+v.dataset.origin) - 1000 * b.end(b.length - 1) : NaN]; });")
+            .unwrap();
+        delays.extend((0..2).filter_map(|i| d[i][0].as_f64()).filter(|ms| ms.is_finite()));
+        arrivals.extend((0..2).filter_map(|i| d[i][1].as_f64()).filter(|ms| ms.is_finite()));
         std::thread::sleep(Duration::from_millis(250));
     }
     assert!(delays.len() >= samples, "the cards show no live delay: {delays:?}");
     delays.sort_by(f64::total_cmp);
     let (median, worst) = (delays[delays.len() / 2], delays[delays.len() - 1]);
-    println!("live delay, decode to page: median {median:.0} ms, worst {worst:.0} ms over {} samples", delays.len());
+    arrivals.sort_by(f64::total_cmp);
+    let arrival = arrivals.get(arrivals.len() / 2).copied().unwrap_or(f64::NAN);
+    println!("live delay, decode to page: median {median:.0} ms, worst {worst:.0} ms over {} samples; of it before the player (decode to buffered): median {arrival:.0} ms", delays.len());
     assert!(median > 0.0 && worst < 5000.0, "live delay {median} ms median, {worst} ms worst: {delays:?}");
     let png = browser.screenshot().unwrap();
     let shot = image::load_from_memory(&png).unwrap().to_rgb8();

@@ -69,6 +69,11 @@ user=$("${pod[@]}" run --rm --no-healthcheck --network=none --entrypoint /usr/bi
 echo "the image runs as $user (uid $uid)"
 [ "$uid" != 0 ] || fail "the image runs as root"
 [ "$user" = roadseg ] || fail "the image runs as $user, not roadseg"
+# Hub models are cached under $HF_HOME, which the roadseg user must be able to write.
+hf=$("${pod[@]}" run --rm --no-healthcheck --network=none --entrypoint /bin/sh "$image" -c \
+  'mkdir -p "$HF_HOME/hub" && touch "$HF_HOME/hub/.w" && echo "$HF_HOME"') || fail "the Hugging Face cache (HF_HOME) is not writable by roadseg"
+echo "Hugging Face cache: $hf (writable)"
+[ "$hf" = /var/cache/roadseg/huggingface ] || fail "HF_HOME is '$hf', not /var/cache/roadseg/huggingface"
 # H.264 from the clip below can only be decoded by openh264 here: no gst-libav.
 plugins=$("${pod[@]}" run --rm --no-healthcheck --network=none --entrypoint /bin/sh "$image" -c \
   'ls /usr/lib/*-linux-gnu/gstreamer-1.0 | sed "s/^libgst//; s/[.]so$//" | tr "\n" " "')

@@ -246,7 +246,10 @@ impl Encoder {
             Some(pts) => pts.saturating_sub(*self.first_pts.get_or_insert(pts)),
             None => self.started.elapsed().as_nanos() as u64,
         };
-        let buffer = self.packed.buffer(&self.pool, &buf.data, buf.stride(), Some(pts), None)?;
+        // With its duration, each one-frame fragment's sample spans the time
+        // to the next frame; without it mp4mux guesses from the caps' nominal
+        // rate, leaving gaps between fragments that a player may stall on.
+        let buffer = self.packed.buffer(&self.pool, &buf.data, buf.stride(), Some(pts), buf.timing.duration)?;
         self.appsrc.push_buffer(buffer).map(|_| first).map_err(|e| glib::bool_error!("{e:?}"))
     }
 }

@@ -465,3 +465,32 @@ fn browsers_without_h264_get_the_live_view_as_mjpeg_made_only_while_watched() {
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(live_counters(&d, "front").0, stopped, "JPEGs still made with nobody watching");
 }
+
+#[test]
+fn the_progressive_mp4_view_still_plays_where_asked() {
+    // Rule: the page plays live through Media Source Extensions where the browser has them; /?live=mp4 keeps the plain progressive <video>, which must still play (browsers without MSE get it).
+    let mut browser = match common::webdriver::Browser::start() {
+        Ok(b) => b,
+        Err(why) => {
+            roadseg::test_skip::skip(&why);
+            return;
+        }
+    };
+    let mut d = Daemon::start("127.0.0.1", "", &["front"]);
+    d.wait_for("frames out", Duration::from_secs(60), |d| stream(&d.api(), "front")["frames_out"].as_u64().unwrap_or(0) > 5);
+    for (query, mode) in [("", "mse"), ("?live=mp4", "mp4")] {
+        browser.open(&format!("http://127.0.0.1:{}/{query}", d.port)).unwrap();
+        let probe = "const v = document.getElementById('live-front'); return v ? [v.currentTime, v.dataset.mode] : null;";
+        let started = Instant::now();
+        let mut last = Value::Null;
+        while started.elapsed() < Duration::from_secs(30) {
+            last = browser.eval(probe).unwrap();
+            if last[0].as_f64().unwrap_or(0.0) > 1.0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        assert_eq!(last[1].as_str(), Some(mode), "{query}: {last}");
+        assert!(last[0].as_f64().unwrap_or(0.0) > 1.0, "{query}: the video did not play: {last}\n{}", d.log());
+    }
+}

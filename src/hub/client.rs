@@ -78,7 +78,7 @@ impl<'a> Client<'a> {
                 _ => return Err(self.status_error(status, headers, id, revision, file)),
             }
         }
-        Err(HubError::Server { status: 310, what: format!("{url} (more than {MAX_REDIRECTS} redirects)") })
+        Err(self.unreachable_because(format!("more than {MAX_REDIRECTS} redirects, the last to {url}")))
     }
 
     /// Downloads `meta.url` into `dest`, checking its size and checksum.
@@ -168,9 +168,13 @@ impl<'a> Client<'a> {
     }
 
     fn unreachable(&self, e: &ureq::Error) -> HubError {
+        self.unreachable_because(e.to_string())
+    }
+
+    fn unreachable_because(&self, reason: String) -> HubError {
         HubError::Unreachable {
             endpoint: self.settings.endpoint.clone(),
-            reason: e.to_string(),
+            reason,
             model: self.model.clone(),
             cache: self.cache.clone(),
         }

@@ -232,6 +232,8 @@ impl Worker {
         let (mut window_start, mut busy, mut gpu_ms) = (Instant::now(), Duration::ZERO, None::<f64>);
         let mut processed = 0u64;
         let mut jobs: Vec<Job> = Vec::with_capacity(self.policy.max);
+        // One run of a policy size at a time, reusing its allocation.
+        let mut batch: Vec<Job> = Vec::with_capacity(self.policy.max);
         while !self.shared.stop.load(Ordering::SeqCst) {
             if self.stall_after.is_some_and(|n| processed >= n) {
                 std::thread::sleep(Duration::from_millis(20));
@@ -256,8 +258,9 @@ impl Worker {
                 if let Some(slow) = self.slow {
                     std::thread::sleep(slow);
                 }
-                for run in self.policy.split(jobs.len()) {
-                    let mut batch: Vec<Job> = jobs.drain(..run).collect();
+                while !jobs.is_empty() {
+                    let run = self.policy.run_for(jobs.len());
+                    batch.extend(jobs.drain(..run));
                     let inferred = if run == 1
                         && let Some(Job { stream, buf }) = batch.pop()
                     {

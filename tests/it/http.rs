@@ -296,6 +296,11 @@ fn the_status_page_renders_every_streams_snapshot_in_headless_chromium() {
 }
 
 /// `roadseg_live_frames_encoded_total` and `roadseg_live_viewers` of `stream`.
+/// Headless Chromium through chromedriver, or None with the test counted as skipped.
+fn browser_or_skip() -> Option<common::webdriver::Browser> {
+    common::webdriver::Browser::start().map_err(|why| roadseg::test_skip::skip(&why)).ok()
+}
+
 fn live_counters(d: &Daemon, stream: &str) -> (f64, f64) {
     let (_, _, body) = d.get("/metrics");
     let text = String::from_utf8_lossy(&body);
@@ -309,13 +314,7 @@ fn live_counters(d: &Daemon, stream: &str) -> (f64, f64) {
 #[test]
 fn the_status_page_plays_each_stream_live_and_the_encoder_stops_when_the_page_closes() {
     // Rule: in headless Chromium the status page's <video> for each stream plays the annotated stream (live.mp4, fragmented MP4) with its currentTime advancing in real time; nothing is encoded before a viewer comes, and within seconds of the page closing the viewers gauge is 0 and the live encoder stops; an unknown stream is a 404, not a path.
-    let mut browser = match common::webdriver::Browser::start() {
-        Ok(b) => b,
-        Err(why) => {
-            roadseg::test_skip::skip(&why);
-            return;
-        }
-    };
+    let Some(mut browser) = browser_or_skip() else { return };
     let mut d = Daemon::start("127.0.0.1", "", &["front", "rear"]);
     d.wait_for("frames out", Duration::from_secs(60), |d| stream(&d.api(), "rear")["frames_out"].as_u64().unwrap_or(0) > 5);
     assert_eq!(live_counters(&d, "front"), (0.0, 0.0), "nothing encoded before a viewer");
@@ -433,13 +432,7 @@ fn browsers_without_h264_get_the_live_view_as_mjpeg_made_only_while_watched() {
     }
     d.wait_for("the raw viewer to leave", Duration::from_secs(5), |d| live_counters(d, "front").1 == 0.0);
 
-    let mut browser = match common::webdriver::Browser::start() {
-        Ok(b) => b,
-        Err(why) => {
-            roadseg::test_skip::skip(&why);
-            return;
-        }
-    };
+    let Some(mut browser) = browser_or_skip() else { return };
     browser.open(&format!("http://127.0.0.1:{}/?live=mjpeg", d.port)).unwrap();
     let probe = "const m = document.getElementById('mjpeg-front'); return m ? [m.naturalWidth, m.style.display, document.getElementById('live-front').src] : null;";
     let mut last = Value::Null;
@@ -469,13 +462,7 @@ fn browsers_without_h264_get_the_live_view_as_mjpeg_made_only_while_watched() {
 #[test]
 fn the_progressive_mp4_view_still_plays_where_asked() {
     // Rule: the page plays live through Media Source Extensions where the browser has them; /?live=mp4 keeps the plain progressive <video>, which must still play (browsers without MSE get it).
-    let mut browser = match common::webdriver::Browser::start() {
-        Ok(b) => b,
-        Err(why) => {
-            roadseg::test_skip::skip(&why);
-            return;
-        }
-    };
+    let Some(mut browser) = browser_or_skip() else { return };
     let mut d = Daemon::start("127.0.0.1", "", &["front"]);
     d.wait_for("frames out", Duration::from_secs(60), |d| stream(&d.api(), "front")["frames_out"].as_u64().unwrap_or(0) > 5);
     for (query, mode) in [("", "mse"), ("?live=mp4", "mp4")] {

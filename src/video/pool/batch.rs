@@ -38,13 +38,18 @@ impl BatchPolicy {
         sizes
     }
 
+    /// The largest of [`BatchPolicy::sizes`] that `n` (>= 1) frames fill.
+    pub fn run_for(&self, n: usize) -> usize {
+        let max = self.max.max(1);
+        if n >= max { max } else { 1 << (usize::BITS - 1 - n.max(1).leading_zeros()) }
+    }
+
     /// `n` taken frames as runs of those sizes, largest first (13 of 16:
     /// 8, 4, 1).
     pub fn split(&self, mut n: usize) -> Vec<usize> {
-        let sizes = self.sizes();
         let mut runs = Vec::new();
         while n > 0 {
-            let k = *sizes.iter().rev().find(|&&k| k <= n).expect("1 is a size");
+            let k = self.run_for(n);
             runs.push(k);
             n -= k;
         }

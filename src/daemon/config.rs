@@ -554,6 +554,37 @@ pub struct OutputConfig {
     /// only ever smaller than the frames. Default: the frames' own size.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub record_width: Option<u32>,
+    /// What `file` records. Default "annotated".
+    pub record: RecordMode,
+}
+
+/// What a stream's `file` records: each costs the host differently
+/// (docs/scaling.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecordMode {
+    /// The annotated frames, encoded (`bitrate_kbps`, `record_fps`, `record_width`).
+    #[default]
+    Annotated,
+    /// The camera's own H.264/H.265, remuxed with no encode; every frame the
+    /// camera sent. A source without either records the annotated frames.
+    Source,
+    /// No video: each stats line carries the frame's road mask (`stats_masks`).
+    Masks,
+    /// No recording; `file` is not written.
+    None,
+}
+
+impl RecordMode {
+    /// As written in the config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordMode::Annotated => "annotated",
+            RecordMode::Source => "source",
+            RecordMode::Masks => "masks",
+            RecordMode::None => "none",
+        }
+    }
 }
 
 impl Default for OutputConfig {
@@ -568,13 +599,24 @@ impl Default for OutputConfig {
             stats_masks: false,
             record_fps: None,
             record_width: None,
+            record: RecordMode::Annotated,
         }
     }
 }
 
 impl OutputConfig {
     pub fn is_empty(&self) -> bool {
-        self.file.is_none() && self.rtsp.is_none() && self.stats.is_none()
+        self.recorded_file().is_none() && self.rtsp.is_none() && self.stats.is_none()
+    }
+
+    /// `file`, where `record` writes video to it.
+    pub fn recorded_file(&self) -> Option<&str> {
+        self.file.as_deref().filter(|_| matches!(self.record, RecordMode::Annotated | RecordMode::Source))
+    }
+
+    /// Each stats line carries the frame's road mask.
+    pub fn masks_in_stats(&self) -> bool {
+        self.stats.is_some() && (self.stats_masks || self.record == RecordMode::Masks)
     }
 
     /// `file` with its placeholders expanded: the recording's base name, as
@@ -589,7 +631,7 @@ impl OutputConfig {
     /// `rec/front-20261121T075800Z-%05d.mp4` and segments are `...-00000.mp4`,
     /// `...-00001.mp4`, one per `segment_seconds`.
     pub fn segment_location(&self, stream: &str, start: SystemTime) -> Option<String> {
-        let path = template::expand_lossy(self.file.as_deref()?, stream, start);
+        let path = template::expand_lossy(self.recorded_file()?, stream, start);
         // A strftime pattern names each segment itself (see `wall_clock_names`).
         Some(if self.wall_clock_names() { path } else { template::segment_pattern(&path) })
     }

@@ -61,10 +61,23 @@ impl EncoderChoice {
     pub fn description(&self) -> &str {
         &self.description
     }
+
+    /// No encoder: the source's own video goes through `parser` into the muxer.
+    pub(crate) fn remux(parser: &str) -> EncoderChoice {
+        EncoderChoice { name: parser.to_string(), hardware: false, description: String::new() }
+    }
+
+    /// The source's own video is remuxed; nothing is encoded.
+    pub fn is_remux(&self) -> bool {
+        self.description.is_empty()
+    }
 }
 
 impl fmt::Display for EncoderChoice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_remux() {
+            return write!(f, "none (the source's own video, remuxed by {})", self.name);
+        }
         write!(f, "{} ({})", self.name, if self.hardware { "hardware" } else { "software" })
     }
 }

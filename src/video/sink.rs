@@ -28,6 +28,8 @@ const SEGMENTS: &str = include_str!("../../pipelines/sink-segments.txt");
 const STOP: &str = "roadseg-sink-stop";
 /// Frames the appsrc may queue before `push` blocks.
 const QUEUED_FRAMES: usize = 4;
+/// The source's own video queued for the muxer: about 16 s of an 8 Mbit/s camera.
+const ENCODED_QUEUE_BYTES: usize = 16 << 20;
 /// How long `drop` waits for an unfinished file to be finalised.
 const DROP_FINISH: Duration = Duration::from_secs(5);
 /// The longest gap between frames taken as the stream's output rate (see
@@ -61,6 +63,28 @@ pub struct FileSinkSettings {
     pub start_index: u32,
     /// Record at this size instead of the frames' (scaled before the encoder).
     pub scale_to: Option<(u32, u32)>,
+    /// Raw frames to encode (the default), or the source's own video.
+    pub input: SinkInput,
+}
+
+/// What a file sink is fed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum SinkInput {
+    /// Raw frames of `width` x `height` in `format`, encoded here ([`FileSink::push`]).
+    #[default]
+    Frames,
+    /// The source's own H.264 or H.265, remuxed with no encode ([`FileSink::push_encoded`]).
+    Encoded(EncodedInput),
+}
+
+/// The source's own video as its parser gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncodedInput {
+    /// `video/x-h264` or `video/x-h265`, with `codec_data` where the stream is `avc`/`hvc1`.
+    pub caps: gst::Caps,
+    /// A camera cannot wait for a slow disk: when the queue is full a unit is
+    /// dropped (and the caller resumes at a keyframe) instead of blocking.
+    pub live: bool,
 }
 
 impl FileSinkSettings {
@@ -78,6 +102,7 @@ impl FileSinkSettings {
             wall_clock_names: false,
             start_index: 0,
             scale_to: None,
+            input: SinkInput::Frames,
         }
     }
 }
@@ -109,6 +134,8 @@ pub enum SinkError {
     Stopped { path: PathBuf },
     #[error("finalising {path} took longer than {secs:.1} s; it keeps what its complete fragments hold")]
     Timeout { path: PathBuf, secs: f64 },
+    #[error("cannot record {codec} as it comes from the source: only H.264 and H.265 can be remuxed into MP4 (use record = \"annotated\")")]
+    NotRemuxable { codec: String },
     #[error("cannot create {}: {source}", .dir.display())]
     CreateDir { dir: PathBuf, source: std::io::Error },
     #[error(transparent)]
@@ -124,8 +151,10 @@ launch::gst_errors!(SinkError, launch: "cannot build the file sink pipeline", ca
 pub struct FileSink {
     pipeline: gst::Pipeline,
     appsrc: gst_app::AppSrc,
-    pool: gst::BufferPool,
-    packed: Packed,
+    /// For raw frames: their layout and the buffers they are copied into.
+    raw: Option<(Packed, gst::BufferPool)>,
+    /// For a live source's own video: the queue size past which a unit is dropped.
+    drop_over_bytes: Option<u64>,
     frame_ns: Option<Nanos>,
     /// Held from stamping to push so concurrent pushers cannot reorder frames.
     order: Mutex<Timing>,
@@ -185,6 +214,10 @@ impl FileSink {
     pub fn start(settings: FileSinkSettings) -> Result<FileSink, SinkError> {
         gst::init()?;
         validate(&settings)?;
+        if let SinkInput::Encoded(input) = &settings.input {
+            let parser = remux_parser(&input.caps)?;
+            return FileSink::launch(&settings, EncoderChoice::remux(parser));
+        }
         // The encoder sees the recording's size.
         let (width, height) = settings.scale_to.unwrap_or((settings.width, settings.height));
         let info = VideoInfo {
@@ -218,27 +251,39 @@ impl FileSink {
     fn launch(settings: &FileSinkSettings, encoder: EncoderChoice) -> Result<FileSink, SinkError> {
         let bad = |reason: &str| SinkError::Settings { path: settings.path.clone(), reason: reason.into() };
         let path_str = settings.path.to_str().ok_or_else(|| bad("the path is not valid UTF-8"))?;
-        let packed = Packed::new(settings.width, settings.height, settings.format)?;
-        let max_bytes = (packed.size() * QUEUED_FRAMES).to_string();
-        let caps = packed.caps_desc(settings.fps.0, settings.fps.1);
         let fragment_ms = match settings.segment_seconds {
             None => settings.fragment_ms.max(1),
             Some(_) => segment_fragment_ms(settings.fragment_ms),
         }
         .to_string();
-        let scale = match settings.scale_to {
-            // A capsfilter element, not bare caps: the encoder's description starts with caps of its own.
-            Some((w, h)) => format!(" ! videoscale ! capsfilter caps=\"video/x-raw,width={w},height={h}\""),
-            None => String::new(),
+        let (raw, chain, caps, max_bytes, block) = match &settings.input {
+            SinkInput::Frames => {
+                let packed = Packed::new(settings.width, settings.height, settings.format)?;
+                let scale = match settings.scale_to {
+                    // A capsfilter element, not bare caps: the encoder's description starts with caps of its own.
+                    Some((w, h)) => format!(" ! videoscale ! capsfilter caps=\"video/x-raw,width={w},height={h}\""),
+                    None => String::new(),
+                };
+                let chain = format!("videoconvert{scale} ! {} ! h264parse name=parse", encoder.description());
+                let (caps, max_bytes) = (packed.caps_desc(settings.fps.0, settings.fps.1), packed.size() * QUEUED_FRAMES);
+                (Some((packed, packed.pool()?)), chain, caps, max_bytes, true)
+            }
+            // The appsrc's caps (with codec_data) are set below, not written into the description.
+            SinkInput::Encoded(input) => {
+                let parser = remux_parser(&input.caps)?;
+                (None, format!("{parser} name=parse"), "video/x-h264".to_string(), ENCODED_QUEUE_BYTES, !input.live)
+            }
         };
+        let max_bytes_str = max_bytes.to_string();
+        let block = if block { "true" } else { "false" };
         let description = match settings.segment_seconds {
             None => fill(
                 FILE,
                 &[
-                    ("max_bytes", &max_bytes),
+                    ("max_bytes", &max_bytes_str),
+                    ("block", block),
                     ("caps", &caps),
-                    ("scale", &scale),
-                    ("encoder", encoder.description()),
+                    ("chain", &chain),
                     ("fragment_ms", &fragment_ms),
                     ("path", &quote(path_str)),
                 ],
@@ -246,10 +291,10 @@ impl FileSink {
             Some(_) => fill(
                 SEGMENTS,
                 &[
-                    ("max_bytes", &max_bytes),
+                    ("max_bytes", &max_bytes_str),
+                    ("block", block),
                     ("caps", &caps),
-                    ("scale", &scale),
-                    ("encoder", encoder.description()),
+                    ("chain", &chain),
                     ("fragment_ms", &fragment_ms),
                     // Wall-clock names come from the format-location handler below;
                     // the printf pattern is then never used.
@@ -276,12 +321,16 @@ impl FileSink {
             .and_then(|e| e.downcast::<gst_app::AppSrc>().ok())
             .ok_or_else(|| glib::bool_error!("sink description has no appsrc named src"))?;
         let encode_clock = EncodeClock::new();
-        let parse = pipeline.by_name("parse");
-        if !parse.as_ref().is_some_and(|parse| encode_clock.watch(parse)) {
-            tracing::debug!(path = %settings.path.display(), "no h264parse named parse: encode times are not measured");
-        }
-        if !parse.as_ref().is_some_and(super::frame_lengths::keep_through) {
-            tracing::debug!(path = %settings.path.display(), "no h264parse named parse: frames last 1/fps each");
+        if let SinkInput::Encoded(input) = &settings.input {
+            appsrc.set_caps(Some(&input.caps));
+        } else {
+            let parse = pipeline.by_name("parse");
+            if !parse.as_ref().is_some_and(|parse| encode_clock.watch(parse)) {
+                tracing::debug!(path = %settings.path.display(), "no h264parse named parse: encode times are not measured");
+            }
+            if !parse.as_ref().is_some_and(super::frame_lengths::keep_through) {
+                tracing::debug!(path = %settings.path.display(), "no h264parse named parse: frames last 1/fps each");
+            }
         }
         let bus = pipeline.bus().ok_or_else(|| glib::bool_error!("pipeline has no bus"))?;
         let shared = Arc::new(Shared::default());
@@ -300,11 +349,12 @@ impl FileSink {
         }
         let frame_ns = (settings.fps.0 > 0 && settings.fps.1 > 0)
             .then(|| 1_000_000_000u64 * settings.fps.1 as u64 / settings.fps.0 as u64);
+        let drop_over_bytes = matches!(&settings.input, SinkInput::Encoded(i) if i.live).then_some(max_bytes as u64);
         let mut sink = FileSink {
-            pool: packed.pool()?,
+            raw,
+            drop_over_bytes,
             pipeline,
             appsrc,
-            packed,
             frame_ns,
             order: Mutex::default(),
             frames: AtomicU64::new(0),
@@ -336,7 +386,10 @@ impl FileSink {
     /// frame; a missing duration is one frame at the configured rate, or the
     /// gap since the last frame when frames come further apart than that.
     pub fn push(&self, pixels: &[u8], stride: usize, timing: FrameTiming) -> Result<(), SinkError> {
-        self.packed.check(pixels.len(), stride)?;
+        let Some((packed, pool)) = &self.raw else {
+            return Err(SinkError::Settings { path: self.path.clone(), reason: "this recording takes the source's own video, not frames".into() });
+        };
+        packed.check(pixels.len(), stride)?;
         if let Some(f) = self.failure() {
             return Err(self.error_from(f));
         }
@@ -354,24 +407,55 @@ impl FileSink {
             (Some(nominal), Some(gap)) if gap > nominal => Some(gap),
             (nominal, _) => nominal,
         };
-        let buffer = self.packed.buffer(&self.pool, pixels, stride, Some(pts), duration)?;
-        if let Some(seg) = &self.segments {
-            match order.segment_start {
-                Some(start) if pts < start + seg.length_ns => {}
-                Some(_) => {
-                    self.cut_before(seg, pts);
-                    order.segment_start = Some(pts);
-                    order.segment_frames.push(0);
-                }
-                None => {
-                    order.segment_start = Some(pts);
-                    order.segment_frames.push(0);
-                }
-            }
-        }
+        let buffer = packed.buffer(pool, pixels, stride, Some(pts), duration)?;
+        self.begin_segment_if_due(&mut order, pts, true);
         order.last_pts = Some(pts);
         order.next_pts = pts + duration.unwrap_or(1).max(1);
         self.encode_clock.pushed(pts);
+        self.push_in_order(order, buffer)
+    }
+
+    /// Writes one access unit of the source's own video (timestamps from the
+    /// source's run, in decode order; the first one a keyframe). A segment
+    /// due to end is cut at its next keyframe. Returns false when a live
+    /// recording's queue was full and the unit was dropped: the caller must
+    /// go on from a keyframe.
+    pub fn push_encoded(&self, buffer: gst::Buffer) -> Result<bool, SinkError> {
+        if self.raw.is_some() {
+            return Err(SinkError::Settings { path: self.path.clone(), reason: "this recording encodes frames; it takes no encoded video".into() });
+        }
+        if let Some(f) = self.failure() {
+            return Err(self.error_from(f));
+        }
+        let mut order = self.order.lock().map_err(|_| SinkError::Stopped { path: self.path.clone() })?;
+        if self.drop_over_bytes.is_some_and(|limit| self.appsrc.current_level_bytes() >= limit) {
+            return Ok(false);
+        }
+        // B-frames come before the frames they follow: PTS is not monotonic here, DTS is.
+        let Some(pts) = buffer.pts().or(buffer.dts()).map(gst::ClockTime::nseconds) else {
+            return Err(SinkError::Settings { path: self.path.clone(), reason: "an encoded unit without a timestamp".into() });
+        };
+        let keyframe = !buffer.flags().contains(gst::BufferFlags::DELTA_UNIT);
+        self.begin_segment_if_due(&mut order, pts, keyframe);
+        order.last_pts = Some(order.last_pts.map_or(pts, |last| last.max(pts)));
+        self.push_in_order(order, buffer).map(|()| true)
+    }
+
+    /// In segment mode: starts the first segment, or a new one at `pts` once
+    /// the open one is `segment_seconds` long and the unit at `pts` may start one.
+    fn begin_segment_if_due(&self, order: &mut Timing, pts: Nanos, may_start: bool) {
+        let Some(seg) = &self.segments else { return };
+        match order.segment_start {
+            Some(start) if pts < start + seg.length_ns || !may_start => return,
+            Some(_) => self.cut_before(seg, pts),
+            None => {}
+        }
+        order.segment_start = Some(pts);
+        order.segment_frames.push(0);
+    }
+
+    fn push_in_order(&self, order: std::sync::MutexGuard<'_, Timing>, buffer: gst::Buffer) -> Result<(), SinkError> {
+        let mut order = order;
         match self.appsrc.push_buffer(buffer) {
             Ok(_) => {
                 self.frames.fetch_add(1, Ordering::Relaxed);
@@ -397,7 +481,8 @@ impl FileSink {
     fn cut_before(&self, seg: &Segmenter, pts: Nanos) {
         let at = gst::ClockTime::from_nseconds(pts);
         let keyframe = gstreamer_video::DownstreamForceKeyUnitEvent::builder().timestamp(at).running_time(at).all_headers(true).build();
-        if !self.appsrc.send_event(keyframe) {
+        // The source's own video is cut at a keyframe it already has.
+        if self.raw.is_some() && !self.appsrc.send_event(keyframe) {
             tracing::debug!(path = %self.path.display(), "the encoder did not take a keyframe request; the cut waits for its next keyframe");
         }
         seg.split.emit_by_name::<()>("split-at-running-time", &[&pts]);
@@ -487,7 +572,9 @@ impl FileSink {
             let _ = t.join();
         }
         let _ = self.pipeline.set_state(gst::State::Null);
-        let _ = self.pool.set_active(false);
+        if let Some((_, pool)) = &self.raw {
+            let _ = pool.set_active(false);
+        }
     }
 
     fn failure(&self) -> Option<Failure> {
@@ -540,6 +627,15 @@ fn wall_clock_location(pattern: &str) -> String {
     (1..).map(|n| format!("{stem}-{n}{ext}")).find(|p| !Path::new(p).exists()).expect("some suffix is free")
 }
 
+/// The parser that takes `caps` into mp4mux: only H.264 and H.265 are remuxed.
+fn remux_parser(caps: &gst::Caps) -> Result<&'static str, SinkError> {
+    match caps.structure(0).map(|s| s.name().as_str()) {
+        Some("video/x-h264") => Ok("h264parse"),
+        Some("video/x-h265") => Ok("h265parse"),
+        other => Err(SinkError::NotRemuxable { codec: other.unwrap_or("video without caps").to_string() }),
+    }
+}
+
 /// Fragment length, and keyframe interval cap, in segment mode (see `start`).
 fn segment_fragment_ms(fragment_ms: u32) -> u32 {
     (fragment_ms / 2).max(1)
@@ -547,10 +643,11 @@ fn segment_fragment_ms(fragment_ms: u32) -> u32 {
 
 fn validate(s: &FileSinkSettings) -> Result<(), SinkError> {
     let bad = |reason: String| SinkError::Settings { path: s.path.clone(), reason };
-    if s.width == 0 || s.height == 0 {
+    // The source's own video says its size and rate itself.
+    if s.input == SinkInput::Frames && (s.width == 0 || s.height == 0) {
         return Err(bad(format!("frame size {}x{} (both must be > 0)", s.width, s.height)));
     }
-    if s.fps.0 <= 0 || s.fps.1 <= 0 {
+    if s.input == SinkInput::Frames && (s.fps.0 <= 0 || s.fps.1 <= 0) {
         return Err(bad(format!("frame rate {}/{} (both must be > 0)", s.fps.0, s.fps.1)));
     }
     if s.segment_seconds == Some(0) {

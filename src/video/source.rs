@@ -10,6 +10,7 @@ mod decoders;
 mod extent;
 mod plan;
 mod settings;
+mod tap;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -28,6 +29,7 @@ use super::launch::{self, Failure, GstError};
 pub use settings::{DEFAULT_LATENCY_MS, RtspTransport, SourceSettings, UnknownTransport};
 pub use plan::TestUriError;
 pub use extent::{Extent, Shortfall};
+pub use tap::{EncodedTap, RunningTime};
 
 use crate::video::uri::Scheme;
 
@@ -176,6 +178,17 @@ const START_ERROR_WAIT: Duration = Duration::from_secs(2);
 
 impl Source {
     pub fn start(settings: SourceSettings, handler: Arc<dyn FrameHandler>) -> Result<Source, SourceError> {
+        Source::start_tapped(settings, handler, None)
+    }
+
+    /// [`Source::start`], with `tap` given the source's own H.264/H.265
+    /// before it is decoded (sources through uridecodebin only: files,
+    /// HTTP, RTSP; a test pattern or a raw camera has none to give).
+    pub fn start_tapped(
+        settings: SourceSettings,
+        handler: Arc<dyn FrameHandler>,
+        tap: Option<Arc<dyn EncodedTap>>,
+    ) -> Result<Source, SourceError> {
         gst::init()?;
         let plan = plan::plan(&settings)?;
         let pipeline = launch::launch(&plan.description)?;
@@ -193,6 +206,9 @@ impl Source {
             let dec = pipeline.by_name("dec").ok_or_else(|| glib::bool_error!("no uridecodebin named dec"))?;
             let conv = pipeline.by_name("conv").ok_or_else(|| glib::bool_error!("no videoconvert named conv"))?;
             link_video_only(&pipeline, &dec, &conv)?;
+            if let Some(tap) = tap {
+                tap::attach(&dec, tap);
+            }
             if plan.scheme == Scheme::Rtsp {
                 configure_rtspsrc(&dec, &settings);
             }

@@ -11,6 +11,7 @@ mod intake;
 mod outputs;
 mod pipeline;
 mod sinks;
+mod source_record;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -117,10 +118,15 @@ impl StreamSpec {
             observer: self.observer.clone(),
             temporal: temporal.clone(),
         }));
-        let mut intake = Intake::new(self.source, self.first_frame_timeout, feeder, (events_tx, events_rx));
+        let recorder = self.outputs.iter().find_map(|o| match o {
+            OutputSpec::SourceFile(target) => Some(source_record::SourceRecorder::new(&self.name, target.clone(), live)),
+            _ => None,
+        });
+        let tap = recorder.clone().map(|r| r as Arc<dyn crate::video::source::EncodedTap>);
+        let mut intake = Intake::new(self.source, self.first_frame_timeout, feeder, (events_tx, events_rx), tap);
         let info = intake.connect(stop, true)?;
         tracing::info!(stream = %self.name, "source delivers {}x{} at {}/{} fps", info.width, info.height, info.fps_num, info.fps_den);
-        let opened = match outputs::open(&self.name, &self.outputs, self.stats.as_ref(), info, services.rtsp.as_ref()) {
+        let opened = match outputs::open(&self.name, &self.outputs, self.stats.as_ref(), info, services.rtsp.as_ref(), recorder.as_ref()) {
             Ok(opened) => opened,
             Err(e) => {
                 intake.abandon();

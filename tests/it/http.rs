@@ -462,7 +462,7 @@ fn browsers_without_h264_get_the_live_view_as_mjpeg_made_only_while_watched() {
 #[test]
 fn the_progressive_mp4_view_still_plays_where_asked() {
     // Rule: the page plays live through Media Source Extensions where the browser has them; /?live=mp4 keeps the plain progressive <video>, which must still play (browsers without MSE get it).
-    let Some(mut browser) = browser_or_skip() else { return };
+    let Some(browser) = browser_or_skip() else { return };
     let mut d = Daemon::start("127.0.0.1", "", &["front"]);
     d.wait_for("frames out", Duration::from_secs(60), |d| stream(&d.api(), "front")["frames_out"].as_u64().unwrap_or(0) > 5);
     for (query, mode) in [("", "mse"), ("?live=mp4", "mp4")] {

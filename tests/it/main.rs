@@ -27,6 +27,7 @@ mod overload;
 mod parity;
 mod pressure;
 mod process;
+mod record;
 mod real_bonnets;
 mod setup;
 mod shard;

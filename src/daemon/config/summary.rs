@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use super::validate::{self, Problem};
 use super::template::{self, format_start};
 use crate::video::uri::redact_text;
-use super::{ConfigError, DaemonConfig, Problems, Shard, ShardSetting, SourceUri, Sources, StreamConfig};
+use super::{ConfigError, DaemonConfig, Problems, RecordMode, Shard, ShardSetting, SourceUri, Sources, StreamConfig};
 use crate::daemon::shard::shard_of;
 use crate::hub::ModelOrigin;
 use crate::worker_count::{AUTO_WORKERS_PER_GPU, WorkerCount};
@@ -103,14 +103,21 @@ impl Summary {
             let o = &s.output;
             // {start} stays as written: it is only known when the daemon starts.
             let named = |t: &String| t.replace("{stream}", &s.name);
-            if let Some(file) = o.file.as_ref().map(named) {
-                writeln!(f, "    file:  {} ({} s segments)", template::segment_name_pattern(&file), o.segment_seconds)?;
+            let what = match o.record {
+                RecordMode::Source => ", the camera's own video, no encode",
+                _ => "",
+            };
+            if let Some(file) = o.recorded_file().map(|t| named(&t.to_string())) {
+                writeln!(f, "    file:  {} ({} s segments{what})", template::segment_name_pattern(&file), o.segment_seconds)?;
+            } else if o.file.is_some() {
+                writeln!(f, "    file:  not written (record = \"{}\")", o.record.as_str())?;
             }
             if let (Some(mount), Some(addr)) = (o.rtsp_mount(&s.name), c.rtsp.listen_addr()) {
                 writeln!(f, "    rtsp:  rtsp://{addr}{mount}")?;
             }
             if let Some(stats) = o.stats.as_ref().map(named) {
-                writeln!(f, "    stats: {stats}")?;
+                let masks = if o.masks_in_stats() { " (with each frame's road mask)" } else { "" };
+                writeln!(f, "    stats: {stats}{masks}")?;
             }
         }
         if c.streams.iter().any(|s| [&s.output.file, &s.output.stats].iter().any(|t| t.as_deref().is_some_and(|t| t.contains("{start}")))) {

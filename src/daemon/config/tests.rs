@@ -333,6 +333,30 @@ fn validation_rules_for_streams() {
     check(|s| s.output.segment_seconds = 0, "streams[0].output.segment_seconds", "at least 1");
     check(|s| s.output.rtsp = Some("front cam".into()), "streams[0].output.rtsp", "mount path");
     check(|s| s.output.rtsp = Some("/".into()), "streams[0].output.rtsp", "mount path");
+    check(|s| (s.output.file, s.output.record) = (None, RecordMode::Source), "streams[0].output.record", "file, which is not set");
+    check(|s| (s.output.record_fps, s.output.record) = (Some(5.0), RecordMode::Source), "streams[0].output.record_fps", "annotated");
+    check(|s| (s.output.record_width, s.output.record) = (Some(640), RecordMode::Source), "streams[0].output.record_width", "annotated");
+    check(|s| (s.output.stats, s.output.record) = (None, RecordMode::Masks), "streams[0].output.record", "stats file, which is not set");
+    check(
+        |s| s.output = OutputConfig { file: Some("/rec/{stream}.mp4".into()), record: RecordMode::None, ..OutputConfig::default() },
+        "streams[0].output",
+        "file is not written with record = \"none\"",
+    );
+}
+
+#[test]
+fn record_modes_decide_what_file_and_stats_carry() {
+    // Rule: "annotated" and "source" record into file; "masks" and "none" leave it unwritten, "masks" putting each frame's road into the stats lines; modes are written in lower case and nothing else parses.
+    let o = |record| OutputConfig { file: Some("r/{stream}.mp4".into()), stats: Some("s.jsonl".into()), record, ..OutputConfig::default() };
+    assert_eq!(o(RecordMode::Annotated).recorded_file(), Some("r/{stream}.mp4"));
+    assert_eq!(o(RecordMode::Source).recorded_file(), Some("r/{stream}.mp4"));
+    assert!(o(RecordMode::Masks).recorded_file().is_none() && o(RecordMode::Masks).masks_in_stats());
+    assert!(o(RecordMode::None).recorded_file().is_none() && !o(RecordMode::None).masks_in_stats());
+    assert!(o(RecordMode::None).segment_location("x", std::time::UNIX_EPOCH).is_none());
+    let parsed: OutputConfig = toml::from_str("record = \"source\"").unwrap();
+    assert_eq!(parsed.record, RecordMode::Source);
+    assert!(toml::from_str::<OutputConfig>("record = \"Source\"").is_err());
+    assert!(toml::from_str::<OutputConfig>("record = \"h264\"").is_err());
 }
 
 #[test]

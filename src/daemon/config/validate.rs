@@ -11,7 +11,7 @@ use super::template::{expand_lossy, unknown_placeholder};
 use crate::model::MAX_BATCH;
 use crate::video::uri::redact_text;
 use crate::worker_count::MAX_WORKERS;
-use super::{ConfigError, DaemonConfig, OutputConfig, SourceUri, StreamConfig};
+use super::{ConfigError, DaemonConfig, OutputConfig, RecordMode, SourceUri, StreamConfig};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Problem {
@@ -266,7 +266,8 @@ fn output(c: &mut Collector, i: usize, o: &OutputConfig, config: &DaemonConfig) 
         format!("{} is outside 100..=100000 kbit/s", o.bitrate_kbps)
     });
     if o.is_empty() {
-        c.add(format!("streams[{i}].output"), "nothing to write; set file, rtsp or stats");
+        let why = if o.file.is_some() { format!(" (file is not written with record = \"{}\")", o.record.as_str()) } else { String::new() };
+        c.add(format!("streams[{i}].output"), format!("nothing to write; set file, rtsp or stats{why}"));
     }
     for (key, template) in [("file", &o.file), ("stats", &o.stats)] {
         let Some(t) = template else { continue };
@@ -286,6 +287,18 @@ fn output(c: &mut Collector, i: usize, o: &OutputConfig, config: &DaemonConfig) 
     }
     c.check(o.segment_seconds >= 1, at("segment_seconds"), || "must be at least 1".into());
     c.check(!o.stats_masks || o.stats.is_some(), at("stats_masks"), || "set, but there is no stats file to carry the masks (set stats)".into());
+    match o.record {
+        RecordMode::Source => {
+            c.check(o.file.is_some(), at("record"), || "\"source\" records into file, which is not set (set file)".into());
+            for (key, set) in [("record_fps", o.record_fps.is_some()), ("record_width", o.record_width.is_some())] {
+                c.check(!set, at(key), || "applies to the annotated recording; record = \"source\" keeps the camera's own frames (remove it, or set record = \"annotated\")".into());
+            }
+        }
+        RecordMode::Masks => {
+            c.check(o.stats.is_some(), at("record"), || "\"masks\" writes each frame's road into the stats file, which is not set (set stats)".into());
+        }
+        RecordMode::Annotated | RecordMode::None => {}
+    }
     if let Some(fps) = o.record_fps {
         c.check((0.1..=240.0).contains(&fps), at("record_fps"), || format!("{fps} is outside 0.1..=240 frames a second"));
     }

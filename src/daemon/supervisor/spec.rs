@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::daemon::config::StreamConfig;
+use crate::daemon::config::{RecordMode, StreamConfig};
 use crate::video::output::StreamObserver;
 use crate::video::stream::{FIRST_FRAME_WAIT, FileTarget, OutputSpec, StatsTarget, StreamSpec};
 
@@ -12,14 +12,18 @@ pub(super) fn stream_spec(cfg: &StreamConfig, named_for: SystemTime, finish_time
     let (o, name) = (&cfg.output, cfg.name.as_str());
     let mut outputs = Vec::new();
     if let Some(pattern) = o.segment_location(name, named_for) {
-        outputs.push(OutputSpec::File(FileTarget {
+        let target = FileTarget {
             path: pattern.into(),
             segment_seconds: Some(u32::try_from(o.segment_seconds).unwrap_or(u32::MAX)),
             bitrate_kbps: o.bitrate_kbps,
             wall_clock_names: o.wall_clock_names(),
             max_fps: o.record_fps,
             width: o.record_width,
-        }));
+        };
+        outputs.push(match o.record {
+            RecordMode::Source => OutputSpec::SourceFile(target),
+            _ => OutputSpec::File(target),
+        });
     }
     if let Some(mount) = o.rtsp_mount(name) {
         outputs.push(OutputSpec::Rtsp { mount, bitrate_kbps: o.bitrate_kbps });
@@ -33,9 +37,9 @@ pub(super) fn stream_spec(cfg: &StreamConfig, named_for: SystemTime, finish_time
         infer_fps: cfg.infer_fps,
         temporal: cfg.temporal(),
         outputs,
-        stats: o.stats_path(name, named_for).map(|path| StatsTarget::Append { path, stream: name.to_string(), masks: o.stats_masks }),
+        stats: o.stats_path(name, named_for).map(|path| StatsTarget::Append { path, stream: name.to_string(), masks: o.masks_in_stats() }),
         // Masks cost a pass over each frame's class map: only when a line carries them.
-        want_masks: o.stats_masks && o.stats.is_some(),
+        want_masks: o.masks_in_stats(),
         finish_timeout,
         observer,
     }

@@ -9,7 +9,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::feeder::{RingFeeder, SourceEvent};
 use crate::video::frame::VideoInfo;
-use crate::video::source::{Extent, FlowAction, FrameHandler, Source, SourceError, SourceSettings};
+use crate::video::source::{EncodedTap, Extent, FlowAction, FrameHandler, Source, SourceError, SourceSettings};
 use crate::video::stop::{StopSignal, Wake};
 
 /// How often the first-frame wait looks at the source's size.
@@ -38,6 +38,8 @@ pub(super) struct Intake {
     /// Puts back an event that raced a first frame, for the owner's loop.
     requeue: Sender<SourceEvent>,
     source: Option<Source>,
+    /// Given each source's own video before decoding (`record = "source"`).
+    tap: Option<Arc<dyn EncodedTap>>,
 }
 
 impl Intake {
@@ -49,8 +51,9 @@ impl Intake {
         first_frame_timeout: Duration,
         feeder: Arc<RingFeeder>,
         (requeue, events): (Sender<SourceEvent>, Receiver<SourceEvent>),
+        tap: Option<Arc<dyn EncodedTap>>,
     ) -> Intake {
-        Intake { settings, first_frame_timeout, feeder, events, requeue, source: None }
+        Intake { settings, first_frame_timeout, feeder, events, requeue, source: None, tap }
     }
 
     /// What the source reports: its end or its failure.
@@ -76,7 +79,7 @@ impl Intake {
     /// is logged at INFO, else at debug.
     pub(super) fn connect(&mut self, stop: &StopSignal, announce: bool) -> Result<VideoInfo, FirstFrameError> {
         self.drop_source();
-        let source = Source::start(self.settings.clone(), self.feeder.clone())?;
+        let source = Source::start_tapped(self.settings.clone(), self.feeder.clone(), self.tap.clone())?;
         match first_frame(&source, &self.events, &self.requeue, self.first_frame_timeout, stop) {
             Ok(info) => {
                 if announce {
@@ -92,6 +95,9 @@ impl Intake {
                     self.feeder.ring.close();
                 }
                 source.stop();
+                if let Some(tap) = &self.tap {
+                    tap.run_ended();
+                }
                 self.events.try_iter().for_each(drop);
                 Err(e)
             }
@@ -107,6 +113,9 @@ impl Intake {
     pub(super) fn drop_source(&mut self) {
         if let Some(s) = self.source.take() {
             s.stop();
+            if let Some(tap) = &self.tap {
+                tap.run_ended();
+            }
         }
         self.events.try_iter().for_each(drop);
     }

@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::sinks::{FileOutput, FileTarget, RtspOutput};
+use super::sinks::{FileOutput, FileTarget, RecordInput, RtspOutput};
+use super::source_record::SourceRecorder;
 use crate::video::frame::VideoInfo;
 use crate::video::output::{FrameSink, StatsError, StatsWriter};
 use crate::video::rtsp::{RtspError, RtspServer};
@@ -13,8 +14,11 @@ use crate::video::sink::SinkError;
 /// One place annotated frames go.
 #[derive(Clone, Debug)]
 pub enum OutputSpec {
-    /// An MP4 recording: one file, or segments (see [`FileTarget`]).
+    /// An MP4 recording of the annotated frames: one file, or segments (see [`FileTarget`]).
     File(FileTarget),
+    /// An MP4 recording of the source's own H.264/H.265, remuxed (no
+    /// encode), in segments; the annotated frames where the source has none.
+    SourceFile(FileTarget),
     /// Served at `mount` (e.g. `/front`) on the RTSP server.
     Rtsp { mount: String, bitrate_kbps: u32 },
 }
@@ -75,9 +79,10 @@ pub(super) fn open(
     stats: Option<&StatsTarget>,
     info: VideoInfo,
     rtsp: Option<&Arc<RtspServer>>,
+    recorder: Option<&Arc<SourceRecorder>>,
 ) -> Result<Opened, OutputsError> {
     let mut mounts = Mounts { server: rtsp.cloned(), paths: Vec::new() };
-    let opened = open_each(stream, outputs, stats, info, &mut mounts);
+    let opened = open_each(stream, outputs, stats, info, &mut mounts, recorder);
     if opened.is_err() {
         mounts.remove(stream);
     }
@@ -87,12 +92,30 @@ pub(super) fn open(
 
 type Sinks = (Vec<Box<dyn FrameSink>>, Option<StatsWriter>);
 
-fn open_each(stream: &str, outputs: &[OutputSpec], stats: Option<&StatsTarget>, info: VideoInfo, mounts: &mut Mounts) -> Result<Sinks, OutputsError> {
+fn open_each(
+    stream: &str,
+    outputs: &[OutputSpec],
+    stats: Option<&StatsTarget>,
+    info: VideoInfo,
+    mounts: &mut Mounts,
+    recorder: Option<&Arc<SourceRecorder>>,
+) -> Result<Sinks, OutputsError> {
     let mut sinks: Vec<Box<dyn FrameSink>> = Vec::new();
     for output in outputs {
         match output {
-            OutputSpec::File(target) => {
-                let file = FileOutput::open(target.clone(), info).map_err(OutputsError::File)?;
+            OutputSpec::SourceFile(_) if recorder.is_some_and(|r| r.has_video()) => {
+                // It opens at the source's first keyframe, which may still be on its way.
+                sinks.push(recorder.expect("checked").sink());
+            }
+            OutputSpec::File(target) | OutputSpec::SourceFile(target) => {
+                if let Some(r) = recorder.filter(|_| matches!(output, OutputSpec::SourceFile(_))) {
+                    r.give_up();
+                    tracing::warn!(
+                        stream = %stream,
+                        "record = \"source\": the source gives no H.264 or H.265 to remux (a test pattern, a raw or MJPEG camera, another codec); recording the annotated frames instead"
+                    );
+                }
+                let file = FileOutput::open(target.clone(), RecordInput::Frames(info)).map_err(OutputsError::File)?;
                 tracing::info!(stream = %stream, file = %target.path.display(), "recording");
                 sinks.push(Box::new(file));
             }

@@ -9,7 +9,7 @@ use crate::video::frame::VideoInfo;
 use crate::video::output::{FrameSink, OutputError};
 use crate::video::ring::FrameBuf;
 use crate::video::rtsp::RtspFeed;
-use crate::video::sink::{FileSink, FileSinkSettings, SinkError};
+use crate::video::sink::{EncodedInput, FileSink, FileSinkSettings, SinkError, SinkInput};
 
 /// How often a failed segmented recording tries to start again.
 const REOPEN_EVERY: Duration = Duration::from_secs(2);
@@ -56,9 +56,18 @@ impl Pacer {
     }
 }
 
+/// What a recording is made of.
+#[derive(Clone)]
+pub(super) enum RecordInput {
+    /// Annotated frames of this size and rate, encoded.
+    Frames(VideoInfo),
+    /// The source's own video, remuxed.
+    Encoded(EncodedInput),
+}
+
 struct Reopen {
     target: FileTarget,
-    info: VideoInfo,
+    input: RecordInput,
     next_index: u32,
     retry_at: Instant,
     /// What paused the recording (None until it first fails).
@@ -70,11 +79,48 @@ struct Reopen {
 impl FileOutput {
     /// Opens `target` for frames of `info`. Segments are restarted after a
     /// failure; one file ends at its first error (reopening would overwrite it).
-    pub(super) fn open(target: FileTarget, info: VideoInfo) -> Result<Self, SinkError> {
-        let sink = open_file_sink_at(&target, info, 0)?;
+    pub(super) fn open(target: FileTarget, input: RecordInput) -> Result<Self, SinkError> {
+        let sink = open_file_sink_at(&target, &input, 0)?;
         let pacer = target.max_fps.filter(|&f| f > 0.0).map(|fps| Pacer { interval_ns: (1e9 / fps) as u64, next_due: None });
-        let reopen = target.segment_seconds.map(|_| Reopen { target, info, next_index: 0, retry_at: Instant::now(), last_error: None, disk_full: false });
+        let reopen = target.segment_seconds.map(|_| Reopen { target, input, next_index: 0, retry_at: Instant::now(), last_error: None, disk_full: false });
         Ok(FileOutput { sink: Some(sink), reopen, on_disk_before: 0, pacer })
+    }
+
+    /// Writes one unit of the source's own video (see [`FileSink::push_encoded`]);
+    /// false when it was dropped. A paused recording starts again only at a
+    /// keyframe: a file cannot begin mid-GOP.
+    pub(super) fn write_encoded(&mut self, unit: gstreamer::Buffer) -> Result<bool, OutputError> {
+        if self.sink.is_none() {
+            if unit.flags().contains(gstreamer::BufferFlags::DELTA_UNIT) {
+                return Ok(false);
+            }
+            self.try_reopen()?;
+        }
+        let sink = self.sink.as_mut().expect("opened above");
+        match sink.push_encoded(unit) {
+            Ok(pushed) => Ok(pushed),
+            Err(e) => Err(self.pause(e)),
+        }
+    }
+
+    /// Ends the open file and starts the next segment for `input` (the
+    /// source's video restarted: a new timeline, perhaps new caps). A single
+    /// file cannot go on (reopening it would overwrite it).
+    pub(super) fn restart(&mut self, input: RecordInput) -> Result<(), OutputError> {
+        let Some(r) = self.reopen.as_mut() else { return Err(OutputError::Ended) };
+        r.input = input;
+        if let Some(sink) = self.sink.take() {
+            let on_disk = sink.frames_on_disk();
+            let finished = sink.finish(Duration::from_secs(5));
+            if let Ok(f) = &finished {
+                f.files.iter().for_each(|file| tracing::info!(file = %file.display(), "recording finalised"));
+            }
+            self.on_disk_before += finished.as_ref().map_or(on_disk, |f| f.frames);
+            r.next_index += finished.map_or(1, |f| f.files.len() as u32);
+        }
+        r.retry_at = Instant::now();
+        r.last_error = None;
+        self.try_reopen()
     }
 
     /// The failed sink is closed (what it finished stays) and the next start
@@ -121,7 +167,7 @@ impl FileOutput {
         while !r.target.wall_clock_names && name(r.next_index).exists() {
             r.next_index += 1;
         }
-        match open_file_sink_at(&r.target, r.info, r.next_index) {
+        match open_file_sink_at(&r.target, &r.input, r.next_index) {
             Ok(sink) => {
                 tracing::info!(file = %r.target.path.display(), first_segment = r.next_index, "recording resumed");
                 self.sink = Some(sink);
@@ -227,7 +273,7 @@ impl FileTarget {
     /// A sink writing frames of `info` here (for writers that are not a
     /// stream, such as `synth`), its folder made.
     pub fn open(&self, info: VideoInfo) -> Result<FileSink, SinkError> {
-        open_file_sink_at(self, info, 0)
+        open_file_sink_at(self, &RecordInput::Frames(info), 0)
     }
 }
 
@@ -247,13 +293,24 @@ fn space_left(target: &FileTarget) -> Option<u64> {
 /// Encoder bitrate when none is configured (about 43 GB a day).
 pub const DEFAULT_BITRATE_KBPS: u32 = 4000;
 
-/// Opens the file sink for frames of `info`, making its folder, numbering
-/// segments from `start_index`.
-fn open_file_sink_at(target: &FileTarget, info: VideoInfo, start_index: u32) -> Result<FileSink, SinkError> {
+/// Opens the file sink for `input`, making its folder, numbering segments
+/// from `start_index`.
+fn open_file_sink_at(target: &FileTarget, input: &RecordInput, start_index: u32) -> Result<FileSink, SinkError> {
     // Wall-clock folders are made per segment, by the sink.
     if let Some(dir) = target.path.parent().filter(|d| !d.as_os_str().is_empty() && !target.wall_clock_names) {
         std::fs::create_dir_all(dir).map_err(|source| SinkError::CreateDir { dir: dir.into(), source })?;
     }
+    let info = match input {
+        RecordInput::Frames(info) => *info,
+        RecordInput::Encoded(encoded) => {
+            let mut settings = FileSinkSettings::new(target.path.clone(), 0, 0, (0, 1));
+            settings.input = SinkInput::Encoded(encoded.clone());
+            settings.segment_seconds = target.segment_seconds;
+            settings.wall_clock_names = target.wall_clock_names;
+            settings.start_index = start_index;
+            return FileSink::start(settings);
+        }
+    };
     // Caps say the recorded rate: the encoder sizes each frame's bits by it.
     let fps = match target.max_fps {
         Some(max) if max < f64::from(info.fps_num) / f64::from(info.fps_den.max(1)) => ((max * 1000.0).round() as i32, 1000),

@@ -15,10 +15,12 @@
 # dropped (all reasons), p99 of roadseg_latency_seconds, GPU busy
 # (roadseg_gpu_busy_ratio, the workers' own CUDA-event time), host CPU per
 # camera (the daemon's utime+stime from /proc), GPU memory used (nvidia-smi),
-# the daemon's RSS. RECORD (none, the default; masks; or annotated) says what
-# each stream writes: none = the JSONL stats sidecar only; masks = each line
-# with its road mask (`stats_masks`); annotated = also the annotated MP4 (at
-# RECORD_FPS frames/s when set: `record_fps`).
+# the daemon's RSS. RECORD (`[streams.output] record`: none, the default;
+# source; masks; or annotated) says what each stream writes besides the JSONL
+# stats sidecar: none = nothing more; source = the camera's own H.264 remuxed
+# into an MP4, no encode; masks = each stats line with its road mask;
+# annotated = the annotated MP4, encoded (at RECORD_FPS frames/s when set:
+# `record_fps`).
 #
 # $OUT gets summary.md (a row per N, rewritten after each), scale.log, and
 # the last step's config.toml, metrics.txt and daemon.log (its last MiB).
@@ -46,6 +48,7 @@ STEPS=${STEPS:-16 32 64 96 128}
 STEP_S=${STEP_S:-30}
 RECORD=${RECORD:-none}
 RECORD_FPS=${RECORD_FPS:-}
+case $RECORD in none | source | masks | annotated) ;; *) echo "RECORD=$RECORD: use none, source, masks or annotated"; exit 2 ;; esac
 BUDGET_S=${BUDGET_S:-540}
 PORT=${PORT:-19484}
 START=$(date +%s)
@@ -165,11 +168,9 @@ min_free_bytes = 0
 EOF
   for i in $(seq 0 $(($1 - 1))); do
     printf '\n[[streams]]\nname = "cam%d"\nuri = "file://%s"\nloop = true\n[streams.output]\nstats = "%s/stats/{stream}.jsonl"\n' "$i" "$WORK/cam.mp4" "$WORK"
-    [ "$RECORD" = masks ] && printf 'stats_masks = true\n'
-    if [ "$RECORD" = annotated ]; then
-      printf 'file = "%s/rec/{stream}.mp4"\nsegment_seconds = 3600\n' "$WORK"
-      [ -n "$RECORD_FPS" ] && printf 'record_fps = %s\n' "$RECORD_FPS"
-    fi
+    printf 'record = "%s"\n' "$RECORD"
+    case $RECORD in annotated | source) printf 'file = "%s/rec/{stream}.mp4"\nsegment_seconds = 3600\n' "$WORK" ;; esac
+    [ "$RECORD" = annotated ] && [ -n "$RECORD_FPS" ] && printf 'record_fps = %s\n' "$RECORD_FPS"
   done
 }
 

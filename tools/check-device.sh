@@ -43,5 +43,5 @@ BUNDLE=target/device-bundle OUT=$out/pipeline DEVICE=cpu FRAMES=30 STREAMS=2 SEC
 echo "== bench/scale-gpu.sh --plan, then its CPU dry run"
 bench/scale-gpu.sh --plan
 BUNDLE=target/device-bundle OUT=$out/scale DEVICE=cpu RES=320x240 FPS=5 STEPS="1 2" STEP_S=5 SIZE=256x192 BATCH=2 \
-  PORT=${SCALE_PORT:-19494} bench/scale-gpu.sh
+  RECORD=source PORT=${SCALE_PORT:-19494} bench/scale-gpu.sh
 echo "check-device: ok"

@@ -115,6 +115,11 @@ impl AnyEngine {
         each!(self, e => e.set_overlays(overlays))
     }
 
+    /// Overlays for the next run's frames, None for a frame not to draw (see [`Engine::set_overlays_where`]).
+    pub fn set_overlays_where(&mut self, overlays: &[Option<FrameOverlay>]) {
+        each!(self, e => e.set_overlays_where(overlays))
+    }
+
     /// Frame `i` of the last run, drawn with its overlay, where the backend drew it.
     pub fn annotated(&self, i: usize) -> Option<&[u8]> {
         each!(self, e => e.annotated(i))

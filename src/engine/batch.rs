@@ -56,7 +56,8 @@ impl<B: Backend> Engine<B> {
         for (i, (frame, &s)) in frames.iter().zip(&slots).enumerate() {
             b.stage_frame(&mut self.slots[s].slot, frame)?;
             if annotate[i] {
-                b.stage_overlay(&mut self.slots[s].slot, &self.overlays[i])?;
+                let overlay = self.overlays[i].as_ref().expect("will_annotate checked it");
+                b.stage_overlay(&mut self.slots[s].slot, overlay)?;
             }
         }
         let stage_ms = ms_since(t0);
@@ -162,7 +163,7 @@ impl<B: Backend> Engine<B> {
         Ok(&self.batches.outputs[..frames.len()])
     }
 
-    fn each_frame(&mut self, frames: &[FrameRef<'_>], filter: &mut Option<BatchFilter<'_>>, overlays: &[FrameOverlay]) -> Result<(), EngineError> {
+    fn each_frame(&mut self, frames: &[FrameRef<'_>], filter: &mut Option<BatchFilter<'_>>, overlays: &[Option<FrameOverlay>]) -> Result<(), EngineError> {
         let mut total = FrameTimings::default();
         let mut annotated = 0;
         for (i, frame) in frames.iter().enumerate() {

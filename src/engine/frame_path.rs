@@ -40,7 +40,8 @@ impl<B: Backend> Engine<B> {
         b.stage_frame(&mut self.slots[s].slot, frame)?;
         let annotate = self.will_annotate(0);
         if annotate {
-            b.stage_overlay(&mut self.slots[s].slot, &self.overlays[0])?;
+            let overlay = self.overlays[0].as_ref().expect("will_annotate checked it");
+            b.stage_overlay(&mut self.slots[s].slot, overlay)?;
         }
         let stage_ms = ms_since(t0);
 

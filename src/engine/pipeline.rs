@@ -125,7 +125,8 @@ pub struct Engine<B: Backend> {
     pub(super) timings: FrameTimings,
     /// Overlays for the next frame (or each frame of the next batch), drawn
     /// in the frame path where the backend does that (CUDA).
-    pub(super) overlays: Vec<FrameOverlay>,
+    /// Per frame of the next run; None: that frame is not drawn.
+    pub(super) overlays: Vec<Option<FrameOverlay>>,
     /// The last frame's (or batch's) annotated frames, the first
     /// `annotated_frames` of them.
     pub(super) annotated: Vec<Vec<u8>>,
@@ -220,6 +221,13 @@ impl<B: Backend> Engine<B> {
     /// annotated frame ([`Engine::annotated`]); others ignore them.
     pub fn set_overlays(&mut self, overlays: &[FrameOverlay]) {
         self.overlays.clear();
+        self.overlays.extend(overlays.iter().cloned().map(Some));
+    }
+
+    /// [`Engine::set_overlays`] where some frames need no drawing (nobody
+    /// looks at their pixels): those are neither drawn nor handed back.
+    pub fn set_overlays_where(&mut self, overlays: &[Option<FrameOverlay>]) {
+        self.overlays.clear();
         self.overlays.extend_from_slice(overlays);
     }
 
@@ -231,7 +239,7 @@ impl<B: Backend> Engine<B> {
 
     /// Whether frame `i` of the next run gets drawn here, and makes room for it.
     pub(super) fn will_annotate(&mut self, i: usize) -> bool {
-        let annotate = i < self.overlays.len() && self.backend.annotates_frames();
+        let annotate = self.overlays.get(i).is_some_and(Option::is_some) && self.backend.annotates_frames();
         if annotate && self.annotated.len() <= i {
             self.annotated.resize_with(i + 1, Vec::new);
         }

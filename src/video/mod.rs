@@ -1,6 +1,7 @@
 //! Video in and out (GStreamer) and the streaming pipeline between them:
 //! source -> ring -> worker pool -> reorder -> annotate -> sinks.
 
+pub mod demand;
 mod disk_frames;
 mod encode_clock;
 pub mod encoder;

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 
 use crate::annotate::FrameStats;
+use crate::video::demand::PixelDemand;
 use super::pool::{OutputItem, SkipReason, StreamCounters};
 use super::reorder::{Reorder, Slot};
 use super::ring::{FrameBuf, FrameRing};
@@ -81,6 +82,12 @@ pub trait FrameSink: Send {
     /// How long its encoder held each frame that came out since the last
     /// call, where that is measured (the recording's encoder).
     fn encode_times(&self, _each: &mut dyn FnMut(Duration)) {}
+    /// Whether it shows the frames' pixels to someone now (an annotated
+    /// recording always; an RTSP mount while a client plays it). Frames
+    /// nobody looks at are not drawn, and such a sink is not given them.
+    fn wants_pixels(&self) -> bool {
+        true
+    }
     /// Recorded segments closed so far (changes when one closes): the stats
     /// sidecar is synced to disk with them.
     fn segments_closed(&self) -> usize {
@@ -114,8 +121,13 @@ pub trait StreamObserver: Send + Sync {
     /// decoded; `frame.stages` says where that time went.
     fn frame_out(&self, _frame: &FrameBuf, _latency: Duration, _stats: &FrameStats) {}
     /// Last look at a written frame before its buffer goes back to the pool;
-    /// may swap `buf.data` (see `snapshot::LatestFrame::offer`).
+    /// may swap `buf.data` (see `snapshot::LatestFrame::offer`). Given drawn
+    /// frames only (`buf.annotated`): at least one a second.
     fn keep_latest(&self, _buf: &mut FrameBuf) {}
+    /// Whether someone watches every drawn frame (a live view) now.
+    fn wants_pixels(&self) -> bool {
+        false
+    }
 }
 
 pub struct NoObserver;
@@ -236,6 +248,8 @@ pub struct OutputParts {
     pub counters: Arc<StreamCounters>,
     pub observer: Arc<dyn StreamObserver>,
     pub finish_timeout: Duration,
+    /// Told after each frame whether the sinks and observer want pixels.
+    pub pixels: Arc<PixelDemand>,
 }
 
 impl OutputStage {
@@ -262,6 +276,10 @@ fn run(mut p: OutputParts) -> OutputSummary {
     let mut emit = |(mut buf, stats): (FrameBuf, FrameStats), p: &mut OutputParts, summary: &mut OutputSummary| {
         buf.stages.in_order = Instant::now();
         for (sink, on_disk) in p.sinks.iter_mut().zip(on_disk.iter_mut()) {
+            // A viewer who just arrived: frames already inferred undrawn are not shown.
+            if !buf.annotated && sink.wants_pixels() {
+                continue;
+            }
             match sink.write(&buf) {
                 Ok(()) => match sink.frames_on_disk() {
                     None => p.observer.written(sink.kind(), 1),
@@ -313,7 +331,10 @@ fn run(mut p: OutputParts) -> OutputSummary {
             }
             previous_mask.clone_from(&buf.road_mask);
         }
-        p.observer.keep_latest(&mut buf);
+        if buf.annotated {
+            p.observer.keep_latest(&mut buf);
+        }
+        p.pixels.set_wanted(p.sinks.iter().any(|s| s.wants_pixels()) || p.observer.wants_pixels());
         fps_window.1 += 1;
         let elapsed = fps_window.0.elapsed();
         if elapsed >= Duration::from_secs(1) {

@@ -16,6 +16,7 @@ use crossbeam_channel::Sender;
 use self::batch::{Job, take_ready};
 pub use self::batch::BatchPolicy;
 use crate::annotate::{Annotator, FrameStats, Origin};
+use crate::video::demand::PixelDemand;
 use super::ring::{Doorbell, FrameBuf, FrameRing};
 use crate::engine::{AnyEngine, Segmentation, UNKNOWN};
 use crate::temporal::{HoodMask, StreamTemporal, scene_coverage};
@@ -77,6 +78,8 @@ pub struct StreamInput {
     /// Hood estimate and logit smoothing across this stream's frames
     /// (shared with the intake, which observes each frame on arrival).
     pub temporal: Arc<StreamTemporal>,
+    /// Whether its frames get the road drawn on them (someone looks).
+    pub pixels: Arc<PixelDemand>,
 }
 
 impl StreamInput {
@@ -311,8 +314,12 @@ impl Worker {
         let frame = buf.frame();
         let temporal = &stream.temporal;
         let seq = buf.seq;
+        let draw = stream.pixels.draw_next();
         if self.engine.annotates_frames() {
-            self.engine.set_overlays(&[self.annotator.overlay(&hood, frame.width, frame.height)]);
+            match draw {
+                true => self.engine.set_overlays(&[self.annotator.overlay(&hood, frame.width, frame.height)]),
+                false => self.engine.set_overlays(&[]),
+            }
         }
         let mut road_cut = 0.0;
         let mut hood = hood;
@@ -344,7 +351,7 @@ impl Worker {
         let t = self.engine.timings();
         let inference_ms = t.preprocess_ms + t.inference_ms + t.postprocess_ms;
         let done = Done { annotator: &self.annotator, on_inference: &self.on_inference, road: &self.engine.options().road_classes };
-        let seen = Seen { hood: &hood, road_cut };
+        let seen = Seen { hood: &hood, road_cut, draw };
         done.deliver(stream, buf, self.engine.segmentation(), seen, inference_ms, self.engine.annotated(0));
         true
     }
@@ -373,6 +380,8 @@ struct Seen<'a> {
     hood: &'a HoodMask,
     /// Share of the logits grid whose road the grounded-road rule cut.
     road_cut: f32,
+    /// Draw the road on the frame (someone looks at its pixels).
+    draw: bool,
 }
 
 impl Done<'_> {
@@ -399,6 +408,7 @@ impl Done<'_> {
         }
         let origin = Origin { stream: &stream.name, decoded_at: SystemTime::now() - buf.stages.decoded.elapsed() };
         match annotated {
+            _ if !seen.draw => {}
             Some(pixels) => {
                 let n = pixels.len().min(buf.data.len());
                 buf.data[..n].copy_from_slice(&pixels[..n]);
@@ -406,6 +416,7 @@ impl Done<'_> {
             }
             None => self.annotator.draw(&mut buf.data, buf.format, seg, hood, &stats, origin),
         }
+        buf.annotated = seen.draw;
         buf.stages.annotated = Instant::now();
         stream.counters.inferred.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = stream.output.send(OutputItem::Frame { buf, stats }) {

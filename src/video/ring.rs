@@ -44,11 +44,14 @@ pub struct FrameBuf {
     /// on arrival (None where nobody observed it: the worker then does).
     pub unseen: Option<Arc<HoodMask>>,
     pub stages: StageTimes,
+    /// The road is drawn on `data` (false: the decoded frame, nobody was
+    /// looking; see `video::demand`).
+    pub annotated: bool,
 }
 
 impl FrameBuf {
     pub(crate) fn empty() -> Self {
-        FrameBuf { seq: 0, timing: FrameTiming::default(), width: 0, height: 0, format: PixelFormat::Rgba, data: FrameMemory::default(), dropped_before: 0, road_mask: Vec::new(), unseen: None, stages: StageTimes::starting(Instant::now()) }
+        FrameBuf { seq: 0, timing: FrameTiming::default(), width: 0, height: 0, format: PixelFormat::Rgba, data: FrameMemory::default(), dropped_before: 0, road_mask: Vec::new(), unseen: None, stages: StageTimes::starting(Instant::now()), annotated: false }
     }
 
     /// Bytes per row (of the Y plane, for NV12).

@@ -63,6 +63,9 @@ impl StreamObserver for Observer {
         }
         self.metrics.last_written.set(unix_now());
     }
+    fn wants_pixels(&self) -> bool {
+        self.status.viewers.viewers() > 0
+    }
     fn keep_latest(&self, buf: &mut FrameBuf) {
         // Before the snapshot slot takes the pixels (it swaps them out).
         self.status.viewers.offer(buf);

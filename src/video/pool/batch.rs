@@ -118,9 +118,11 @@ impl Worker {
             }
         };
         let any_smooths = jobs.iter().any(|j| j.stream.temporal.filters_logits(ego));
+        let draw: Vec<bool> = jobs.iter().map(|j| j.stream.pixels.draw_next()).collect();
         if self.engine.annotates_frames() {
-            let overlays: Vec<_> = frames.iter().zip(&observed).map(|(f, o)| self.annotator.overlay(o, f.width, f.height)).collect();
-            self.engine.set_overlays(&overlays);
+            let overlays: Vec<_> =
+                frames.iter().zip(&observed).zip(&draw).map(|((f, o), &d)| d.then(|| self.annotator.overlay(o, f.width, f.height))).collect();
+            self.engine.set_overlays_where(&overlays);
         }
         let result = self.engine.run_batch(&frames, if any_smooths { Some(&mut smooth) } else { None }).map(|_| ());
         drop(frames);
@@ -143,7 +145,7 @@ impl Worker {
         let segs = self.engine.batch_segmentations();
         for (i, ((Job { stream, mut buf }, seg), observed)) in jobs.drain(..).zip(segs).zip(observed).enumerate() {
             buf.stages.inferred = inferred;
-            let seen = Seen { hood: &observed, road_cut: road_cut[i] };
+            let seen = Seen { hood: &observed, road_cut: road_cut[i], draw: draw[i] };
             done.deliver(&stream, buf, seg, seen, inference_ms, self.engine.annotated(i));
             stream.counters.in_flight.fetch_sub(1, Ordering::SeqCst);
         }
@@ -186,6 +188,11 @@ mod tests {
     }
 
     fn stream_with(name: &str, frames: u64, offset: u64, settings: TemporalSettings) -> (Arc<StreamInput>, Receiver<OutputItem>) {
+        stream_drawn(name, frames, offset, settings, true)
+    }
+
+    /// `stream_with`, its frames drawn only if `wanted` (else one a second).
+    fn stream_drawn(name: &str, frames: u64, offset: u64, settings: TemporalSettings, wanted: bool) -> (Arc<StreamInput>, Receiver<OutputItem>) {
         let ring = Arc::new(FrameRing::new(16, 16, false));
         for i in 0..frames {
             let data = pixels(i, offset);
@@ -194,7 +201,7 @@ mod tests {
         }
         let (output, rx) = unbounded();
         let temporal = StreamTemporal::new(settings);
-        let input = StreamInput { name: name.into(), ring, output, counters: Arc::new(StreamCounters::default()), want_masks: true, temporal: Arc::new(temporal) };
+        let input = StreamInput { name: name.into(), ring, output, counters: Arc::new(StreamCounters::default()), want_masks: true, temporal: Arc::new(temporal), pixels: Arc::new(crate::video::demand::PixelDemand::new(wanted)) };
         (Arc::new(input), rx)
     }
 
@@ -283,6 +290,31 @@ mod tests {
                 assert!((got - want).abs() < 1e-6, "batch {batch} frame {i}: stats say {got}, the rule cuts {want}");
             }
             assert_eq!(*reported.lock().unwrap(), out, "batch {batch}: the metrics hook saw what the output saw");
+        }
+    }
+
+    #[test]
+    fn frames_nobody_looks_at_are_not_drawn_batched_or_not() {
+        // Rule: a stream whose outputs want no pixels gets its first frame drawn (for its snapshot) and the next ones (well within a second) handed on as decoded, bit for bit, while a watched stream gets every frame drawn; the same alone or in a batch.
+        let annotator = || Annotator { style: Default::default(), show_text: true, show_origin: false };
+        let settings = TemporalSettings { smoothing: None, hood: false, connected_road: false };
+        for batch in [1, 4] {
+            let pool = WorkerPool::start(vec![test_model_engine("label_0")], BatchPolicy { max: batch, wait: Duration::ZERO }, annotator(), Arc::new(|_, _, _| {}), Arc::new(|_| {}));
+            let (quiet, rq) = stream_drawn("quiet", 6, 0, settings, false);
+            let (watched, rw) = stream_drawn("watched", 6, 0, settings, true);
+            pool.add_stream(quiet.clone());
+            pool.add_stream(watched.clone());
+            pool.notify();
+            for (input, rx, wanted) in [(&quiet, &rq, false), (&watched, &rw, true)] {
+                for i in 0..6 {
+                    let Ok(OutputItem::Frame { buf, .. }) = rx.recv_timeout(Duration::from_secs(60)) else { panic!("batch {batch}: {} frame {i}", input.name) };
+                    let drawn = wanted || i == 0;
+                    assert_eq!(buf.annotated, drawn, "batch {batch}: {} frame {i}", input.name);
+                    assert_eq!(&buf.data[..] == &pixels(i, 0)[..], !drawn, "batch {batch}: {} frame {i}: drawn on only if annotated", input.name);
+                    input.ring.recycle(buf);
+                }
+            }
+            pool.shutdown();
         }
     }
 

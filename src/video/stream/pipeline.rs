@@ -8,6 +8,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::temporal::StreamTemporal;
 use crate::video::output::{FrameSink, OutputParts, OutputStage, OutputSummary, StatsWriter, StreamObserver};
+use crate::video::demand::PixelDemand;
 use crate::video::pool::{OutputItem, SkipReason, StreamCounters, StreamInput, WorkerPool};
 use crate::video::ring::FrameRing;
 
@@ -36,6 +37,9 @@ impl StreamPipeline {
     /// Starts the output stage and registers the stream with the pool.
     pub(super) fn start(parts: PipelineParts, pool: &WorkerPool) -> Self {
         let counters = Arc::new(StreamCounters::default());
+        // The first frames are drawn if an output wants them from the start
+        // (an annotated recording); the output stage keeps it current.
+        let pixels = Arc::new(PixelDemand::new(parts.sinks.iter().any(|s| s.wants_pixels()) || parts.observer.wants_pixels()));
         let input = Arc::new(StreamInput {
             name: parts.name.clone(),
             ring: parts.ring.clone(),
@@ -43,6 +47,7 @@ impl StreamPipeline {
             counters: counters.clone(),
             want_masks: parts.want_masks,
             temporal: parts.temporal,
+            pixels: pixels.clone(),
         });
         let output = OutputStage::start(OutputParts {
             stream: parts.name.clone(),
@@ -53,6 +58,7 @@ impl StreamPipeline {
             counters,
             observer: parts.observer,
             finish_timeout: parts.finish_timeout,
+            pixels,
         });
         pool.add_stream(input.clone());
         StreamPipeline { name: parts.name, ring: parts.ring, input, output }

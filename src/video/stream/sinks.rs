@@ -238,6 +238,9 @@ impl FrameSink for RtspOutput {
     fn kind(&self) -> &'static str {
         "rtsp"
     }
+    fn wants_pixels(&self) -> bool {
+        self.0.has_clients()
+    }
     fn write(&mut self, f: &FrameBuf) -> Result<(), OutputError> {
         self.0.push(&f.data, f.stride(), f.timing)?;
         Ok(())

@@ -206,6 +206,9 @@ impl FrameSink for SourceRecording {
     fn kind(&self) -> &'static str {
         "file"
     }
+    fn wants_pixels(&self) -> bool {
+        false
+    }
     fn write(&mut self, _frame: &FrameBuf) -> Result<(), OutputError> {
         match self.0.paused.lock().unwrap_or_else(|e| e.into_inner()).clone() {
             Some(why) => Err(OutputError::Paused(why)),

@@ -48,6 +48,8 @@ struct Recording {
     /// Finished, or given up for the annotated recording: units are ignored.
     closed: bool,
     dropped: u64,
+    /// Its first start failed (logged once).
+    open_failed: bool,
 }
 
 impl SourceRecorder {
@@ -64,6 +66,7 @@ impl SourceRecorder {
                 need_keyframe: true,
                 closed: false,
                 dropped: 0,
+                open_failed: false,
             }),
             on_disk: AtomicU64::new(0),
             segments_closed: AtomicUsize::new(0),
@@ -96,22 +99,30 @@ impl SourceRecorder {
 
     fn record(&self, rec: &mut Recording, unit: gst::Buffer) {
         let input = || RecordInput::Encoded(EncodedInput { caps: rec.caps.clone().expect("caps come before units"), live: self.live });
-        let opened = match rec.output.as_mut() {
-            None => FileOutput::open(rec.target.clone(), input()).map(|out| {
-                tracing::info!(stream = %self.stream, file = %rec.target.path.display(), "recording the source's own video (no encode)");
-                rec.output = Some(out);
-            }),
-            Some(out) if rec.restart => out.restart(input()).map_err(|e| match e {
-                OutputError::File(e) | OutputError::Paused(e) => Arc::into_inner(e).unwrap_or_else(|| SinkError::Stopped { path: rec.target.path.clone() }),
-                _ => SinkError::Stopped { path: rec.target.path.clone() },
-            }),
+        let opened: Result<(), OutputError> = match rec.output.as_mut() {
+            // Once open, the recording pauses and resumes itself (FileOutput), logging once a pause.
+            None => match FileOutput::open(rec.target.clone(), input()) {
+                Ok(out) => {
+                    tracing::info!(stream = %self.stream, file = %rec.target.path.display(), "recording the source's own video (no encode)");
+                    rec.output = Some(out);
+                    Ok(())
+                }
+                Err(e) => {
+                    if !std::mem::replace(&mut rec.open_failed, true) {
+                        tracing::warn!(stream = %self.stream, "cannot start recording the source's video: {e}; trying again at each keyframe");
+                    }
+                    Err(e.into())
+                }
+            },
+            Some(out) if rec.restart => out.restart(input()),
             Some(_) => Ok(()),
         };
         rec.restart = false;
         if let Err(e) = opened {
-            tracing::warn!(stream = %self.stream, "cannot record the source's video: {e}; trying again at the next keyframe");
             rec.need_keyframe = true;
-            self.set_paused(Some(Arc::new(e)));
+            if let OutputError::File(why) | OutputError::Paused(why) = e {
+                self.set_paused(Some(why));
+            }
             return;
         }
         let out = rec.output.as_mut().expect("opened above");

@@ -120,8 +120,12 @@ impl Worker {
         let any_smooths = jobs.iter().any(|j| j.stream.temporal.filters_logits(ego));
         let draw: Vec<bool> = jobs.iter().map(|j| j.stream.pixels.draw_next()).collect();
         if self.engine.annotates_frames() {
-            let overlays: Vec<_> =
-                frames.iter().zip(&observed).zip(&draw).map(|((f, o), &d)| d.then(|| self.annotator.overlay(o, f.width, f.height))).collect();
+            // An engine that draws records one piece of work per set of drawn
+            // frames: all or none, or a mix of watched and unwatched streams
+            // would record (and evict) one for every pattern. Drawing a frame
+            // nobody asked for costs the device little; the host skips it.
+            let any = draw.iter().any(|&d| d);
+            let overlays: Vec<_> = frames.iter().zip(&observed).map(|(f, o)| any.then(|| self.annotator.overlay(o, f.width, f.height))).collect();
             self.engine.set_overlays_where(&overlays);
         }
         let result = self.engine.run_batch(&frames, if any_smooths { Some(&mut smooth) } else { None }).map(|_| ());

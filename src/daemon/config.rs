@@ -614,6 +614,15 @@ impl OutputConfig {
         self.file.as_deref().filter(|_| matches!(self.record, RecordMode::Annotated | RecordMode::Source))
     }
 
+    /// What the stream records, as the API shows it: `record`, or "none"
+    /// where it would record into a `file` that is not set.
+    pub fn record_label(&self) -> &'static str {
+        match self.record {
+            RecordMode::Annotated | RecordMode::Source if self.file.is_none() => RecordMode::None.as_str(),
+            mode => mode.as_str(),
+        }
+    }
+
     /// Each stats line carries the frame's road mask.
     pub fn masks_in_stats(&self) -> bool {
         self.stats.is_some() && (self.stats_masks || self.record == RecordMode::Masks)

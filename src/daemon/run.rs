@@ -389,7 +389,7 @@ impl Daemon {
             .or_insert_with(|| StreamMetrics::new(name))
             .clone();
         let source = SourceUri::redacted(&config.uri);
-        let status = Arc::new(StreamStatus::new(name, source.clone(), config.is_live(), metrics.clone()));
+        let status = Arc::new(StreamStatus::new(name, source.clone(), config.is_live(), metrics.clone()).recording(config.output.record_label()));
         self.directory.insert(status.clone());
         let ctx = StreamContext {
             services: self.services.clone(),

@@ -55,6 +55,8 @@ pub struct StreamStatus {
     /// The source URI with any password replaced.
     pub source: String,
     pub live: bool,
+    /// `[streams.output] record` as it applies ("none" without a file).
+    pub record: &'static str,
     pub metrics: StreamMetrics,
     pub latest: LatestFrame,
     /// Browsers watching the annotated stream (`live.mp4`).
@@ -74,6 +76,7 @@ impl StreamStatus {
             name: name.to_string(),
             source,
             live,
+            record: "annotated",
             metrics,
             latest: LatestFrame::new(),
             viewers: LiveHub::new(),
@@ -82,6 +85,12 @@ impl StreamStatus {
             load: Mutex::default(),
             last_error: Mutex::default(),
         }
+    }
+
+    /// With what `[streams.output] record` makes of the stream.
+    pub fn recording(mut self, record: &'static str) -> StreamStatus {
+        self.record = record;
+        self
     }
 
     /// Records why the source failed (`Some`), or that it is up (`None`).

@@ -62,6 +62,8 @@ fn record_source_keeps_a_files_own_video_frame_for_frame_with_no_encode() {
     d.wait_for("both files recorded to their end", Duration::from_secs(90), || written("own") >= 80.0 && written("drawn") >= 80.0);
     assert_eq!(written("own"), 80.0, "every frame of the clip, once");
     assert_eq!(stage_count(mport, "own", "encode"), 0.0, "nothing encoded for the source recording");
+    let api = get(mport, "/api/v1/streams");
+    assert!(api.contains("\"record\":\"source\"") && api.contains("\"record\":\"annotated\""), "{api}");
     let drawn_encodes = stage_count(mport, "drawn", "encode");
     assert!(drawn_encodes > 40.0, "the annotated recording encodes its frames: {drawn_encodes} timed");
     d.stop_cleanly();
@@ -148,6 +150,8 @@ fn record_masks_and_none_write_no_video() {
     d.wait_for("frames in both", Duration::from_secs(60), || {
         metric(mport, "roadseg_frames_inferred_total", "masks") >= 10.0 && metric(mport, "roadseg_frames_inferred_total", "none") >= 10.0
     });
+    let api = get(mport, "/api/v1/streams");
+    assert!(api.contains("\"record\":\"masks\"") && api.contains("\"record\":\"none\""), "the API names each stream's record mode: {api}");
     d.stop_cleanly();
     assert!(mp4s(dir.path()).is_empty(), "no video written: {:?}", mp4s(dir.path()));
     let lines = |name: &str| -> Vec<serde_json::Value> {

@@ -49,6 +49,7 @@ fn stream_json(s: &StreamStatus) -> Value {
         "frames_out": r.frames_out,
         "frames_dropped": dropped,
         "reconnects": r.reconnects,
+        "record": s.record,
         "recording": r.recording,
         "last_frame_unix_ms": last.map(unix_ms),
         "last_frame_age_s": last.map(|t| round(SystemTime::now().duration_since(t).unwrap_or_default().as_secs_f64(), 3)),

@@ -130,6 +130,11 @@ pub trait StreamObserver: Send + Sync {
     }
 }
 
+/// Whether any of `sinks` or `observer` shows the frames' pixels now.
+pub fn pixels_wanted(sinks: &[Box<dyn FrameSink>], observer: &dyn StreamObserver) -> bool {
+    sinks.iter().any(|s| s.wants_pixels()) || observer.wants_pixels()
+}
+
 pub struct NoObserver;
 impl StreamObserver for NoObserver {}
 
@@ -334,7 +339,7 @@ fn run(mut p: OutputParts) -> OutputSummary {
         if buf.annotated {
             p.observer.keep_latest(&mut buf);
         }
-        p.pixels.set_wanted(p.sinks.iter().any(|s| s.wants_pixels()) || p.observer.wants_pixels());
+        p.pixels.set_wanted(pixels_wanted(&p.sinks, &*p.observer));
         fps_window.1 += 1;
         let elapsed = fps_window.0.elapsed();
         if elapsed >= Duration::from_secs(1) {

@@ -268,11 +268,9 @@ impl FileSink {
                 let (caps, max_bytes) = (packed.caps_desc(settings.fps.0, settings.fps.1), packed.size() * QUEUED_FRAMES);
                 (Some((packed, packed.pool()?)), chain, caps, max_bytes, true)
             }
-            // The appsrc's caps (with codec_data) are set below, not written into the description.
-            SinkInput::Encoded(input) => {
-                let parser = remux_parser(&input.caps)?;
-                (None, format!("{parser} name=parse"), "video/x-h264".to_string(), ENCODED_QUEUE_BYTES, !input.live)
-            }
+            // The appsrc's caps (with codec_data) are set below, not written
+            // into the description; the remuxing "encoder" names the parser.
+            SinkInput::Encoded(input) => (None, format!("{} name=parse", encoder.name()), "video/x-h264".to_string(), ENCODED_QUEUE_BYTES, !input.live),
         };
         let max_bytes_str = max_bytes.to_string();
         let block = if block { "true" } else { "false" };
@@ -454,8 +452,7 @@ impl FileSink {
         order.segment_frames.push(0);
     }
 
-    fn push_in_order(&self, order: std::sync::MutexGuard<'_, Timing>, buffer: gst::Buffer) -> Result<(), SinkError> {
-        let mut order = order;
+    fn push_in_order(&self, mut order: std::sync::MutexGuard<'_, Timing>, buffer: gst::Buffer) -> Result<(), SinkError> {
         match self.appsrc.push_buffer(buffer) {
             Ok(_) => {
                 self.frames.fetch_add(1, Ordering::Relaxed);

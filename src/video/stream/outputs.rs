@@ -103,12 +103,10 @@ fn open_each(
     let mut sinks: Vec<Box<dyn FrameSink>> = Vec::new();
     for output in outputs {
         match output {
-            OutputSpec::SourceFile(_) if recorder.is_some_and(|r| r.has_video()) => {
-                // It opens at the source's first keyframe, which may still be on its way.
-                sinks.push(recorder.expect("checked").sink());
-            }
+            // It opens at the source's first keyframe, which may still be on its way.
+            OutputSpec::SourceFile(_) if let Some(r) = recorder.filter(|r| r.has_video()) => sinks.push(r.sink()),
             OutputSpec::File(target) | OutputSpec::SourceFile(target) => {
-                if let Some(r) = recorder.filter(|_| matches!(output, OutputSpec::SourceFile(_))) {
+                if let (OutputSpec::SourceFile(_), Some(r)) = (output, recorder) {
                     r.give_up();
                     tracing::warn!(
                         stream = %stream,

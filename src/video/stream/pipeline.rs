@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::temporal::StreamTemporal;
-use crate::video::output::{FrameSink, OutputParts, OutputStage, OutputSummary, StatsWriter, StreamObserver};
+use crate::video::output::{FrameSink, OutputParts, pixels_wanted, OutputStage, OutputSummary, StatsWriter, StreamObserver};
 use crate::video::demand::PixelDemand;
 use crate::video::pool::{OutputItem, SkipReason, StreamCounters, StreamInput, WorkerPool};
 use crate::video::ring::FrameRing;
@@ -39,7 +39,7 @@ impl StreamPipeline {
         let counters = Arc::new(StreamCounters::default());
         // The first frames are drawn if an output wants them from the start
         // (an annotated recording); the output stage keeps it current.
-        let pixels = Arc::new(PixelDemand::new(parts.sinks.iter().any(|s| s.wants_pixels()) || parts.observer.wants_pixels()));
+        let pixels = Arc::new(PixelDemand::new(pixels_wanted(&parts.sinks, &*parts.observer)));
         let input = Arc::new(StreamInput {
             name: parts.name.clone(),
             ring: parts.ring.clone(),

@@ -107,40 +107,48 @@ impl FileOutput {
     /// source's video restarted: a new timeline, perhaps new caps). A single
     /// file cannot go on (reopening it would overwrite it).
     pub(super) fn restart(&mut self, input: RecordInput) -> Result<(), OutputError> {
-        let Some(r) = self.reopen.as_mut() else { return Err(OutputError::Ended) };
-        r.input = input;
-        if let Some(sink) = self.sink.take() {
-            let on_disk = sink.frames_on_disk();
-            let finished = sink.finish(Duration::from_secs(5));
-            if let Ok(f) = &finished {
-                f.files.iter().for_each(|file| tracing::info!(file = %file.display(), "recording finalised"));
-            }
-            self.on_disk_before += finished.as_ref().map_or(on_disk, |f| f.frames);
-            r.next_index += finished.map_or(1, |f| f.files.len() as u32);
+        if self.reopen.is_none() {
+            return Err(OutputError::Ended);
         }
+        self.close_open(Duration::from_secs(5), 0);
+        let r = self.reopen.as_mut().expect("checked above");
+        r.input = input;
         r.retry_at = Instant::now();
         r.last_error = None;
         self.try_reopen()
     }
 
+    /// Finishes the open sink, if any (what it wrote stays, and counts in
+    /// `on_disk_before`), numbering the next start after its segments and
+    /// `skip` more. The file that was open, if any.
+    fn close_open(&mut self, timeout: Duration, skip: u32) -> Option<PathBuf> {
+        let sink = self.sink.take()?;
+        let open = sink.open_file();
+        let on_disk = sink.frames_on_disk();
+        let finished = sink.finish(timeout);
+        if let Ok(f) = &finished {
+            f.files.iter().for_each(|file| tracing::info!(file = %file.display(), "recording finalised"));
+        }
+        self.on_disk_before += finished.as_ref().map_or(on_disk, |f| f.frames);
+        if let Some(r) = self.reopen.as_mut() {
+            r.next_index += finished.map_or(1, |f| f.files.len() as u32 + skip);
+        }
+        open
+    }
+
     /// The failed sink is closed (what it finished stays) and the next start
     /// numbered after every segment it may have begun.
     fn pause(&mut self, err: SinkError) -> OutputError {
-        let Some(r) = self.reopen.as_mut() else { return err.into() };
+        let Some(r) = self.reopen.as_ref() else { return err.into() };
         let err = Arc::new(err);
         let was_paused = r.last_error.is_some() && self.sink.is_none();
-        r.disk_full = OutputError::Paused(err.clone()).is_disk_full() || space_left(&r.target).is_some_and(|free| free < MIN_FREE_TO_RESUME);
-        if let Some(sink) = self.sink.take() {
-            let open = sink.open_file();
-            let on_disk = sink.frames_on_disk();
-            let finished = sink.finish(Duration::from_secs(1));
-            self.on_disk_before += finished.as_ref().map_or(on_disk, |f| f.frames);
-            r.next_index += finished.map_or(1, |f| f.files.len() as u32 + 1);
-            // A file begun as the disk filled holds nothing: it goes.
-            if let Some(f) = open.filter(|f| std::fs::metadata(f).is_ok_and(|m| m.len() == 0)) {
-                let _ = std::fs::remove_file(&f);
-            }
+        let disk_full = OutputError::Paused(err.clone()).is_disk_full() || space_left(&r.target).is_some_and(|free| free < MIN_FREE_TO_RESUME);
+        // A file begun as the disk filled holds nothing: it goes.
+        if let Some(f) = self.close_open(Duration::from_secs(1), 1).filter(|f| std::fs::metadata(f).is_ok_and(|m| m.len() == 0)) {
+            let _ = std::fs::remove_file(&f);
         }
+        let r = self.reopen.as_mut().expect("checked above");
+        r.disk_full = disk_full;
         // One warning per pause, not one per failed retry.
         if !was_paused {
             match r.disk_full {

@@ -4,7 +4,8 @@
   tools/eval/hood.py [--model DIR] [--out DIR] [--fps 25]
 
 Runs `roadseg process --hood-out` (the daemon's hood: the model's ego
-vehicle where the model has that class, the motion estimate otherwise) on:
+vehicle where the model has that class, joined by the motion estimate and
+the persistent edge where the model agrees) on:
 - the clips with a bonnet that never trained (tools/teacher/ego-outlines.json,
   "eval": the Udacity clip, DAD sequence 000478 as a 6 fps video), after
   the first second and after the whole clip, against the drawn outline:

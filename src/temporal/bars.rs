@@ -34,15 +34,7 @@ struct Rules {
 }
 
 /// 8 frames: 0.3 s at 25 fps.
-const RULES: Rules = Rules {
-    flat: 6,
-    dark: 40.0,
-    steady: 1.5,
-    min_frames: 8,
-    min_bar: 4,
-    max_share: 0.3,
-    sample: 4,
-};
+const RULES: Rules = Rules { flat: 6, dark: 40.0, steady: 1.5, min_frames: 8, min_bar: 4, max_share: 0.3, sample: 4 };
 
 /// Bars along each edge, in pixels; all zero: the whole frame is picture.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -54,12 +46,7 @@ pub struct Bars {
 }
 
 impl Bars {
-    pub const NONE: Bars = Bars {
-        left: 0,
-        right: 0,
-        top: 0,
-        bottom: 0,
-    };
+    pub const NONE: Bars = Bars { left: 0, right: 0, top: 0, bottom: 0 };
 
     pub fn is_none(&self) -> bool {
         *self == Bars::NONE
@@ -120,25 +107,13 @@ impl BarsEstimator {
             update(&mut self.col_runs[x], &mut self.col_mean[x], stats);
         }
         for y in edge_lines(h, reach_y) {
-            let stats = line_stats(
-                luma[y * w..(y + 1) * w]
-                    .iter()
-                    .step_by(RULES.sample)
-                    .copied(),
-            );
+            let stats = line_stats(luma[y * w..(y + 1) * w].iter().step_by(RULES.sample).copied());
             update(&mut self.row_runs[y], &mut self.row_mean[y], stats);
         }
         let bar = |runs: &mut dyn Iterator<Item = &u16>, reach: usize| {
             // A run that reaches the limit is a dark scene, not framing.
-            let n = runs
-                .take(reach)
-                .take_while(|&&r| r >= RULES.min_frames)
-                .count();
-            if n >= RULES.min_bar && n < reach {
-                n as u32
-            } else {
-                0
-            }
+            let n = runs.take(reach).take_while(|&&r| r >= RULES.min_frames).count();
+            if n >= RULES.min_bar && n < reach { n as u32 } else { 0 }
         };
         self.bars = Bars {
             left: bar(&mut self.col_runs.iter(), reach_x),
@@ -188,11 +163,7 @@ mod tests {
         (0..w * h)
             .map(|i| {
                 let (x, y) = (i % w, i / w);
-                if x < x0 || x >= x1 || y < y0 || y >= y1 {
-                    1
-                } else {
-                    ((x * 7 + y * 13 + t * 29) % 200 + 20) as u8
-                }
+                if x < x0 || x >= x1 || y < y0 || y >= y1 { 1 } else { ((x * 7 + y * 13 + t * 29) % 200 + 20) as u8 }
             })
             .collect()
     }
@@ -207,40 +178,19 @@ mod tests {
 
     #[test]
     fn pillarbox_and_letterbox_are_found_exactly() {
-        let pillar = Bars {
-            left: 40,
-            right: 40,
-            ..Bars::NONE
-        };
+        let pillar = Bars { left: 40, right: 40, ..Bars::NONE };
         assert_eq!(run(320, 180, pillar, 12), pillar);
-        let letter = Bars {
-            top: 22,
-            bottom: 22,
-            ..Bars::NONE
-        };
+        let letter = Bars { top: 22, bottom: 22, ..Bars::NONE };
         assert_eq!(run(320, 240, letter, 12), letter);
-        let window = Bars {
-            left: 16,
-            right: 20,
-            top: 12,
-            bottom: 8,
-        };
+        let window = Bars { left: 16, right: 20, top: 12, bottom: 8 };
         assert_eq!(run(320, 240, window, 12), window);
     }
 
     #[test]
     fn a_full_picture_has_no_bars_and_bars_wait_for_enough_frames() {
         assert_eq!(run(320, 180, Bars::NONE, 30), Bars::NONE);
-        let pillar = Bars {
-            left: 40,
-            right: 40,
-            ..Bars::NONE
-        };
-        assert_eq!(
-            run(320, 180, pillar, (RULES.min_frames - 1) as usize),
-            Bars::NONE,
-            "not before RULES.min_frames"
-        );
+        let pillar = Bars { left: 40, right: 40, ..Bars::NONE };
+        assert_eq!(run(320, 180, pillar, (RULES.min_frames - 1) as usize), Bars::NONE, "not before RULES.min_frames");
     }
 
     #[test]
@@ -250,15 +200,7 @@ mod tests {
         let (w, h) = (64, 48);
         let mut est = BarsEstimator::new(w, h);
         for t in 0..30 {
-            let f: Vec<u8> = (0..w * h)
-                .map(|i| {
-                    if i % w < 10 {
-                        (t * 2 % 30) as u8
-                    } else {
-                        ((i * 31 + t * 7) % 250) as u8
-                    }
-                })
-                .collect();
+            let f: Vec<u8> = (0..w * h).map(|i| if i % w < 10 { (t * 2 % 30) as u8 } else { ((i * 31 + t * 7) % 250) as u8 }).collect();
             est.observe(&f);
         }
         assert_eq!(est.bars().left, 0);
@@ -266,35 +208,14 @@ mod tests {
 
     #[test]
     fn bars_wider_than_the_limit_are_a_dark_scene() {
-        let huge = Bars {
-            left: 120,
-            right: 0,
-            ..Bars::NONE
-        };
-        assert_eq!(
-            run(320, 180, huge, 12).left,
-            0,
-            "a 37% 'bar' is not framing"
-        );
+        let huge = Bars { left: 120, right: 0, ..Bars::NONE };
+        assert_eq!(run(320, 180, huge, 12).left, 0, "a 37% 'bar' is not framing");
     }
 
     #[test]
     fn picture_is_the_frame_less_the_bars() {
-        let b = Bars {
-            left: 3,
-            right: 5,
-            top: 2,
-            bottom: 1,
-        };
+        let b = Bars { left: 3, right: 5, top: 2, bottom: 1 };
         assert_eq!(b.picture(20, 10), (3, 2, 15, 9));
-        assert_eq!(
-            Bars {
-                left: 30,
-                ..Bars::NONE
-            }
-            .picture(20, 10),
-            (20, 0, 20, 10),
-            "empty, not negative"
-        );
+        assert_eq!(Bars { left: 30, ..Bars::NONE }.picture(20, 10), (20, 0, 20, 10), "empty, not negative");
     }
 }

@@ -79,9 +79,7 @@ impl StillEdge {
         let cell_h = height.div_ceil(MAX_ROWS).max(1);
         let (cols, rows) = (width / cell_w, height / cell_h);
         // Steps that can be a hood's edge: those below the cap.
-        let first_step = (((1.0 - MAX_HEIGHT_SHARE) * rows as f32).ceil() as usize)
-            .saturating_sub(1)
-            .min(rows.saturating_sub(1));
+        let first_step = (((1.0 - MAX_HEIGHT_SHARE) * rows as f32).ceil() as usize).saturating_sub(1).min(rows.saturating_sub(1));
         let band_rows = rows - first_step.min(rows);
         let steps = band_rows.saturating_sub(1);
         StillEdge {
@@ -114,11 +112,7 @@ impl StillEdge {
 
     /// Takes the next frame's luma (`width * height`).
     pub fn observe(&mut self, luma: &[u8]) {
-        assert_eq!(
-            luma.len(),
-            self.width * self.height,
-            "luma of the estimator's frame size"
-        );
+        assert_eq!(luma.len(), self.width * self.height, "luma of the estimator's frame size");
         if self.signed.is_empty() {
             return;
         }
@@ -128,13 +122,7 @@ impl StillEdge {
             self.have_last = true;
             return;
         }
-        let change = self
-            .means
-            .iter()
-            .zip(&self.last)
-            .map(|(a, b)| (a - b).abs())
-            .sum::<f32>()
-            / self.means.len() as f32;
+        let change = self.means.iter().zip(&self.last).map(|(a, b)| (a - b).abs()).sum::<f32>() / self.means.len() as f32;
         if change < MOVING_LUMA {
             return;
         }
@@ -142,16 +130,8 @@ impl StillEdge {
         self.samples = self.samples.saturating_add(1);
         let rate = 1.0 / self.samples.min(HORIZON) as f32;
         let cols = self.cols;
-        for (i, (signed, size)) in self
-            .signed
-            .chunks_mut(cols)
-            .zip(self.size.chunks_mut(cols))
-            .enumerate()
-        {
-            let (upper, lower) = (
-                &self.means[i * cols..(i + 1) * cols],
-                &self.means[(i + 1) * cols..(i + 2) * cols],
-            );
+        for (i, (signed, size)) in self.signed.chunks_mut(cols).zip(self.size.chunks_mut(cols)).enumerate() {
+            let (upper, lower) = (&self.means[i * cols..(i + 1) * cols], &self.means[(i + 1) * cols..(i + 2) * cols]);
             for c in 0..cols {
                 let step = lower[c] - upper[c];
                 signed[c] += rate * (step - signed[c]);
@@ -197,18 +177,7 @@ impl StillEdge {
         }
         let cols = self.cols;
         // Strength of each step: its mean size where persistent, else 0.
-        let strength: Vec<f32> = self
-            .signed
-            .iter()
-            .zip(&self.size)
-            .map(|(&s, &a)| {
-                if s.abs() >= PERSISTENT_SHARE * a {
-                    s.abs()
-                } else {
-                    0.0
-                }
-            })
-            .collect();
+        let strength: Vec<f32> = self.signed.iter().zip(&self.size).map(|(&s, &a)| if s.abs() >= PERSISTENT_SHARE * a { s.abs() } else { 0.0 }).collect();
         let at = |i: usize, c: usize| strength[i * cols + c];
         let score_of = |i: usize, c: usize| at(i, c).min(SCORE_CAP * STRONG_STEP);
         // Best path ending at each step in column c; `from[c][i]` its step in column c - 1.
@@ -219,9 +188,7 @@ impl StillEdge {
             for i in 0..steps {
                 let lo = i.saturating_sub(1);
                 let hi = (i + 1).min(steps - 1);
-                let best = (lo..=hi)
-                    .max_by(|&a, &b| score[a].total_cmp(&score[b]))
-                    .unwrap_or(i);
+                let best = (lo..=hi).max_by(|&a, &b| score[a].total_cmp(&score[b])).unwrap_or(i);
                 next[i] = score[best] + score_of(i, c);
                 from[c * steps + i] = best as u16;
             }
@@ -233,11 +200,7 @@ impl StillEdge {
             path[c] = i;
             i = from[c * steps + i] as usize;
         }
-        let strong = path
-            .iter()
-            .enumerate()
-            .filter(|&(c, &i)| at(i, c) >= STRONG_STEP)
-            .count();
+        let strong = path.iter().enumerate().filter(|&(c, &i)| at(i, c) >= STRONG_STEP).count();
         if (strong as f32) < MIN_COVER * cols as f32 {
             return None;
         }
@@ -246,15 +209,12 @@ impl StillEdge {
         let k = 4;
         let rows: Vec<usize> = (0..cols)
             .map(|c| {
-                let mut near: Vec<usize> =
-                    path[c.saturating_sub(k)..(c + k + 1).min(cols)].to_vec();
+                let mut near: Vec<usize> = path[c.saturating_sub(k)..(c + k + 1).min(cols)].to_vec();
                 near.sort_unstable();
                 self.offset + (self.first_step + near[near.len() / 2] + 1) * self.cell_h
             })
             .collect();
-        let top = (0..self.width)
-            .map(|x| rows[(x / self.cell_w).min(cols - 1)] as u32)
-            .collect();
+        let top = (0..self.width).map(|x| rows[(x / self.cell_w).min(cols - 1)] as u32).collect();
         Some(HoodMask::from_tops(self.width, self.height, top))
     }
 }
@@ -268,8 +228,7 @@ mod tests {
     /// (reflections) also changes every frame.
     fn frame(w: usize, h: usize, t: usize, edge_row: Option<usize>) -> Vec<u8> {
         let noise = |x: usize, y: usize, s: usize| -> u8 {
-            let v =
-                (x / 7 + s * 13).wrapping_mul(2_654_435_761) ^ (y / 5 + s * 7).wrapping_mul(40_503);
+            let v = (x / 7 + s * 13).wrapping_mul(2_654_435_761) ^ (y / 5 + s * 7).wrapping_mul(40_503);
             (v >> 7) as u8 % 90
         };
         let mut luma = vec![0u8; w * h];
@@ -291,14 +250,8 @@ mod tests {
         for t in 0..30 {
             edge.observe(&frame(w, h, t, Some(162)));
         }
-        let hood = edge
-            .candidate()
-            .expect("a persistent edge across the picture");
-        assert!(
-            hood.top.iter().all(|&t| t.abs_diff(162) <= 1),
-            "{:?}",
-            &hood.top[..8]
-        );
+        let hood = edge.candidate().expect("a persistent edge across the picture");
+        assert!(hood.top.iter().all(|&t| t.abs_diff(162) <= 1), "{:?}", &hood.top[..8]);
     }
 
     #[test]
@@ -325,17 +278,10 @@ mod tests {
         for t in 0..(MIN_SAMPLES as usize) {
             early.observe(&frame(w, h, t, Some(330)));
         }
-        assert!(
-            early.candidate().is_none(),
-            "the first frame is only the reference"
-        );
+        assert!(early.candidate().is_none(), "the first frame is only the reference");
         early.observe(&frame(w, h, 99, Some(330)));
         let hood = early.candidate().expect("enough moving frames now");
-        assert!(
-            hood.top.iter().all(|&t| t.abs_diff(330) <= 2),
-            "{:?}",
-            &hood.top[..8]
-        );
+        assert!(hood.top.iter().all(|&t| t.abs_diff(330) <= 2), "{:?}", &hood.top[..8]);
         // An edge at half the height is a horizon, not a bonnet.
         let mut high = StillEdge::new(w, h);
         for t in 0..30 {

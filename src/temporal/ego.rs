@@ -27,33 +27,18 @@ const MAX_HEIGHT_SHARE: f32 = 0.45;
 
 /// The first of `labels` that names the ego vehicle.
 pub fn ego_class_id(labels: &[String]) -> Option<usize> {
-    labels
-        .iter()
-        .position(|l| EGO_CLASS_NAMES.iter().any(|n| l.eq_ignore_ascii_case(n)))
+    labels.iter().position(|l| EGO_CLASS_NAMES.iter().any(|n| l.eq_ignore_ascii_case(n)))
 }
 
 /// Per grid column, the height (in grid rows, fractional) of the ego run
 /// rising from the bottom row of `logits` (`[height, width, labels]`).
 pub fn ego_heights(logits: &[f32], grid: LogitsGrid, ego: usize) -> Vec<f32> {
-    let LogitsGrid {
-        width: w,
-        height: h,
-        labels,
-    } = grid;
-    assert_eq!(
-        logits.len(),
-        w * h * labels,
-        "logits are [{h}, {w}, {labels}]"
-    );
+    let LogitsGrid { width: w, height: h, labels } = grid;
+    assert_eq!(logits.len(), w * h * labels, "logits are [{h}, {w}, {labels}]");
     // How far the ego logit leads the best other class (negative: behind).
     let lead = |x: usize, y: usize| {
         let px = &logits[(y * w + x) * labels..][..labels];
-        let other = px
-            .iter()
-            .enumerate()
-            .filter(|&(c, _)| c != ego)
-            .map(|(_, &v)| v)
-            .fold(f32::NEG_INFINITY, f32::max);
+        let other = px.iter().enumerate().filter(|&(c, _)| c != ego).map(|(_, &v)| v).fold(f32::NEG_INFINITY, f32::max);
         px[ego] - other
     };
     (0..w)
@@ -110,9 +95,7 @@ impl LearnedHood {
     /// The hood over a `width` x `height` frame (none before any frame, or
     /// under [`MIN_COVERAGE`]).
     pub fn mask(&self, width: usize, height: usize) -> HoodMask {
-        let Some((gw, gh)) = self.grid else {
-            return HoodMask::none(width, height);
-        };
+        let Some((gw, gh)) = self.grid else { return HoodMask::none(width, height) };
         if gw == 0 || gh == 0 || width == 0 || height == 0 {
             return HoodMask::none(width, height);
         }
@@ -120,8 +103,7 @@ impl LearnedHood {
         let k = (gw / 32).max(1);
         let smoothed: Vec<f32> = (0..gw)
             .map(|c| {
-                let mut near: Vec<f32> =
-                    self.heights[c.saturating_sub(k)..(c + k + 1).min(gw)].to_vec();
+                let mut near: Vec<f32> = self.heights[c.saturating_sub(k)..(c + k + 1).min(gw)].to_vec();
                 near.sort_by(f32::total_cmp);
                 near[near.len() / 2]
             })
@@ -131,26 +113,17 @@ impl LearnedHood {
         let top: Vec<u32> = (0..width)
             .map(|x| {
                 // Between the two nearest column centres.
-                let at =
-                    ((x as f32 + 0.5) * gw as f32 / width as f32 - 0.5).clamp(0.0, (gw - 1) as f32);
+                let at = ((x as f32 + 0.5) * gw as f32 / width as f32 - 0.5).clamp(0.0, (gw - 1) as f32);
                 let (a, b) = (at.floor() as usize, (at.floor() as usize + 1).min(gw - 1));
                 let t = at - a as f32;
                 let rows = smoothed[a] * (1.0 - t) + smoothed[b] * t;
                 // Under half a grid row is no hood in that column.
-                let px = if rows < 0.5 {
-                    0.0
-                } else {
-                    (rows * row_px).min(max_px)
-                };
+                let px = if rows < 0.5 { 0.0 } else { (rows * row_px).min(max_px) };
                 height.saturating_sub(px.round() as usize) as u32
             })
             .collect();
         let mask = HoodMask::from_tops(width, height, top);
-        if mask.coverage() < MIN_COVERAGE {
-            HoodMask::none(width, height)
-        } else {
-            mask
-        }
+        if mask.coverage() < MIN_COVERAGE { HoodMask::none(width, height) } else { mask }
     }
 }
 
@@ -172,12 +145,7 @@ pub fn merge(learned: &HoodMask, motion: &HoodMask, motion_agrees: bool) -> Hood
     if learned.is_empty() {
         return motion.clone();
     }
-    let top = learned
-        .top
-        .iter()
-        .zip(&motion.top)
-        .map(|(&a, &b)| a.min(b))
-        .collect();
+    let top = learned.top.iter().zip(&motion.top).map(|(&a, &b)| a.min(b)).collect();
     HoodMask::from_tops(learned.width, learned.height, top).with_bars(motion.bars)
 }
 
@@ -186,15 +154,7 @@ pub fn taller(hood: &HoodMask, other: &HoodMask) -> HoodMask {
     if (hood.width, hood.height) != (other.width, other.height) || other.is_empty() {
         return hood.clone();
     }
-    let top = if hood.top.is_empty() {
-        other.top.clone()
-    } else {
-        hood.top
-            .iter()
-            .zip(&other.top)
-            .map(|(&a, &b)| a.min(b))
-            .collect()
-    };
+    let top = if hood.top.is_empty() { other.top.clone() } else { hood.top.iter().zip(&other.top).map(|(&a, &b)| a.min(b)).collect() };
     HoodMask::from_tops(hood.width, hood.height, top).with_bars(hood.bars)
 }
 
@@ -203,11 +163,7 @@ pub fn taller(hood: &HoodMask, other: &HoodMask) -> HoodMask {
 /// 1/20 of the grid's height, at least a row): how much more the model sees
 /// the ego vehicle under a candidate edge than over it.
 pub fn ego_bands(logits: &[f32], grid: LogitsGrid, ego: usize, edge: &HoodMask) -> (f32, f32) {
-    let LogitsGrid {
-        width: w,
-        height: h,
-        labels,
-    } = grid;
+    let LogitsGrid { width: w, height: h, labels } = grid;
     if edge.top.is_empty() || w == 0 || h == 0 {
         return (0.0, 0.0);
     }
@@ -238,11 +194,7 @@ pub fn ego_bands(logits: &[f32], grid: LogitsGrid, ego: usize, edge: &HoodMask) 
 /// Share of the logits cells inside `hood` (at frame resolution) whose best
 /// class is a road class (0 when the hood covers no cell centre).
 pub fn road_share(logits: &[f32], grid: LogitsGrid, road: &[usize], hood: &HoodMask) -> f32 {
-    let LogitsGrid {
-        width: w,
-        height: h,
-        labels,
-    } = grid;
+    let LogitsGrid { width: w, height: h, labels } = grid;
     let (mut inside, mut roads) = (0u32, 0u32);
     for gy in 0..h {
         let y = ((gy as f32 + 0.5) * hood.height as f32 / h as f32) as usize;
@@ -252,18 +204,12 @@ pub fn road_share(logits: &[f32], grid: LogitsGrid, road: &[usize], hood: &HoodM
                 continue;
             }
             let px = &logits[(gy * w + gx) * labels..][..labels];
-            let best = (0..labels)
-                .max_by(|&a, &b| px[a].total_cmp(&px[b]))
-                .unwrap_or(0);
+            let best = (0..labels).max_by(|&a, &b| px[a].total_cmp(&px[b])).unwrap_or(0);
             inside += 1;
             roads += u32::from(road.contains(&best));
         }
     }
-    if inside == 0 {
-        0.0
-    } else {
-        roads as f32 / inside as f32
-    }
+    if inside == 0 { 0.0 } else { roads as f32 / inside as f32 }
 }
 
 #[cfg(test)]
@@ -279,14 +225,7 @@ mod tests {
                 logits[(y * w + x) * 3 + 2] = lead(x, y);
             }
         }
-        (
-            logits,
-            LogitsGrid {
-                width: w,
-                height: h,
-                labels: 3,
-            },
-        )
+        (logits, LogitsGrid { width: w, height: h, labels: 3 })
     }
 
     #[test]
@@ -303,13 +242,7 @@ mod tests {
     #[test]
     fn only_runs_from_the_bottom_count() {
         // Ego in the middle of the column (a grey truck the model confuses) is no hood.
-        let (logits, g) = grid(2, 8, |x, y| {
-            if x == 0 && (2..4).contains(&y) {
-                1.0
-            } else {
-                -1.0
-            }
-        });
+        let (logits, g) = grid(2, 8, |x, y| if x == 0 && (2..4).contains(&y) { 1.0 } else { -1.0 });
         assert_eq!(ego_heights(&logits, g, 2), vec![0.0, 0.0]);
     }
 
@@ -345,59 +278,31 @@ mod tests {
         union[0] = 5;
         assert_eq!(merge(&learned, &motion, true).top, union);
         assert_eq!(merge(&learned, &motion, false).top, vec![7; 10]);
-        assert_eq!(
-            merge(&HoodMask::none(10, 10), &motion, true).top,
-            motion.top,
-            "a bonnet the model does not know"
-        );
-        assert!(
-            merge(&HoodMask::none(10, 10), &motion, false).is_empty(),
-            "still road is no hood"
-        );
+        assert_eq!(merge(&HoodMask::none(10, 10), &motion, true).top, motion.top, "a bonnet the model does not know");
+        assert!(merge(&HoodMask::none(10, 10), &motion, false).is_empty(), "still road is no hood");
     }
 
     #[test]
     fn road_share_counts_the_cells_inside_the_hood() {
         // 4x4 grid over a 40x40 frame; the hood is the bottom half; road (label 0) in the bottom row only.
-        let grid = LogitsGrid {
-            width: 4,
-            height: 4,
-            labels: 2,
-        };
-        let logits: Vec<f32> = (0..16)
-            .flat_map(|i| if i / 4 == 3 { [1.0, 0.0] } else { [0.0, 1.0] })
-            .collect();
+        let grid = LogitsGrid { width: 4, height: 4, labels: 2 };
+        let logits: Vec<f32> = (0..16).flat_map(|i| if i / 4 == 3 { [1.0, 0.0] } else { [0.0, 1.0] }).collect();
         let hood = HoodMask::from_tops(40, 40, vec![20; 40]);
         assert_eq!(road_share(&logits, grid, &[0], &hood), 0.5);
-        assert_eq!(
-            road_share(&logits, grid, &[0], &HoodMask::none(40, 40)),
-            0.0
-        );
+        assert_eq!(road_share(&logits, grid, &[0], &HoodMask::none(40, 40)), 0.0);
     }
 
     #[test]
     fn the_bands_under_and_over_an_edge_read_the_ego_probability() {
         // 2 labels, 1x40 grid over a 10x40 frame: ego (label 1) leads by
         // ln(9) (p = 0.9) from row 30 down, trails by ln(9) (p = 0.1) above.
-        let grid = LogitsGrid {
-            width: 1,
-            height: 40,
-            labels: 2,
-        };
+        let grid = LogitsGrid { width: 1, height: 40, labels: 2 };
         let lead = 9f32.ln();
-        let logits: Vec<f32> = (0..40)
-            .flat_map(|y| if y >= 30 { [0.0, lead] } else { [0.0, -lead] })
-            .collect();
+        let logits: Vec<f32> = (0..40).flat_map(|y| if y >= 30 { [0.0, lead] } else { [0.0, -lead] }).collect();
         let edge = HoodMask::from_tops(10, 40, vec![30; 10]);
         let (below, above) = ego_bands(&logits, grid, 1, &edge);
-        assert!(
-            (below - 0.9).abs() < 1e-4 && (above - 0.1).abs() < 1e-4,
-            "{below} {above}"
-        );
-        assert_eq!(
-            ego_bands(&logits, grid, 1, &HoodMask::none(10, 40)),
-            (0.0, 0.0)
-        );
+        assert!((below - 0.9).abs() < 1e-4 && (above - 0.1).abs() < 1e-4, "{below} {above}");
+        assert_eq!(ego_bands(&logits, grid, 1, &HoodMask::none(10, 40)), (0.0, 0.0));
     }
 
     #[test]
@@ -411,10 +316,7 @@ mod tests {
 
     #[test]
     fn the_class_is_found_by_name() {
-        let labels: Vec<String> = ["road", "sky", "Ego_Vehicle"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let labels: Vec<String> = ["road", "sky", "Ego_Vehicle"].iter().map(|s| s.to_string()).collect();
         assert_eq!(ego_class_id(&labels), Some(2));
         assert_eq!(ego_class_id(&labels[..2]), None);
     }

@@ -57,13 +57,7 @@ pub struct HoodMask {
 impl HoodMask {
     /// No hood over a `width` x `height` frame.
     pub fn none(width: usize, height: usize) -> Self {
-        HoodMask {
-            width,
-            height,
-            top: Vec::new(),
-            pixels: 0,
-            bars: Bars::NONE,
-        }
+        HoodMask { width, height, top: Vec::new(), pixels: 0, bars: Bars::NONE }
     }
 
     /// From each column's first hood row (clamped to the frame).
@@ -71,35 +65,15 @@ impl HoodMask {
         assert_eq!(top.len(), width, "one top per column");
         let top: Vec<u32> = top.into_iter().map(|t| t.min(height as u32)).collect();
         let pixels = top.iter().map(|&t| height - t as usize).sum();
-        HoodMask {
-            width,
-            height,
-            top,
-            pixels,
-            bars: Bars::NONE,
-        }
+        HoodMask { width, height, top, pixels, bars: Bars::NONE }
     }
 
     /// This hood inside `bars`. A hood column that starts inside the bottom
     /// bar is that bar seen as still, not a bonnet: no hood there.
     pub fn with_bars(&self, bars: Bars) -> Self {
         let (_, _, _, y1) = bars.picture(self.width, self.height);
-        let mut inside = if self
-            .top
-            .iter()
-            .any(|&t| t as usize >= y1 && (t as usize) < self.height)
-        {
-            let tops = self
-                .top
-                .iter()
-                .map(|&t| {
-                    if t as usize >= y1 {
-                        self.height as u32
-                    } else {
-                        t
-                    }
-                })
-                .collect();
+        let mut inside = if self.top.iter().any(|&t| t as usize >= y1 && (t as usize) < self.height) {
+            let tops = self.top.iter().map(|&t| if t as usize >= y1 { self.height as u32 } else { t }).collect();
             HoodMask::from_tops(self.width, self.height, tops)
         } else {
             self.clone()
@@ -253,33 +227,21 @@ impl HoodEstimator {
     /// per-pixel change from the previous frame (None for the first frame),
     /// which callers also use to spot scene cuts.
     pub fn observe(&mut self, luma: &[u8]) -> Option<f32> {
-        assert_eq!(
-            luma.len(),
-            self.width * self.height,
-            "luma of the estimator's frame size"
-        );
+        assert_eq!(luma.len(), self.width * self.height, "luma of the estimator's frame size");
         if !self.have_prev {
             self.prev_luma.copy_from_slice(luma);
             self.have_prev = true;
             return None;
         }
         let (w, h, cols, cell_h) = (self.width, self.height, self.cols, self.cell_h);
-        let row = |y: usize| {
-            (
-                &luma[y * w..(y + 1) * w],
-                &self.prev_luma[y * w..(y + 1) * w],
-            )
-        };
+        let row = |y: usize| (&luma[y * w..(y + 1) * w], &self.prev_luma[y * w..(y + 1) * w]);
         // Rows above the grid (height not a multiple of the cell) count only
         // towards the frame total.
         let first_grid_row = h - self.rows * cell_h;
         let mut total: u64 = (0..first_grid_row)
             .map(|y| {
                 let (cur, prev) = row(y);
-                cur.iter()
-                    .zip(prev)
-                    .map(|(&a, &b)| a.abs_diff(b) as u64)
-                    .sum::<u64>()
+                cur.iter().zip(prev).map(|(&a, &b)| a.abs_diff(b) as u64).sum::<u64>()
             })
             .sum();
         // Per grid row (counted up from the bottom): the change summed down
@@ -309,12 +271,7 @@ impl HoodEstimator {
         self.samples = self.samples.saturating_add(1);
         let rate = 1.0 / self.samples.min(HORIZON) as f32;
         self.typical_motion += rate * (frame_motion - self.typical_motion);
-        for ((m, &s), &n) in self
-            .motion
-            .iter_mut()
-            .zip(&self.change)
-            .zip(&self.cell_pixels)
-        {
+        for ((m, &s), &n) in self.motion.iter_mut().zip(&self.change).zip(&self.cell_pixels) {
             *m += rate * (s as f32 / n as f32 - *m);
         }
         if self.samples >= MIN_SAMPLES {
@@ -329,8 +286,7 @@ impl HoodEstimator {
         sorted.sort_unstable_by(f32::total_cmp);
         let median = sorted[sorted.len() / 2];
         let still = (STILL_SHARE * median).max(STILL_FLOOR);
-        let max_rows =
-            ((MAX_HEIGHT_SHARE * self.height as f32) as usize / self.cell_h).min(self.rows);
+        let max_rows = ((MAX_HEIGHT_SHARE * self.height as f32) as usize / self.cell_h).min(self.rows);
         // A bonnet's edge is a step from still to clearly moving scene. A run
         // that reaches the cap, or ends where the cells above move hardly more
         // than those below (noise over a fixed camera's still road), is not one.
@@ -340,24 +296,15 @@ impl HoodEstimator {
         // still cells at all: no hood there), None where it cannot tell.
         let runs: Vec<Option<usize>> = (0..self.cols)
             .map(|c| {
-                let mean = |rows: std::ops::Range<usize>| {
-                    rows.clone().map(|r| motion_at(r, c)).sum::<f32>() / rows.len().max(1) as f32
-                };
-                let still_run = (0..max_rows)
-                    .take_while(|&r| motion_at(r, c) < still)
-                    .count();
+                let mean = |rows: std::ops::Range<usize>| rows.clone().map(|r| motion_at(r, c)).sum::<f32>() / rows.len().max(1) as f32;
+                let still_run = (0..max_rows).take_while(|&r| motion_at(r, c) < still).count();
                 if still_run == 0 || still_run >= max_rows {
                     return (still_run == 0).then_some(0);
                 }
                 // Still-looking asphalt right above a bonnet joins the run; the
                 // edge is the biggest step in motion within it.
-                let step = |r: usize| {
-                    (mean(r..(r + STEP_CELLS).min(self.rows)) + 0.01)
-                        / (mean(r.saturating_sub(STEP_CELLS)..r) + 0.01)
-                };
-                let run = (1..=still_run)
-                    .max_by(|&a, &b| step(a).total_cmp(&step(b)))
-                    .unwrap_or(still_run);
+                let step = |r: usize| (mean(r..(r + STEP_CELLS).min(self.rows)) + 0.01) / (mean(r.saturating_sub(STEP_CELLS)..r) + 0.01);
+                let run = (1..=still_run).max_by(|&a, &b| step(a).total_cmp(&step(b))).unwrap_or(still_run);
                 let (inside, scene) = (mean(0..run), mean(run..(run + above).min(self.rows)));
                 (scene >= EDGE_CONTRAST * inside).then_some(run)
             })
@@ -392,11 +339,7 @@ impl HoodEstimator {
                     return 0.0;
                 }
                 let (mut sum, mut weight) = (0.0f32, 0.0f32);
-                let near = smoothed
-                    .iter()
-                    .enumerate()
-                    .take((c + reach + 1).min(self.cols))
-                    .skip(c.saturating_sub(reach));
+                let near = smoothed.iter().enumerate().take((c + reach + 1).min(self.cols)).skip(c.saturating_sub(reach));
                 for (n, &run) in near.filter(|&(_, &run)| run > 0) {
                     let d = (n as f32 - c as f32) / sigma;
                     let g = (-0.5 * d * d).exp();
@@ -415,20 +358,11 @@ impl HoodEstimator {
                 } else {
                     // Between this cell's centre and its neighbour's, where both are hood.
                     let at = (x as f32 + 0.5) / cell_w - 0.5;
-                    let (a, b) = (
-                        at.floor().max(0.0) as usize,
-                        (at.floor().max(0.0) as usize + 1).min(self.cols - 1),
-                    );
+                    let (a, b) = (at.floor().max(0.0) as usize, (at.floor().max(0.0) as usize + 1).min(self.cols - 1));
                     let t = (at - a as f32).clamp(0.0, 1.0);
-                    if heights[a] > 0.0 && heights[b] > 0.0 {
-                        heights[a] * (1.0 - t) + heights[b] * t
-                    } else {
-                        heights[c]
-                    }
+                    if heights[a] > 0.0 && heights[b] > 0.0 { heights[a] * (1.0 - t) + heights[b] * t } else { heights[c] }
                 };
-                self.height
-                    .saturating_sub((h * self.cell_h as f32).round() as usize)
-                    as u32
+                self.height.saturating_sub((h * self.cell_h as f32).round() as usize) as u32
             })
             .collect();
         HoodMask::from_tops(self.width, self.height, top)
@@ -467,10 +401,7 @@ fn fill_interior_gaps(heights: &mut [usize], max_gap: usize) {
 
 pub fn rgba_luma(rgba: &[u8], out: &mut Vec<u8>) {
     out.clear();
-    out.extend(
-        rgba.chunks_exact(4)
-            .map(|p| ((p[0] as u32 * 77 + p[1] as u32 * 150 + p[2] as u32 * 29) >> 8) as u8),
-    );
+    out.extend(rgba.chunks_exact(4).map(|p| ((p[0] as u32 * 77 + p[1] as u32 * 150 + p[2] as u32 * 29) >> 8) as u8));
 }
 
 /// Full-range luma of any frame into `out` (`width * height`): NV12's Y
@@ -480,18 +411,12 @@ pub fn frame_luma(frame: &FrameRef<'_>, out: &mut Vec<u8>) {
     let (w, h) = (frame.width, frame.height);
     out.clear();
     out.resize(w * h, 0);
-    let rows = out
-        .chunks_exact_mut(w.max(1))
-        .enumerate()
-        .map(|(y, dst)| (dst, &frame.data[y * frame.stride..]));
+    let rows = out.chunks_exact_mut(w.max(1)).enumerate().map(|(y, dst)| (dst, &frame.data[y * frame.stride..]));
     match frame.format {
         PixelFormat::Nv12 => {
-            let full: [u8; 256] =
-                std::array::from_fn(|y| ((y as i32 - 16) * 255 / 219).clamp(0, 255) as u8);
+            let full: [u8; 256] = std::array::from_fn(|y| ((y as i32 - 16) * 255 / 219).clamp(0, 255) as u8);
             for (dst, row) in rows {
-                dst.iter_mut()
-                    .zip(&row[..w])
-                    .for_each(|(d, &y)| *d = full[y as usize]);
+                dst.iter_mut().zip(&row[..w]).for_each(|(d, &y)| *d = full[y as usize]);
             }
         }
         PixelFormat::Rgba => rows.for_each(|(dst, row)| luma_row::<4>(dst, &row[..w * 4])),
@@ -520,24 +445,13 @@ mod tests {
     }
 
     fn run_drive(hood: bool, frames: u32) -> (HoodMask, SynthDrive) {
-        let spec = SynthSpec {
-            width: 320,
-            height: 180,
-            frames,
-            seed: 5,
-            fps: 25,
-            hood,
-        };
+        let spec = SynthSpec { width: 320, height: 180, frames, seed: 5, fps: 25, hood };
         let drive = SynthDrive::new(spec).unwrap();
-        let (mut rgb, mut mask, mut luma) =
-            (vec![0; 320 * 180 * 3], vec![0; 320 * 180], Vec::new());
+        let (mut rgb, mut mask, mut luma) = (vec![0; 320 * 180 * 3], vec![0; 320 * 180], Vec::new());
         let mut est = HoodEstimator::new(320, 180);
         for i in 0..frames {
             drive.render(i, &mut rgb, &mut mask).unwrap();
-            let rgba: Vec<u8> = rgb
-                .chunks(3)
-                .flat_map(|p| [p[0], p[1], p[2], 255])
-                .collect();
+            let rgba: Vec<u8> = rgb.chunks(3).flat_map(|p| [p[0], p[1], p[2], 255]).collect();
             rgba_luma(&rgba, &mut luma);
             est.observe(&luma);
         }
@@ -556,11 +470,7 @@ mod tests {
     #[test]
     fn no_hood_when_there_is_none() {
         let (est, _) = run_drive(false, 40);
-        assert!(
-            est.coverage() < 0.01,
-            "hood coverage {} without a hood",
-            est.coverage()
-        );
+        assert!(est.coverage() < 0.01, "hood coverage {} without a hood", est.coverage());
     }
 
     /// Frames from a fixed camera: still road below, something moving in
@@ -589,19 +499,12 @@ mod tests {
         for luma in fixed_camera_frames(60) {
             est.observe(&luma);
         }
-        assert!(
-            est.estimate().is_empty(),
-            "still road of a fixed camera taken for a hood: {:.3}",
-            est.estimate().coverage()
-        );
+        assert!(est.estimate().is_empty(), "still road of a fixed camera taken for a hood: {:.3}", est.estimate().coverage());
         let mut frozen = HoodEstimator::new(160, 90);
         for _ in 0..30 {
             frozen.observe(&vec![120u8; 160 * 90]);
         }
-        assert!(
-            frozen.estimate().is_empty(),
-            "a frozen picture taken for a hood"
-        );
+        assert!(frozen.estimate().is_empty(), "a frozen picture taken for a hood");
     }
 
     #[test]

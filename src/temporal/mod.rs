@@ -54,11 +54,7 @@ pub struct TemporalSettings {
 }
 
 impl TemporalSettings {
-    pub const OFF: TemporalSettings = TemporalSettings {
-        smoothing: None,
-        hood: false,
-        connected_road: false,
-    };
+    pub const OFF: TemporalSettings = TemporalSettings { smoothing: None, hood: false, connected_road: false };
 }
 
 /// What the workers learn about a frame before inferring it.
@@ -132,13 +128,7 @@ pub struct Filtered {
 impl StreamTemporal {
     pub fn new(settings: TemporalSettings) -> Self {
         let smoother = settings.smoothing.map(LogitSmoother::new);
-        StreamTemporal {
-            settings,
-            state: Mutex::new(State {
-                smoother,
-                ..State::default()
-            }),
-        }
+        StreamTemporal { settings, state: Mutex::new(State { smoother, ..State::default() }) }
     }
 
     pub fn settings(&self) -> TemporalSettings {
@@ -163,53 +153,25 @@ impl StreamTemporal {
     /// the car, whose picture ends at that hood. `Filtered::road_cut` is the
     /// share of the logits grid whose road was cut (0 with the cut off): an
     /// operator's sign that this camera or light confuses the model.
-    pub fn filter_logits(
-        &self,
-        seq: u64,
-        logits: &mut [f32],
-        grid: LogitsGrid,
-        road: &[usize],
-        ego: Option<usize>,
-        unseen: &HoodMask,
-    ) -> Filtered {
+    pub fn filter_logits(&self, seq: u64, logits: &mut [f32], grid: LogitsGrid, road: &[usize], ego: Option<usize>, unseen: &HoodMask) -> Filtered {
         if self.smooths() {
             self.smooth(seq, logits);
         }
         let hood = match ego {
-            Some(ego) if self.settings.hood => {
-                Some(self.learn_hood(seq, logits, grid, road, ego, unseen))
-            }
+            Some(ego) if self.settings.hood => Some(self.learn_hood(seq, logits, grid, road, ego, unseen)),
             _ => None,
         };
         if !self.settings.connected_road {
-            return Filtered {
-                road_cut: 0.0,
-                hood,
-            };
+            return Filtered { road_cut: 0.0, hood };
         }
         let cut = reach::keep_grounded_road(logits, grid, road, hood.as_deref().unwrap_or(unseen));
         let cells = grid.width * grid.height;
-        Filtered {
-            road_cut: if cells == 0 {
-                0.0
-            } else {
-                cut as f32 / cells as f32
-            },
-            hood,
-        }
+        Filtered { road_cut: if cells == 0 { 0.0 } else { cut as f32 / cells as f32 }, hood }
     }
 
     /// Folds frame `seq`'s ego vehicle into the learned hood (frames older
     /// than one already folded in only read it) and returns the frame's hood.
-    fn learn_hood(
-        &self,
-        seq: u64,
-        logits: &[f32],
-        grid: LogitsGrid,
-        road: &[usize],
-        ego: usize,
-        unseen: &HoodMask,
-    ) -> Arc<HoodMask> {
+    fn learn_hood(&self, seq: u64, logits: &[f32], grid: LogitsGrid, road: &[usize], ego: usize, unseen: &HoodMask) -> Arc<HoodMask> {
         let heights = ego::ego_heights(logits, grid, ego);
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let newer = st.learned_newest.is_none_or(|n| seq > n);
@@ -223,19 +185,14 @@ impl StreamTemporal {
         // the model reads as road, averaged over frames.
         if newer && !motion.is_empty() {
             let share = ego::road_share(logits, grid, road, &motion);
-            st.motion_road = Some(
-                st.motion_road
-                    .map_or(share, |r| r + MOTION_ROAD_WEIGHT * (share - r)),
-            );
+            st.motion_road = Some(st.motion_road.map_or(share, |r| r + MOTION_ROAD_WEIGHT * (share - r)));
         }
         // The third: whether the model sees more ego vehicle under the
         // persistent edge than over it.
         if newer && let Some(edge) = st.edge_candidate(unseen.width, unseen.height) {
             let (below, above) = ego::ego_bands(logits, grid, ego, &edge);
             let w = MOTION_ROAD_WEIGHT;
-            st.edge_ego = Some(st.edge_ego.map_or((below, above), |(b, a)| {
-                (b + w * (below - b), a + w * (above - a))
-            }));
+            st.edge_ego = Some(st.edge_ego.map_or((below, above), |(b, a)| (b + w * (below - b), a + w * (above - a))));
         }
         st.combined(motion)
     }
@@ -244,17 +201,9 @@ impl StreamTemporal {
     /// (None when off or before the first frame).
     pub fn hood(&self) -> Option<Arc<HoodMask>> {
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let hood = st
-            .hood
-            .as_ref()
-            .filter(|_| self.settings.hood)
-            .map(HoodEstimator::estimate)?;
+        let hood = st.hood.as_ref().filter(|_| self.settings.hood).map(HoodEstimator::estimate)?;
         let bars = st.bars.as_ref().map_or(Bars::NONE, BarsEstimator::bars);
-        let motion = if bars.is_none() {
-            hood
-        } else {
-            Arc::new(hood.with_bars(bars))
-        };
+        let motion = if bars.is_none() { hood } else { Arc::new(hood.with_bars(bars)) };
         if st.learned.frames() == 0 {
             return Some(motion);
         }
@@ -266,9 +215,7 @@ impl StreamTemporal {
     pub fn observe(&self, seq: u64, pts_ns: Option<u64>, frame: &FrameRef<'_>) -> Observation {
         let (width, height) = (frame.width, frame.height);
         if self.settings == TemporalSettings::OFF {
-            return Observation {
-                hood: Arc::new(HoodMask::none(width, height)),
-            };
+            return Observation { hood: Arc::new(HoodMask::none(width, height)) };
         }
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let st = &mut *st;
@@ -295,10 +242,7 @@ impl StreamTemporal {
             frame_luma(frame, &mut st.luma);
             let motion = estimator.observe(&st.luma);
             if self.settings.hood {
-                st.bars
-                    .as_mut()
-                    .expect("made with the hood estimator")
-                    .observe(&st.luma);
+                st.bars.as_mut().expect("made with the hood estimator").observe(&st.luma);
                 edge.observe(&st.luma);
             }
             if resized || gap || motion.is_some_and(|m| m > CUT_MOTION) {
@@ -331,16 +275,8 @@ impl StreamTemporal {
     pub fn smooth(&self, seq: u64, logits: &mut [f32]) {
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let st = &mut *st;
-        let Some(smoother) = st.smoother.as_mut() else {
-            return;
-        };
-        let scene_start = st
-            .restarts
-            .iter()
-            .rev()
-            .find(|&&r| r <= seq)
-            .copied()
-            .unwrap_or(0);
+        let Some(smoother) = st.smoother.as_mut() else { return };
+        let scene_start = st.restarts.iter().rev().find(|&&r| r <= seq).copied().unwrap_or(0);
         let next_scene = st.restarts.iter().find(|&&r| r > seq).copied();
         let newest = smoother.newest();
         if next_scene.is_some_and(|next| newest.is_some_and(|n| n >= next)) {
@@ -365,13 +301,8 @@ impl State {
     fn combined(&mut self, motion: Arc<HoodMask>) -> Arc<HoodMask> {
         let learned = self.learned_mask_for(motion.width, motion.height);
         let hood = ego::merge(&learned, &motion, self.motion_agrees());
-        let confirmed = self
-            .edge_ego
-            .is_some_and(|(below, above)| below >= EDGE_EGO_MIN && below >= EDGE_EGO_RATIO * above);
-        match self
-            .edge_candidate(motion.width, motion.height)
-            .filter(|_| confirmed)
-        {
+        let confirmed = self.edge_ego.is_some_and(|(below, above)| below >= EDGE_EGO_MIN && below >= EDGE_EGO_RATIO * above);
+        match self.edge_candidate(motion.width, motion.height).filter(|_| confirmed) {
             Some(edge) => Arc::new(ego::taller(&hood, &edge)),
             None => Arc::new(hood),
         }
@@ -379,10 +310,7 @@ impl State {
 
     /// The persistent edge's hood over a `width` x `height` frame, if any.
     fn edge_candidate(&self, width: usize, height: usize) -> Option<Arc<HoodMask>> {
-        self.edge
-            .as_ref()
-            .filter(|e| e.size() == (width, height))
-            .and_then(StillEdge::candidate)
+        self.edge.as_ref().filter(|e| e.size() == (width, height)).and_then(StillEdge::candidate)
     }
 
     /// The motion estimate with the bars in it (empty before one exists).
@@ -428,10 +356,7 @@ impl State {
 /// road (the hood is the car, not the road ahead). Also returns the hood's
 /// share of the frame.
 pub fn scene_coverage(seg: &Segmentation, hood: &HoodMask, road_classes: &[usize]) -> (f32, f32) {
-    if hood.width != seg.width
-        || hood.height != seg.height
-        || (hood.is_empty() && hood.bars.is_none())
-    {
+    if hood.width != seg.width || hood.height != seg.height || (hood.is_empty() && hood.bars.is_none()) {
         return (seg.road_coverage, 0.0);
     }
     let is_road = |c: u8| c != UNKNOWN && road_classes.contains(&(c as usize));
@@ -453,10 +378,7 @@ pub fn scene_coverage(seg: &Segmentation, hood: &HoodMask, road_classes: &[usize
     let mut road_in_hood = 0usize;
     hood.for_each_pixel(|i| road_in_hood += usize::from(is_road(seg.classes[i])));
     let scene = (pixels - hood.pixels()).max(1);
-    (
-        road_total.saturating_sub(road_in_hood) as f32 / scene as f32,
-        hood.coverage(),
-    )
+    (road_total.saturating_sub(road_in_hood) as f32 / scene as f32, hood.coverage())
 }
 
 #[cfg(test)]
@@ -467,11 +389,7 @@ mod tests {
     /// its one-value logits; returns the smoothed value.
     fn step(t: &StreamTemporal, seq: u64, pts_ns: u64, value: u8, logit: f32) -> f32 {
         let pixels = vec![value; 8 * 8 * 4];
-        t.observe(
-            seq,
-            Some(pts_ns),
-            &FrameRef::packed(&pixels, 8, 8, crate::frame::PixelFormat::Rgba),
-        );
+        t.observe(seq, Some(pts_ns), &FrameRef::packed(&pixels, 8, 8, crate::frame::PixelFormat::Rgba));
         let mut logits = [logit];
         t.smooth(seq, &mut logits);
         logits[0]
@@ -480,80 +398,34 @@ mod tests {
     #[test]
     fn a_model_with_an_ego_class_gives_the_hood_from_the_first_frame_and_later_frames_carry_it() {
         // Rule: with the hood on and an ego class, the frame's hood is the model's ego vehicle at once (no motion needed), the motion estimate's bars stay, and frames observed afterwards carry the learned hood.
-        let grid = LogitsGrid {
-            width: 16,
-            height: 8,
-            labels: 2,
-        };
+        let grid = LogitsGrid { width: 16, height: 8, labels: 2 };
         // Label 1 is the ego vehicle in the bottom two rows.
-        let logits: Vec<f32> = (0..16 * 8)
-            .flat_map(|i| if i / 16 >= 6 { [0.0, 1.0] } else { [1.0, 0.0] })
-            .collect();
-        let t = StreamTemporal::new(TemporalSettings {
-            smoothing: None,
-            hood: true,
-            connected_road: true,
-        });
-        assert!(
-            t.filters_logits(Some(1))
-                && !StreamTemporal::new(TemporalSettings {
-                    smoothing: None,
-                    hood: true,
-                    connected_road: false
-                })
-                .filters_logits(None)
-        );
+        let logits: Vec<f32> = (0..16 * 8).flat_map(|i| if i / 16 >= 6 { [0.0, 1.0] } else { [1.0, 0.0] }).collect();
+        let t = StreamTemporal::new(TemporalSettings { smoothing: None, hood: true, connected_road: true });
+        assert!(t.filters_logits(Some(1)) && !StreamTemporal::new(TemporalSettings { smoothing: None, hood: true, connected_road: false }).filters_logits(None));
         let pixels = vec![90u8; 64 * 32 * 4];
         let frame = FrameRef::packed(&pixels, 64, 32, crate::frame::PixelFormat::Rgba);
         let first = t.observe(0, Some(0), &frame);
-        assert!(
-            first.hood.is_empty(),
-            "nothing known before the first inference"
-        );
+        assert!(first.hood.is_empty(), "nothing known before the first inference");
         let mut l = logits.clone();
-        let hood = t
-            .filter_logits(0, &mut l, grid, &[0], Some(1), &first.hood)
-            .hood
-            .expect("a hood from the model");
-        assert_eq!(
-            hood.top,
-            vec![24; 64],
-            "2 of 8 grid rows: the bottom quarter of the 32 rows"
-        );
+        let hood = t.filter_logits(0, &mut l, grid, &[0], Some(1), &first.hood).hood.expect("a hood from the model");
+        assert_eq!(hood.top, vec![24; 64], "2 of 8 grid rows: the bottom quarter of the 32 rows");
         let next = t.observe(1, Some(40_000_000), &frame);
         assert_eq!(next.hood.top, vec![24; 64]);
         // Without an ego class the observed hood stands.
-        let plain = StreamTemporal::new(TemporalSettings {
-            smoothing: None,
-            hood: true,
-            connected_road: true,
-        });
+        let plain = StreamTemporal::new(TemporalSettings { smoothing: None, hood: true, connected_road: true });
         let mut l = logits.clone();
-        assert!(
-            plain
-                .filter_logits(0, &mut l, grid, &[0], None, &first.hood)
-                .hood
-                .is_none()
-        );
+        assert!(plain.filter_logits(0, &mut l, grid, &[0], None, &first.hood).hood.is_none());
     }
 
     /// RGBA frame `t` of a drive: a scene of blobs moving past and, from
     /// row `edge` down, a bright bonnet whose reflections change every frame.
     fn reflective_bonnet_frame(w: usize, h: usize, t: usize, edge: usize) -> Vec<u8> {
-        let noise = |x: usize, y: usize, s: usize| {
-            ((((x / 7 + s * 13).wrapping_mul(2_654_435_761)
-                ^ (y / 5 + s * 7).wrapping_mul(40_503))
-                >> 7)
-                % 90) as u8
-        };
+        let noise = |x: usize, y: usize, s: usize| ((((x / 7 + s * 13).wrapping_mul(2_654_435_761) ^ (y / 5 + s * 7).wrapping_mul(40_503)) >> 7) % 90) as u8;
         (0..w * h)
             .flat_map(|i| {
                 let (x, y) = (i % w, i / w);
-                let v = if y >= edge {
-                    150 + noise(x + t * 3, y, t) / 3
-                } else {
-                    40 + noise(x + t * 11, y + t * 5, t / 2)
-                };
+                let v = if y >= edge { 150 + noise(x + t * 3, y, t) / 3 } else { 40 + noise(x + t * 11, y + t * 5, t / 2) };
                 [v, v, v, 255]
             })
             .collect()
@@ -563,32 +435,12 @@ mod tests {
     fn a_persistent_edge_joins_the_hood_only_where_the_model_sees_more_ego_under_it() {
         // Rule: a reflective bonnet (as busy as the road, so not still) whose edge stays put is hood once the model's ego probability under the edge is clearly above that over it, though the model never makes ego its best class there; the same edge with a flat ego probability is no hood.
         let (w, h) = (320, 180);
-        let grid = LogitsGrid {
-            width: 32,
-            height: 18,
-            labels: 2,
-        };
+        let grid = LogitsGrid { width: 32, height: 18, labels: 2 };
         // Label 1 is the ego vehicle: p = 0.1 from grid row 16 down (the edge, 162 of 180 rows), `over` above.
-        let logits_with = |over: f32| -> Vec<f32> {
-            (0..32 * 18)
-                .flat_map(|i| {
-                    [
-                        0.0,
-                        if i / 32 >= 16 {
-                            -(9f32.ln())
-                        } else {
-                            -((1.0 - over) / over).ln()
-                        },
-                    ]
-                })
-                .collect()
-        };
+        let logits_with =
+            |over: f32| -> Vec<f32> { (0..32 * 18).flat_map(|i| [0.0, if i / 32 >= 16 { -(9f32.ln()) } else { -((1.0 - over) / over).ln() }]).collect() };
         for (over, want_hood) in [(0.01, true), (0.1, false)] {
-            let t = StreamTemporal::new(TemporalSettings {
-                smoothing: None,
-                hood: true,
-                connected_road: false,
-            });
+            let t = StreamTemporal::new(TemporalSettings { smoothing: None, hood: true, connected_road: false });
             for seq in 0..20u64 {
                 let pixels = reflective_bonnet_frame(w, h, seq as usize, 162);
                 let frame = FrameRef::packed(&pixels, w, h, crate::frame::PixelFormat::Rgba);
@@ -598,17 +450,9 @@ mod tests {
             }
             let hood = t.hood().expect("hood on");
             if want_hood {
-                assert!(
-                    hood.top.iter().all(|&top| top.abs_diff(162) <= 1),
-                    "ego over the edge {over}: {:?}",
-                    &hood.top[..8]
-                );
+                assert!(hood.top.iter().all(|&top| top.abs_diff(162) <= 1), "ego over the edge {over}: {:?}", &hood.top[..8]);
             } else {
-                assert!(
-                    hood.is_empty(),
-                    "ego over the edge {over}: {:?}",
-                    &hood.top[..8]
-                );
+                assert!(hood.is_empty(), "ego over the edge {over}: {:?}", &hood.top[..8]);
             }
         }
     }
@@ -616,76 +460,35 @@ mod tests {
     #[test]
     fn filter_logits_reports_the_share_of_road_it_cut() {
         // Rule: the filter returns the share of the logits grid whose road it handed to another class, 0 with the grounded-road rule off.
-        let grid = LogitsGrid {
-            width: 4,
-            height: 4,
-            labels: 2,
-        };
+        let grid = LogitsGrid { width: 4, height: 4, labels: 2 };
         // Road (label 1) in the bottom two rows and one island cell in the top row.
         let road_rows = |x: usize, y: usize| y >= 2 || (x, y) == (1, 0);
-        let logits: Vec<f32> = (0..16)
-            .flat_map(|i| {
-                if road_rows(i % 4, i / 4) {
-                    [0.0, 1.0]
-                } else {
-                    [1.0, 0.0]
-                }
-            })
-            .collect();
+        let logits: Vec<f32> = (0..16).flat_map(|i| if road_rows(i % 4, i / 4) { [0.0, 1.0] } else { [1.0, 0.0] }).collect();
         let unseen = HoodMask::none(16, 16);
         for (connected_road, want) in [(true, 1.0 / 16.0), (false, 0.0)] {
-            let t = StreamTemporal::new(TemporalSettings {
-                smoothing: None,
-                hood: false,
-                connected_road,
-            });
+            let t = StreamTemporal::new(TemporalSettings { smoothing: None, hood: false, connected_road });
             let mut filtered = logits.clone();
-            assert_eq!(
-                t.filter_logits(0, &mut filtered, grid, &[1], None, &unseen)
-                    .road_cut,
-                want,
-                "connected_road {connected_road}"
-            );
-            assert_eq!(
-                filtered[3] > filtered[2],
-                !connected_road,
-                "the island is cut only with the rule on"
-            );
+            assert_eq!(t.filter_logits(0, &mut filtered, grid, &[1], None, &unseen).road_cut, want, "connected_road {connected_road}");
+            assert_eq!(filtered[3] > filtered[2], !connected_road, "the island is cut only with the rule on");
         }
     }
 
     #[test]
     fn cut_restarts_smoothing() {
-        let t = StreamTemporal::new(TemporalSettings {
-            smoothing: Some(0.5),
-            hood: false,
-            connected_road: false,
-        });
+        let t = StreamTemporal::new(TemporalSettings { smoothing: Some(0.5), hood: false, connected_road: false });
         step(&t, 0, 0, 10, 4.0);
         assert_eq!(step(&t, 1, 40_000_000, 12, 0.0), 2.0);
-        assert_eq!(
-            step(&t, 2, 80_000_000, 200, 0.0),
-            0.0,
-            "a cut starts the average afresh"
-        );
+        assert_eq!(step(&t, 2, 80_000_000, 200, 0.0), 0.0, "a cut starts the average afresh");
     }
 
     #[test]
     fn cuts_observed_ahead_of_smoothing_each_restart_it() {
         // Rule: frames are observed on arrival, up to a ring ahead of the frame being smoothed; every cut among them restarts the average at its own frame, not only the latest.
-        let t = StreamTemporal::new(TemporalSettings {
-            smoothing: Some(0.5),
-            hood: false,
-            connected_road: false,
-        });
+        let t = StreamTemporal::new(TemporalSettings { smoothing: Some(0.5), hood: false, connected_road: false });
         // Cuts at frames 2 (12 -> 200) and 4 (202 -> 20).
         for (seq, value) in [10u8, 12, 200, 202, 20, 22].into_iter().enumerate() {
             let pixels = vec![value; 8 * 8 * 4];
-            t.observe(
-                seq as u64,
-                Some(seq as u64 * 40_000_000),
-                &FrameRef::packed(&pixels, 8, 8, crate::frame::PixelFormat::Rgba),
-            );
+            t.observe(seq as u64, Some(seq as u64 * 40_000_000), &FrameRef::packed(&pixels, 8, 8, crate::frame::PixelFormat::Rgba));
         }
         let smoothed: Vec<f32> = [4.0, 0.0, 4.0, 0.0, 4.0, 0.0]
             .into_iter()
@@ -701,11 +504,7 @@ mod tests {
 
     #[test]
     fn timestamp_gap_restarts_smoothing() {
-        let t = StreamTemporal::new(TemporalSettings {
-            smoothing: Some(0.5),
-            hood: true,
-            connected_road: false,
-        });
+        let t = StreamTemporal::new(TemporalSettings { smoothing: Some(0.5), hood: true, connected_road: false });
         step(&t, 0, 0, 10, 4.0);
         assert_eq!(step(&t, 1, 5_000_000_000, 10, 0.0), 0.0);
     }
@@ -715,14 +514,7 @@ mod tests {
         let (w, h) = (4, 4);
         // Bottom row road, the rest not; the bottom row is hood.
         let classes: Vec<u8> = (0..w * h).map(|i| u8::from(i >= 12)).collect();
-        let seg = Segmentation {
-            width: w,
-            height: h,
-            classes,
-            confidence: vec![1.0; 16],
-            road_coverage: 0.25,
-            mean_confidence: 1.0,
-        };
+        let seg = Segmentation { width: w, height: h, classes, confidence: vec![1.0; 16], road_coverage: 0.25, mean_confidence: 1.0 };
         let hood = HoodMask::from_tops(w, h, vec![3; 4]);
         let (road, hood_share) = scene_coverage(&seg, &hood, &[1]);
         assert_eq!((road, hood_share), (0.0, 0.25));
@@ -736,48 +528,22 @@ mod tests {
         // call black), the picture's bottom row is hood, the rest of its
         // bottom-but-one row is road.
         let (w, h) = (8, 4);
-        let classes: Vec<u8> = (0..w * h)
-            .map(|i| u8::from(i % w == 0 || i % w == 7 || i / w == 2))
-            .collect();
+        let classes: Vec<u8> = (0..w * h).map(|i| u8::from(i % w == 0 || i % w == 7 || i / w == 2)).collect();
         let road = classes.iter().filter(|&&c| c == 1).count() as f32 / (w * h) as f32;
-        let seg = Segmentation {
-            width: w,
-            height: h,
-            classes,
-            confidence: vec![1.0; w * h],
-            road_coverage: road,
-            mean_confidence: 1.0,
-        };
-        let bars = Bars {
-            left: 1,
-            right: 1,
-            ..Bars::NONE
-        };
+        let seg = Segmentation { width: w, height: h, classes, confidence: vec![1.0; w * h], road_coverage: road, mean_confidence: 1.0 };
+        let bars = Bars { left: 1, right: 1, ..Bars::NONE };
         let hood = HoodMask::from_tops(w, h, vec![3; w]).with_bars(bars);
         let (road, hood_share) = scene_coverage(&seg, &hood, &[1]);
-        assert_eq!(
-            road,
-            6.0 / 18.0,
-            "picture 6x4 less its hood row: 18 pixels, 6 road"
-        );
+        assert_eq!(road, 6.0 / 18.0, "picture 6x4 less its hood row: 18 pixels, 6 road");
         assert_eq!(hood_share, 0.25);
         let mut unseen = Vec::new();
         hood.for_each_unseen_pixel(|i| unseen.push(i));
         unseen.sort();
-        let expected: Vec<usize> = (0..w * h)
-            .filter(|&i| i % w == 0 || i % w == 7 || i / w == 3)
-            .collect();
+        let expected: Vec<usize> = (0..w * h).filter(|&i| i % w == 0 || i % w == 7 || i / w == 3).collect();
         assert_eq!(unseen, expected, "bars and hood, each pixel once");
         // A still bottom letterbox bar looks like a hood to the hood
         // estimator; inside the bar it is no hood.
-        let letterbox = Bars {
-            bottom: 1,
-            ..Bars::NONE
-        };
-        assert!(
-            HoodMask::from_tops(w, h, vec![3; w])
-                .with_bars(letterbox)
-                .is_empty()
-        );
+        let letterbox = Bars { bottom: 1, ..Bars::NONE };
+        assert!(HoodMask::from_tops(w, h, vec![3; w]).with_bars(letterbox).is_empty());
     }
 }

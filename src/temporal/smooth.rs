@@ -20,15 +20,8 @@ pub struct LogitSmoother {
 
 impl LogitSmoother {
     pub fn new(weight: f32) -> Self {
-        assert!(
-            weight > 0.0 && weight <= 1.0,
-            "smoothing weight {weight} outside (0, 1]"
-        );
-        LogitSmoother {
-            weight,
-            state: Vec::new(),
-            newest: None,
-        }
+        assert!(weight > 0.0 && weight <= 1.0, "smoothing weight {weight} outside (0, 1]");
+        LogitSmoother { weight, state: Vec::new(), newest: None }
     }
 
     /// Sequence number of the newest frame in the average.
@@ -91,11 +84,7 @@ mod tests {
         let mut s = LogitSmoother::new(0.5);
         apply(&mut s, 5, &[4.0]);
         assert_eq!(apply(&mut s, 3, &[0.0]), [2.0]);
-        assert_eq!(
-            apply(&mut s, 6, &[0.0]),
-            [2.0],
-            "state still 4.0 after the late frame"
-        );
+        assert_eq!(apply(&mut s, 6, &[0.0]), [2.0], "state still 4.0 after the late frame");
     }
 
     #[test]

@@ -22,8 +22,7 @@ const HOOD_IOU_TARGET: f64 = 0.8;
 /// reflections on it move, is found after 10 moving frames (`temporal::edge`)
 /// and confirmed by the model's ego probability, so not within the first
 /// second of a 6 fps sequence.
-const HOOD_IOU_FLOORS: [(&str, f64, f64); 2] =
-    [("udacity-clip", 0.70, 0.77), ("dad-000478", 0.0, 0.90)];
+const HOOD_IOU_FLOORS: [(&str, f64, f64); 2] = [("udacity-clip", 0.70, 0.77), ("dad-000478", 0.0, 0.90)];
 /// How much more of the frame than the drawn bonnet a hood may cover (the
 /// Udacity clip after 1 s: 8.3% against 6.2% drawn).
 const OVERREACH: f64 = 0.03;
@@ -45,12 +44,7 @@ fn eval_outlines() -> Vec<Outline> {
         .map(|(name, o)| Outline {
             name: name.clone(),
             frames: o["frames"].as_str().unwrap().to_string(),
-            edge: o["edge"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|p| (p[0].as_f64().unwrap(), p[1].as_f64().unwrap()))
-                .collect(),
+            edge: o["edge"].as_array().unwrap().iter().map(|p| (p[0].as_f64().unwrap(), p[1].as_f64().unwrap())).collect(),
         })
         .collect()
 }
@@ -60,9 +54,7 @@ fn rasterise(edge: &[(f64, f64)], w: usize, h: usize) -> Vec<u8> {
     let mut mask = vec![0u8; w * h];
     for x in 0..w {
         let px = (x as f64 + 0.5) / w as f64 * 100.0;
-        let Some(i) = edge.windows(2).position(|p| px >= p[0].0 && px <= p[1].0) else {
-            continue;
-        };
+        let Some(i) = edge.windows(2).position(|p| px >= p[0].0 && px <= p[1].0) else { continue };
         let ((x0, y0), (x1, y1)) = (edge[i], edge[i + 1]);
         let y = y0 + (y1 - y0) * (px - x0) / (x1 - x0).max(1e-9);
         let top = (y / 100.0 * h as f64).round() as usize;
@@ -81,18 +73,12 @@ fn as_video(shared_root: &Path, frames: &str, dir: &Path, seconds: Option<u32>) 
     if frames.ends_with(".mp4") {
         ffmpeg.arg("-i").arg(shared_root.join(frames));
     } else {
-        ffmpeg
-            .args(["-framerate", "6", "-pattern_type", "glob", "-i"])
-            .arg(shared_root.join(frames));
+        ffmpeg.args(["-framerate", "6", "-pattern_type", "glob", "-i"]).arg(shared_root.join(frames));
     }
     if let Some(s) = seconds {
         ffmpeg.args(["-t", &s.to_string()]);
     }
-    ffmpeg
-        .args([
-            "-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p",
-        ])
-        .arg(&out);
+    ffmpeg.args(["-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p"]).arg(&out);
     let (ok, _, err) = run_with_timeout(&mut ffmpeg, std::time::Duration::from_secs(120));
     assert!(ok, "ffmpeg: {err}");
     out
@@ -117,10 +103,7 @@ fn hood_iou(video: &Path, edge: &[(f64, f64)], dir: &Path) -> (f64, f64) {
     let (w, h) = (estimate.width() as usize, estimate.height() as usize);
     let truth: Vec<u8> = rasterise(edge, w, h).iter().map(|&m| m * 255).collect();
     let share = estimate.as_raw().iter().filter(|&&v| v > 127).count() as f64 / (w * h) as f64;
-    (
-        roadseg::synth::road_iou(estimate.as_raw(), &truth).unwrap_or(0.0),
-        share,
-    )
+    (roadseg::synth::road_iou(estimate.as_raw(), &truth).unwrap_or(0.0), share)
 }
 
 /// By the names the engine looks for.
@@ -129,12 +112,7 @@ fn bundled_model_has_an_ego_class() -> bool {
     let config: serde_json::Value = serde_json::from_str(&text).unwrap();
     let labels: Vec<String> = config["id2label"]
         .as_object()
-        .map(|labels| {
-            labels
-                .values()
-                .filter_map(|l| l.as_str().map(str::to_string))
-                .collect()
-        })
+        .map(|labels| labels.values().filter_map(|l| l.as_str().map(str::to_string)).collect())
         .unwrap_or_default();
     roadseg::temporal::ego_class_id(&labels).is_some()
 }
@@ -145,9 +123,7 @@ fn the_hood_matches_held_out_real_bonnets_from_the_first_second() {
     if !bundled_model_has_an_ego_class() {
         // The motion estimate alone needs the car to move and reads white bonnets as road; the
         // rule holds for a model that learned the ego vehicle (issue 35 stays open until one ships).
-        roadseg::test_skip::skip(
-            "the bundled model (models/roadseg-camvid) has no ego-vehicle class; the learned hood this test holds is not shipped",
-        );
+        roadseg::test_skip::skip("the bundled model (models/roadseg-camvid) has no ego-vehicle class; the learned hood this test holds is not shipped");
         return;
     }
     let shared_root = data.parent().unwrap().to_path_buf();
@@ -157,27 +133,10 @@ fn the_hood_matches_held_out_real_bonnets_from_the_first_second() {
         let (_, floor_first, floor_whole) = *HOOD_IOU_FLOORS
             .iter()
             .find(|(name, ..)| *name == o.name)
-            .unwrap_or_else(|| {
-                panic!(
-                    "{}: an eval outline with no floor here; measure it and add one",
-                    o.name
-                )
-            });
-        let first = hood_iou(
-            &as_video(&shared_root, &o.frames, tmp.path(), Some(1)),
-            &o.edge,
-            tmp.path(),
-        );
-        let whole = hood_iou(
-            &as_video(&shared_root, &o.frames, tmp.path(), None),
-            &o.edge,
-            tmp.path(),
-        );
-        let drawn = rasterise(&o.edge, 100, 100)
-            .iter()
-            .filter(|&&m| m != 0)
-            .count() as f64
-            / 1e4;
+            .unwrap_or_else(|| panic!("{}: an eval outline with no floor here; measure it and add one", o.name));
+        let first = hood_iou(&as_video(&shared_root, &o.frames, tmp.path(), Some(1)), &o.edge, tmp.path());
+        let whole = hood_iou(&as_video(&shared_root, &o.frames, tmp.path(), None), &o.edge, tmp.path());
+        let drawn = rasterise(&o.edge, 100, 100).iter().filter(|&&m| m != 0).count() as f64 / 1e4;
         eprintln!(
             "{}: hood IoU {:.4} after 1 s, {:.4} after the clip (target {HOOD_IOU_TARGET}); hood {:.1}% of the frame, drawn {:.1}%",
             o.name,
@@ -186,20 +145,12 @@ fn the_hood_matches_held_out_real_bonnets_from_the_first_second() {
             100.0 * whole.1,
             100.0 * drawn
         );
-        for (when, (iou, share), floor) in [
-            ("1 s", first, floor_first),
-            ("the whole clip", whole, floor_whole),
-        ] {
+        for (when, (iou, share), floor) in [("1 s", first, floor_first), ("the whole clip", whole, floor_whole)] {
             if iou < floor {
                 failures.push(format!("{} after {when}: IoU {iou:.4} < {floor}", o.name));
             }
             if share > drawn + OVERREACH {
-                failures.push(format!(
-                    "{} after {when}: hood {:.1}% of the frame, drawn {:.1}%",
-                    o.name,
-                    100.0 * share,
-                    100.0 * drawn
-                ));
+                failures.push(format!("{} after {when}: hood {:.1}% of the frame, drawn {:.1}%", o.name, 100.0 * share, 100.0 * drawn));
             }
         }
     }

@@ -62,7 +62,7 @@ pub fn load_engine(args: &ModelArgs, size: (usize, usize), threshold: f32) -> Re
 }
 
 pub fn load_engine_with(args: &ModelArgs, size: (usize, usize), threshold: f32, backend: CpuBackend) -> Result<Loaded> {
-    let mut engines = load_engines(args, size, threshold, backend, WorkerCount::Fixed(1))?;
+    let mut engines = load_engines(args, size, threshold, backend, WorkerCount::Fixed(1), 1)?;
     let engine = engines.engines.pop().expect("one engine");
     Ok(Loaded { engine, device: engines.device, precision: engines.precision })
 }
@@ -74,7 +74,8 @@ pub struct LoadedMany {
 }
 
 /// Loads the model once and builds `count` engines sharing its weights.
-pub fn load_engines(args: &ModelArgs, size: (usize, usize), threshold: f32, backend: CpuBackend, workers: WorkerCount) -> Result<LoadedMany> {
+/// Each engine builds its batch sizes up to `max_batch` frames now.
+pub fn load_engines(args: &ModelArgs, size: (usize, usize), threshold: f32, backend: CpuBackend, workers: WorkerCount, max_batch: usize) -> Result<LoadedMany> {
     let resolved = device::resolve(&args.device, args.precision)?;
     for w in &resolved.warnings {
         tracing::warn!("{w}");
@@ -90,6 +91,7 @@ pub fn load_engines(args: &ModelArgs, size: (usize, usize), threshold: f32, back
         road_classes: &args.road_classes,
         confidence_threshold: threshold,
         cuda_graphs: !args.no_graph,
+        max_batch,
     };
     let (engines, _) = roadseg::engine::load_engines_for(&spec, &resolved, workers, backend)?;
     if workers == WorkerCount::Auto {

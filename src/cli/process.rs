@@ -210,7 +210,7 @@ fn truncated(s: Shortfall, output: &Path) -> anyhow::Error {
 /// Loads the model at `size` into `workers` workers; their GPU time (where
 /// the device is timed) adds up in `gpu_time`.
 fn start_pool(args: &ProcessArgs, size: (usize, usize), workers: WorkerCount, gpu_time: Arc<Mutex<Option<Duration>>>) -> Result<WorkerPool> {
-    let loaded = load_engines(&args.model, size, args.model.threshold, CpuBackend::new(), workers)?;
+    let loaded = load_engines(&args.model, size, args.model.threshold, CpuBackend::new(), workers, args.batch)?;
     let labels = loaded.engines[0].labels().to_vec();
     let annotator = Annotator {
         style: OverlayStyle {

@@ -122,6 +122,8 @@ impl ModelConfig {
             road_classes: &self.road_classes,
             confidence_threshold: self.confidence_threshold,
             cuda_graphs: self.cuda_graphs,
+            // Set by the worker pool from `[workers] batch`.
+            max_batch: 1,
         }
     }
 }
@@ -151,8 +153,9 @@ pub struct WorkersConfig {
     pub count: WorkerCount,
     /// Frames a worker runs as one batched forward, 1..=16: it takes up to
     /// this many frames that are ready now (round-robin over the streams,
-    /// never waiting to fill a batch). Each batch size used keeps its own
-    /// model instance (N images' activations) and, on CUDA, its own graph.
+    /// never waiting to fill a batch). Each batch size keeps its own model
+    /// instance (N images' activations), built when the model loads, and,
+    /// on CUDA, its own graphs, recorded on its first batch.
     /// Per-stream order and timestamps are unchanged. Sizes run: the powers
     /// of two up to `batch`, and `batch` (13 frames of 16 run as 8, 4, 1).
     /// Default 1.

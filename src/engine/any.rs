@@ -90,6 +90,16 @@ impl AnyEngine {
         each!(self, e => e.run_batch(frames, filter))
     }
 
+    /// Builds these batch sizes' model instances now (see `engine/batch.rs`).
+    pub fn prepare_batches(&mut self, sizes: &[usize]) -> Result<(), EngineError> {
+        each!(self, e => e.prepare_batches(sizes))
+    }
+
+    /// The batch sizes whose model instance exists, ascending (1 first).
+    pub fn batch_sizes_ready(&self) -> Vec<usize> {
+        each!(self, e => e.batch_sizes_ready())
+    }
+
     /// The segmentations of the last successful `run_batch`.
     pub fn batch_segmentations(&self) -> &[Segmentation] {
         each!(self, e => e.batch_segmentations())

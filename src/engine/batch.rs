@@ -2,7 +2,8 @@
 //! a model instance built for N images, each frame with its own frame slot.
 //!
 //! A batch of one is the single-frame path itself. Larger batches keep one
-//! model instance per batch size used, built on first use and kept for the
+//! model instance per batch size, built when the engine loads (the sizes
+//! of `[workers] batch`, [`Engine::prepare_batches`]) and kept for the
 //! engine's life: N times one image's activations each (the weights are
 //! shared), so a worker that has run every size from 2 to B holds
 //! B(B+1)/2 - 1 image activation sets besides its single-frame one. The
@@ -138,6 +139,30 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Builds the instance for `n` >= 2 images on first use.
+    /// Builds the model instances of these batch sizes now (1 is the
+    /// single-frame path, always there), so a worker holds its memory from
+    /// the start and a GPU short of it fails the load, not a busy minute
+    /// later. A preset of several scales runs batches one frame at a time:
+    /// nothing to build. Sizes over [`MAX_BATCH`] are refused.
+    pub fn prepare_batches(&mut self, sizes: &[usize]) -> Result<(), EngineError> {
+        if let Some(&n) = sizes.iter().find(|&&n| n > MAX_BATCH) {
+            return Err(EngineError::Options(format!("a batch of {n} frames is over {MAX_BATCH}")));
+        }
+        if self.active != [0] {
+            return Ok(());
+        }
+        for &n in sizes.iter().filter(|&&n| n >= 2) {
+            self.batch_pass(n)?;
+        }
+        Ok(())
+    }
+
+    /// The batch sizes whose model instance exists, ascending (1 first).
+    pub fn batch_sizes_ready(&self) -> Vec<usize> {
+        let built = self.batches.passes.iter().enumerate().filter(|(_, p)| p.is_some()).map(|(slot, _)| slot + 2);
+        std::iter::once(1).chain(built).collect()
+    }
+
     fn batch_pass(&mut self, n: usize) -> Result<(), EngineError> {
         let slot = n - 2;
         if self.batches.passes.len() <= slot {

@@ -22,7 +22,7 @@ pub use batch::BatchFilter;
 pub use load::{load_cpu_engines, load_engines, load_engines_for};
 pub use pipeline::{Engine, EngineError, EngineOptions, FrameTimings, LogitsFilter, Preset, scaled_size};
 pub use layout::{chw_to_hwc, hwc_to_chw};
-pub use spec::{LoadError, ModelSpec, road_class_ids};
+pub use spec::{LoadError, ModelSpec, batch_sizes, road_class_ids};
 
 /// The frame types, where they were before they moved down to [`crate::frame`].
 pub use crate::frame::{FrameError, FrameRef, PixelFormat, Segmentation, UNKNOWN};

@@ -58,10 +58,11 @@ pub(super) fn start_pool(
 ) -> Result<WorkerPool, LoadError> {
     let m = &config.model;
     // `model.path` may name a Hub model; `model_dir` is where it was fetched to.
-    let spec = ModelSpec { path: model_dir, ..m.spec(height) };
+    let spec = ModelSpec { path: model_dir, max_batch: config.workers.batch, ..m.spec(height) };
     let (engines, labels) = engine::load_engines_for(&spec, resolved, config.workers.count, CpuBackend::new())?;
     let workers = engines.len();
-    tracing::info!(workers, count = %config.workers.count, device = %resolved.device, "starting inference workers");
+    let batch_sizes = engines[0].batch_sizes_ready();
+    tracing::info!(workers, count = %config.workers.count, device = %resolved.device, ?batch_sizes, "starting inference workers");
     let annotator = annotator(&config.annotate, engines[0].options().road_classes.clone(), &labels);
     let device = DeviceMetrics::new(&resolved.device);
     // Labelled by each worker's own GPU (workers are spread round robin).

@@ -25,17 +25,10 @@ impl BatchPolicy {
     /// One frame at a time, never waiting.
     pub const SINGLE: BatchPolicy = BatchPolicy { max: 1, wait: Duration::ZERO };
 
-    /// The batch sizes a worker runs: the powers of two up to `max`, and
-    /// `max`. Each size keeps its own model instance (on CUDA its own
-    /// graph), so a few sizes bound that memory: 5 at most for 16 frames
-    /// instead of 16.
+    /// The batch sizes a worker runs ([`crate::engine::batch_sizes`]), whose
+    /// model instances its engine built at load.
     pub fn sizes(&self) -> Vec<usize> {
-        let max = self.max.max(1);
-        let mut sizes: Vec<usize> = (0..usize::BITS).map(|k| 1usize << k).take_while(|&n| n <= max).collect();
-        if sizes.last() != Some(&max) {
-            sizes.push(max);
-        }
-        sizes
+        crate::engine::batch_sizes(self.max)
     }
 
     /// The largest of [`BatchPolicy::sizes`] that `n` (>= 1) frames fill.
@@ -233,11 +226,39 @@ mod tests {
 
     /// One CPU engine of the small test model at 96x64, `road` its road class.
     fn test_model_engine(road: &str) -> AnyEngine {
+        test_model_engine_with(road, Preset::Fast, 1).expect("the test model loads")
+    }
+
+    fn test_model_engine_with(road: &str, preset: Preset, max_batch: usize) -> Result<AnyEngine, crate::engine::LoadError> {
         let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/odd-bf16-203x141");
         let road = [road.to_string()];
-        let spec = ModelSpec { path: &model, size: (96, 64), preset: Preset::Fast, road_classes: &road, confidence_threshold: 0.3, cuda_graphs: false };
-        let (engines, _) = load_cpu_engines(&spec, CpuBackend::new(), 1).expect("the test model loads");
-        AnyEngine::from(engines.into_iter().next().expect("one engine"))
+        let spec = ModelSpec { path: &model, size: (96, 64), preset, road_classes: &road, confidence_threshold: 0.3, cuda_graphs: false, max_batch };
+        let (engines, _) = load_cpu_engines(&spec, CpuBackend::new(), 1)?;
+        Ok(AnyEngine::from(engines.into_iter().next().expect("one engine")))
+    }
+
+    #[test]
+    fn every_batch_size_a_worker_runs_is_built_at_load_and_no_other() {
+        // Rule: an engine loaded for batches of up to N holds the model instance of each of the policy's sizes before its first frame, and running any number of ready frames as the policy splits them builds no other; a preset of several scales runs frames one at a time and builds none; over 16 fails the load, naming the limit.
+        let mut engine = test_model_engine_with("label_0", Preset::Fast, 6).unwrap();
+        assert_eq!(engine.batch_sizes_ready(), [1, 2, 4, 6]);
+        let policy = BatchPolicy { max: 6, wait: Duration::ZERO };
+        assert_eq!(engine.batch_sizes_ready(), policy.sizes(), "the table is the policy's sizes");
+        let data: Vec<Vec<u8>> = (0..6).map(|i| pixels(i, 0)).collect();
+        let frames: Vec<crate::engine::FrameRef<'_>> =
+            data.iter().map(|d| crate::engine::FrameRef { data: d, width: 64, height: 48, stride: 256, format: PixelFormat::Rgba }).collect();
+        for n in 1..=6 {
+            let mut at = 0;
+            for run in policy.split(n) {
+                engine.run_batch(&frames[at..at + run], None).unwrap();
+                at += run;
+            }
+        }
+        assert_eq!(engine.batch_sizes_ready(), [1, 2, 4, 6], "no size built on the way");
+        assert_eq!(test_model_engine_with("label_0", Preset::Accurate, 6).unwrap().batch_sizes_ready(), [1]);
+        assert_eq!(test_model_engine("label_0").batch_sizes_ready(), [1]);
+        let err = test_model_engine_with("label_0", Preset::Fast, 17).err().expect("17 is over the limit").to_string();
+        assert!(err.contains("over 16"), "{err}");
     }
 
     /// Share of frame `i`'s logits grid that the grounded-road rule cuts

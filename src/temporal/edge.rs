@@ -12,9 +12,10 @@
 //! This is only a candidate: a straight road's horizon, a guard rail or rain
 //! on the windscreen persist too. The model confirms it (`mod.rs`): the
 //! band under the edge must look more like the ego vehicle to it than the
-//! band above. Measured on ../shared (2026-11-27): every bonnet clip and
-//! every hood-less clip gives a candidate of some kind; only the white
-//! bonnets of DAD 000478 and 000493 pass both tests.
+//! band above. Measured on ../shared (2026-11-27): most clips, with a
+//! bonnet or without, give a candidate of some kind; of those, only the
+//! white bonnet of DAD 000478 passes both tests (DAD 000493's, also white,
+//! falls short of the model's confirmation, 1.7x against 2x).
 
 use std::sync::Arc;
 

@@ -133,14 +133,16 @@ fn record_source_from_a_live_camera_starts_a_new_segment_after_a_reconnect() {
 
 #[test]
 fn record_masks_and_none_write_no_video() {
-    // Rule: record = "masks" writes no video but puts each frame's road mask in its stats line; record = "none" writes neither, though file is set; check-config says so.
+    // Rule: record = "masks" writes no video but puts each frame's road mask in its stats line, and each decodes to a frame-sized mask whose road share is that line's road coverage; record = "none" writes neither, though file is set; check-config says so.
     let dir = tempfile::tempdir().unwrap();
     let (mport, rport) = (free_port(), free_port());
     let out = |name: &str, record: &str| {
         format!("file = \"{0}/{name}.mp4\"\nstats = \"{0}/{name}.jsonl\"\nrecord = \"{record}\"", dir.path().display())
     };
     let config = dir.path().join("roadseg.toml");
-    std::fs::write(&config, header(mport, rport) + &test_stream("masks", &out("masks", "masks")) + &test_stream("none", &out("none", "none"))).unwrap();
+    // The test model reads about a quarter of the SMPTE pattern as label_2: "road" here, so the masks carry some.
+    let header = header(mport, rport).replace("road_classes = [\"label_0\"]", "road_classes = [\"label_2\"]");
+    std::fs::write(&config, header + &test_stream("masks", &out("masks", "masks")) + &test_stream("none", &out("none", "none"))).unwrap();
     let check = Command::new(BIN).arg("check-config").arg(&config).output().unwrap();
     let summary = String::from_utf8_lossy(&check.stdout).to_string();
     assert!(check.status.success(), "{summary}{}", String::from_utf8_lossy(&check.stderr));
@@ -159,6 +161,19 @@ fn record_masks_and_none_write_no_video() {
     };
     let masks = lines("masks");
     assert!(masks.len() >= 10 && masks.iter().all(|l| l["road_rle"]["counts"].is_array()), "{:?}", masks.first());
+    // Each mask decodes: runs covering w x h of the 320x240 frame, whose road
+    // share is the line's road coverage (no hood or bars on a test pattern)
+    // within the nearest-neighbour downscale's error.
+    for l in &masks {
+        let rle: roadseg::video::mask_rle::RoadRle = serde_json::from_value(l["road_rle"].clone()).unwrap();
+        assert_eq!((rle.w, rle.h), (320, 240), "{l}");
+        let mask = rle.decode();
+        assert_eq!(mask.len(), 320 * 240, "{l}");
+        let share = mask.iter().filter(|&&m| m == 1).count() as f64 / mask.len() as f64;
+        let coverage = l["road_coverage"].as_f64().unwrap();
+        assert!((share - coverage).abs() <= 0.01, "decoded road share {share:.4}, road_coverage {coverage}: {l}");
+    }
+    assert!(masks.iter().all(|l| l["road_coverage"].as_f64().unwrap() > 0.05), "the masks carry road: {:?}", masks.first());
     let none = lines("none");
     assert!(none.len() >= 10 && none.iter().all(|l| l.get("road_rle").is_none()), "{:?}", none.first());
 }

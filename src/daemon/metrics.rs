@@ -15,6 +15,8 @@ use std::time::Duration;
 use ::metrics::{Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Unit, counter, gauge, histogram};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder};
 
+use crate::video::source::DecoderInfo;
+
 pub use metrics_exporter_prometheus::PrometheusHandle;
 
 pub const FRAMES_DECODED: &str = "roadseg_frames_decoded_total";
@@ -36,6 +38,7 @@ pub const SEGMENTS_DELETED: &str = "roadseg_segments_deleted_total";
 pub const RECONNECTS: &str = "roadseg_reconnects_total";
 pub const INTERRUPTIONS: &str = "roadseg_stream_interruptions_total";
 pub const DECODE_ERRORS: &str = "roadseg_decode_errors_total";
+pub const STREAM_DECODER: &str = "roadseg_stream_decoder";
 pub const STREAM_UP: &str = "roadseg_stream_up";
 pub const STREAM_DEGRADED: &str = "roadseg_stream_degraded";
 pub const RTSP_CLIENTS: &str = "roadseg_rtsp_clients";
@@ -55,7 +58,7 @@ pub const SHARD_STREAMS: &str = "roadseg_shard_streams";
 pub const CONFIG_RELOAD_FAILED: &str = "roadseg_config_reload_failed";
 
 /// Every name above, for checks that dashboards and docs use only real ones.
-pub const ALL_NAMES: [&str; 36] = [
+pub const ALL_NAMES: [&str; 37] = [
     GPU_UTILIZATION,
     GPU_BUSY,
     STAGE,
@@ -80,6 +83,7 @@ pub const ALL_NAMES: [&str; 36] = [
     RECONNECTS,
     INTERRUPTIONS,
     DECODE_ERRORS,
+    STREAM_DECODER,
     STREAM_UP,
     STREAM_DEGRADED,
     RTSP_CLIENTS,
@@ -183,6 +187,11 @@ const GAUGES: &[(&str, Option<Unit>, &str)] = &[
         "Fraction of the last frame the model called road that joins no road in the lower picture (night sky, lit walls, tunnel ceilings), drawn and counted as its next-best class instead; high and lasting means this camera or light confuses the model",
     ),
     (STREAM_UP, None, "1 while the stream's source delivers frames"),
+    (
+        STREAM_DECODER,
+        None,
+        "1 for the video decoder the stream's source uses now, 0 for one it used before (decoder: the GStreamer element; hardware: true for NVDEC, VA-API, V4L2 and the like; memory: where decoded frames reach roadseg, system until GPU-memory frames are taken in place)",
+    ),
     (
         STREAM_DEGRADED,
         None,
@@ -332,7 +341,7 @@ pub struct StreamMetrics {
 impl StreamMetrics {
     pub fn new(stream: &str) -> StreamMetrics {
         let s = stream.to_string();
-        let r = Arc::new(StreamReadings::default());
+        let r = Arc::new(StreamReadings { stream: s.clone(), ..StreamReadings::default() });
         let tee = |c: Counter, slot: Slot| Counter::from_arc(Arc::new(TeeCounter { inner: c, readings: r.clone(), slot }));
         let dropped = DropReason::ALL.map(|reason| {
             tee(counter!(FRAMES_DROPPED, "stream" => s.clone(), "reason" => reason.label()), Slot::Dropped(reason))
@@ -398,6 +407,22 @@ impl StreamMetrics {
         self.readings.recording.store(2, Ordering::Relaxed);
     }
 
+    /// The source decodes with `decoder`: its `roadseg_stream_decoder` series
+    /// goes to 1, the one before (another codec, a hardware decoder that
+    /// failed over) to 0. Called once a pipeline run, not per frame.
+    pub fn decoder(&self, decoder: &DecoderInfo) {
+        let r = &self.readings;
+        let mut current = r.decoder.lock().unwrap_or_else(PoisonError::into_inner);
+        let series = |name: &str, hardware: bool| {
+            gauge!(STREAM_DECODER, "stream" => r.stream.clone(), "decoder" => name.to_string(), "hardware" => hardware.to_string(), "memory" => DecoderInfo::MEMORY)
+        };
+        if let Some((name, hardware)) = current.take() {
+            series(&name, hardware).set(0.0);
+        }
+        series(&decoder.name, decoder.hardware).set(1.0);
+        *current = Some((decoder.name.clone(), decoder.hardware));
+    }
+
     /// What this handle set has counted since the stream was first started
     /// (a reload's restart keeps the set, as the exported counters go on).
     pub fn readings(&self) -> StreamReading {
@@ -421,6 +446,9 @@ struct StreamReadings {
     /// The recording's state: 0 none yet, 1 writing, 2 paused (why in `paused`).
     recording: AtomicU8,
     paused: Mutex<String>,
+    /// The stream, and the decoder its gauge names now (`decoder()`).
+    stream: String,
+    decoder: Mutex<Option<(String, bool)>>,
 }
 
 /// Which of [`StreamReadings`]' counts a tee'd counter adds to.

@@ -111,6 +111,8 @@ pub trait StreamObserver: Send + Sync {
     fn decoded(&self, _ring_depth: usize) {}
     /// The source went on past damaged or lost input.
     fn damaged_input(&self) {}
+    /// The source decodes with `decoder` (from now until the next report).
+    fn decoder(&self, _decoder: &crate::video::source::DecoderInfo) {}
     /// `frames` more frames were written by `sink`.
     fn written(&self, _sink: &'static str, _frames: u64) {}
     fn sink_failed(&self, _sink: &'static str, _err: &OutputError) {}

@@ -29,6 +29,7 @@ use super::launch::{self, Failure, GstError};
 pub use settings::{DEFAULT_LATENCY_MS, RtspTransport, SourceSettings, UnknownTransport};
 pub use plan::TestUriError;
 pub use extent::{Extent, Shortfall};
+pub use decoders::DecoderInfo;
 pub use tap::{EncodedTap, RunningTime};
 
 use crate::video::uri::Scheme;
@@ -51,6 +52,8 @@ pub trait FrameHandler: Send + Sync + 'static {
     /// demuxer, parser or decoder (logged at most every few seconds), or frames
     /// missing from the timestamps (concealment could not rebuild them).
     fn on_damaged_input(&self) {}
+    /// The source's decodebin picked this video decoder (each pipeline run).
+    fn on_decoder(&self, _decoder: &DecoderInfo) {}
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -217,6 +220,8 @@ impl Source {
             } else {
                 decoders::skip_hardware(&dec);
             }
+            let reporter = handler.clone();
+            decoders::report_decoders(&dec, move |decoder| reporter.on_decoder(&decoder));
         }
 
         let bus = pipeline.bus().ok_or_else(|| glib::bool_error!("pipeline has no bus"))?;

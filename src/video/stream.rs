@@ -109,6 +109,7 @@ impl StreamSpec {
         let (events_tx, events_rx) = crossbeam_channel::unbounded();
         let temporal = Arc::new(StreamTemporal::new(self.temporal));
         let feeder = Arc::new(RingFeeder::new(FeederParts {
+            stream: self.name.clone(),
             ring: ring.clone(),
             output: output_tx.clone(),
             wake_workers: Box::new(services.pool.waker()),

@@ -177,3 +177,26 @@ fn record_masks_and_none_write_no_video() {
     let none = lines("none");
     assert!(none.len() >= 10 && none.iter().all(|l| l.get("road_rle").is_none()), "{:?}", none.first());
 }
+
+#[test]
+fn each_stream_names_the_decoder_it_uses_and_where_its_frames_arrive() {
+    // Rule: once a source's decodebin picks its video decoder, roadseg_stream_decoder{stream, decoder, hardware, memory} is 1 for it (here a software H.264 decoder: hardware="false"), memory says frames reach roadseg in host memory, and the log says the same once.
+    let dir = tempfile::tempdir().unwrap();
+    let clip = h264_clip(dir.path());
+    let (mport, rport) = (free_port(), free_port());
+    let stats = dir.path().join("dec.jsonl");
+    let stream = format!("\n[[streams]]\nname = \"dec\"\nuri = \"file://{}\"\nlive = true\n\n[streams.output]\nstats = \"{}\"\n", clip.display(), stats.display());
+    let config = dir.path().join("roadseg.toml");
+    std::fs::write(&config, header(mport, rport) + &stream).unwrap();
+    let mut d = Daemon::start(&config, &dir.path().join("log"));
+    d.wait_for("frames inferred", Duration::from_secs(60), || metric(mport, "roadseg_frames_inferred_total", "dec") >= 5.0);
+    let series: Vec<String> = scrape(mport).lines().filter(|l| l.starts_with("roadseg_stream_decoder{") && l.contains("stream=\"dec\"")).map(str::to_string).collect();
+    d.stop_cleanly();
+    assert_eq!(series.len(), 1, "one decoder for one run of the source: {series:?}");
+    let line = &series[0];
+    assert!(line.ends_with(" 1") && line.contains("hardware=\"false\"") && line.contains("memory=\"system\""), "{line}");
+    let decoder = line.split("decoder=\"").nth(1).and_then(|r| r.split('"').next()).unwrap_or_default();
+    assert!(["avdec_h264", "openh264dec", "libde265dec"].contains(&decoder) || decoder.contains("264"), "an H.264 decoder: {line}");
+    let log = d.log();
+    assert_eq!(log.lines().filter(|l| l.contains("decoding on the CPU") && l.contains(decoder)).count(), 1, "{log}");
+}

@@ -8,6 +8,7 @@ use crate::daemon::metrics::{DropReason, Sink, Stage, StreamMetrics, unix_now};
 use crate::daemon::status::StreamStatus;
 use crate::annotate::FrameStats;
 use crate::video::output::{OutputError, StreamObserver};
+use crate::video::source::DecoderInfo;
 use crate::video::pool::SkipReason;
 use crate::video::ring::FrameBuf;
 
@@ -24,6 +25,9 @@ impl StreamObserver for Observer {
     }
     fn damaged_input(&self) {
         self.metrics.decode_errors.increment(1);
+    }
+    fn decoder(&self, decoder: &DecoderInfo) {
+        self.metrics.decoder(decoder);
     }
     fn written(&self, sink: &'static str, frames: u64) {
         self.metrics.written(Sink::named(sink)).increment(frames);

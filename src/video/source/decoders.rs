@@ -34,6 +34,39 @@ const KNOWN: &[&str] = &[
     "qsvh265dec",
 ];
 
+/// The video decoder a source's decodebin picked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecoderInfo {
+    /// The GStreamer element's factory name (`nvh264dec`, `avdec_h264`, ...).
+    pub name: String,
+    /// A GPU or SoC decoder (NVDEC, VA-API, V4L2, Quick Sync), not the CPU.
+    pub hardware: bool,
+}
+
+impl DecoderInfo {
+    /// Where decoded frames reach roadseg: always host ("system") memory
+    /// today. A hardware decoder's frames are copied out of GPU memory by
+    /// GStreamer, and the CUDA backend copies them back up; taking them in
+    /// place (`memory:CUDAMemory`) is not built.
+    pub const MEMORY: &'static str = "system";
+}
+
+/// Calls `report` with each video decoder that `dec` (a uridecodebin) adds,
+/// on its streaming thread: once a run of the pipeline, again after a
+/// reconnect or a change of codec.
+pub(super) fn report_decoders(dec: &gst::Element, report: impl Fn(DecoderInfo) + Send + Sync + 'static) {
+    dec.connect("deep-element-added", false, move |args| {
+        let element = args.get(2).and_then(|v| v.get::<gst::Element>().ok());
+        if let Some(factory) = element.as_ref().and_then(|e| e.factory()) {
+            let klass = factory.klass();
+            if klass.contains("Decoder") && klass.contains("Video") {
+                report(DecoderInfo { name: factory.name().to_string(), hardware: is_hardware(&factory) });
+            }
+        }
+        None
+    });
+}
+
 pub(super) fn is_hardware(f: &gst::ElementFactory) -> bool {
     let klass = f.klass();
     (klass.contains("Decoder") && klass.contains("Hardware")) || KNOWN.contains(&f.name().as_str())

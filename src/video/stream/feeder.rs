@@ -13,7 +13,7 @@ use crate::video::frame::DecodedFrame;
 use crate::video::output::StreamObserver;
 use crate::video::pool::{OutputItem, SkipReason};
 use crate::video::ring::{FrameRing, Pushed};
-use crate::video::source::{FlowAction, FrameHandler, SourceError};
+use crate::video::source::{DecoderInfo, FlowAction, FrameHandler, SourceError};
 
 /// What a source reports to whoever runs its stream.
 #[derive(Debug)]
@@ -23,6 +23,7 @@ pub enum SourceEvent {
 }
 
 pub(super) struct RingFeeder {
+    stream: String,
     pub(super) ring: Arc<FrameRing>,
     output: Sender<OutputItem>,
     wake_workers: Box<dyn Fn() + Send + Sync>,
@@ -39,6 +40,8 @@ pub(super) struct RingFeeder {
 
 /// What a feeder is built from.
 pub(super) struct FeederParts {
+    /// The stream's name, for the log.
+    pub stream: String,
     pub ring: Arc<FrameRing>,
     pub output: Sender<OutputItem>,
     pub wake_workers: Box<dyn Fn() + Send + Sync>,
@@ -93,6 +96,7 @@ impl RingFeeder {
             retime_from: p.live.then_some(now),
             last_frame: Mutex::new(now),
             observer: p.observer,
+            stream: p.stream,
             stopped: AtomicBool::new(false),
             rate: p.infer_fps.filter(|f| *f > 0.0).map(|f| RateLimit {
                 interval_ns: (1e9 / f) as u64,
@@ -158,6 +162,18 @@ impl FrameHandler for RingFeeder {
     fn on_damaged_input(&self) {
         self.observer.damaged_input();
     }
+
+    fn on_decoder(&self, decoder: &DecoderInfo) {
+        tracing::info!(
+            stream = %self.stream,
+            decoder = %decoder.name,
+            hardware = decoder.hardware,
+            memory = DecoderInfo::MEMORY,
+            "decoding on the {}; frames reach the workers in host memory",
+            if decoder.hardware { "GPU or SoC" } else { "CPU" }
+        );
+        self.observer.decoder(decoder);
+    }
 }
 
 #[cfg(test)]
@@ -175,6 +191,7 @@ mod tests {
         let (events, _events) = crossbeam_channel::unbounded();
         let temporal = Arc::new(StreamTemporal::new(TemporalSettings { smoothing: Some(0.5), hood: true, connected_road: true }));
         let feeder = RingFeeder::new(FeederParts {
+            stream: "s".into(),
             ring: ring.clone(),
             output,
             wake_workers: Box::new(|| {}),

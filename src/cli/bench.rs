@@ -227,7 +227,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
 /// batches of `copies` at once after their warm-up (the daemon's worker pool
 /// without the video).
 fn run_workers(args: &BenchArgs, copies: &[FrameRef<'_>], batches: usize) -> Result<f64> {
-    let loaded = load_engines(&args.model, args.size, args.model.threshold, CpuBackend::new(), WorkerCount::Fixed(args.workers), args.batch)?;
+    // Single frames only at load: the bench runs exactly `--batch` frames a
+    // step, whose instance its warm-up builds; a worker's smaller sizes would
+    // only add to the memory it reports.
+    let loaded = load_engines(&args.model, args.size, args.model.threshold, CpuBackend::new(), WorkerCount::Fixed(args.workers), 1)?;
     let barrier = std::sync::Barrier::new(loaded.engines.len());
     let started = std::sync::Mutex::new(None::<std::time::Instant>);
     std::thread::scope(|scope| {

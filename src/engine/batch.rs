@@ -138,7 +138,6 @@ impl<B: Backend> Engine<B> {
         &self.batches.outputs[..self.batches.last]
     }
 
-    /// Builds the instance for `n` >= 2 images on first use.
     /// Builds the model instances of these batch sizes now (1 is the
     /// single-frame path, always there), so a worker holds its memory from
     /// the start and a GPU short of it fails the load, not a busy minute
@@ -163,6 +162,8 @@ impl<B: Backend> Engine<B> {
         std::iter::once(1).chain(built).collect()
     }
 
+    /// Builds the instance for `n` >= 2 images, once (at load, or on first
+    /// use of a size `prepare_batches` was not given).
     fn batch_pass(&mut self, n: usize) -> Result<(), EngineError> {
         let slot = n - 2;
         if self.batches.passes.len() <= slot {

@@ -72,6 +72,8 @@ pub struct StillEdge {
     samples: u32,
     /// The path found after the last moving frame.
     candidate: Option<Arc<HoodMask>>,
+    /// Scratch: one grid row's per-column luma sums.
+    sums: Vec<u32>,
 }
 
 impl StillEdge {
@@ -99,6 +101,7 @@ impl StillEdge {
             first_step,
             samples: 0,
             candidate: None,
+            sums: vec![0; cols],
         }
     }
 
@@ -155,7 +158,7 @@ impl StillEdge {
     fn cell_means(&mut self, luma: &[u8]) {
         let (w, cw, ch, cols) = (self.width, self.cell_w, self.cell_h, self.cols);
         let scale = 1.0 / (cw * ch) as f32;
-        let mut sums = vec![0u32; cols];
+        let sums = &mut self.sums;
         for r in 0..self.rows - self.first_step {
             sums.fill(0);
             let top = self.offset + (self.first_step + r) * ch;
@@ -165,7 +168,7 @@ impl StillEdge {
                     *sum += cell.iter().map(|&v| v as u32).sum::<u32>();
                 }
             }
-            for (m, &s) in self.means[r * cols..(r + 1) * cols].iter_mut().zip(&sums) {
+            for (m, &s) in self.means[r * cols..(r + 1) * cols].iter_mut().zip(sums.iter()) {
                 *m = s as f32 * scale;
             }
         }
@@ -220,36 +223,37 @@ impl StillEdge {
     }
 }
 
+/// Luma of frame `t` of a drive: a scene of random blobs that shifts with
+/// `t`, and (when `edge_row` is Some) a bright bonnet from that row down
+/// whose texture (reflections) also changes every frame.
+#[cfg(test)]
+pub(super) fn drive_luma(w: usize, h: usize, t: usize, edge_row: Option<usize>) -> Vec<u8> {
+    let noise = |x: usize, y: usize, s: usize| -> u8 {
+        let v = (x / 7 + s * 13).wrapping_mul(2_654_435_761) ^ (y / 5 + s * 7).wrapping_mul(40_503);
+        (v >> 7) as u8 % 90
+    };
+    let mut luma = vec![0u8; w * h];
+    for y in 0..h {
+        for x in 0..w {
+            luma[y * w + x] = match edge_row {
+                Some(e) if y >= e => 150 + noise(x + t * 3, y, t) / 3,
+                _ => 40 + noise(x + t * 11, y + t * 5, t / 2),
+            };
+        }
+    }
+    luma
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A frame: a scene of random blobs that shifts with `t`, and (when
-    /// `edge_row` is Some) a bright bonnet from that row down whose texture
-    /// (reflections) also changes every frame.
-    fn frame(w: usize, h: usize, t: usize, edge_row: Option<usize>) -> Vec<u8> {
-        let noise = |x: usize, y: usize, s: usize| -> u8 {
-            let v = (x / 7 + s * 13).wrapping_mul(2_654_435_761) ^ (y / 5 + s * 7).wrapping_mul(40_503);
-            (v >> 7) as u8 % 90
-        };
-        let mut luma = vec![0u8; w * h];
-        for y in 0..h {
-            for x in 0..w {
-                luma[y * w + x] = match edge_row {
-                    Some(e) if y >= e => 150 + noise(x + t * 3, y, t) / 3,
-                    _ => 40 + noise(x + t * 11, y + t * 5, t / 2),
-                };
-            }
-        }
-        luma
-    }
 
     #[test]
     fn a_reflective_bonnet_edge_is_found_where_it_stays() {
         let (w, h) = (320, 180);
         let mut edge = StillEdge::new(w, h);
         for t in 0..30 {
-            edge.observe(&frame(w, h, t, Some(162)));
+            edge.observe(&drive_luma(w, h, t, Some(162)));
         }
         let hood = edge.candidate().expect("a persistent edge across the picture");
         assert!(hood.top.iter().all(|&t| t.abs_diff(162) <= 1), "{:?}", &hood.top[..8]);
@@ -260,12 +264,12 @@ mod tests {
         let (w, h) = (320, 180);
         let mut moving = StillEdge::new(w, h);
         for t in 0..30 {
-            moving.observe(&frame(w, h, t, None));
+            moving.observe(&drive_luma(w, h, t, None));
         }
         assert!(moving.candidate().is_none());
         // The same frame over and over: nothing moves, nothing is learnt.
         let mut stopped = StillEdge::new(w, h);
-        let still = frame(w, h, 0, Some(162));
+        let still = drive_luma(w, h, 0, Some(162));
         for _ in 0..30 {
             stopped.observe(&still);
         }
@@ -277,16 +281,16 @@ mod tests {
         let (w, h) = (640, 360);
         let mut early = StillEdge::new(w, h);
         for t in 0..(MIN_SAMPLES as usize) {
-            early.observe(&frame(w, h, t, Some(330)));
+            early.observe(&drive_luma(w, h, t, Some(330)));
         }
         assert!(early.candidate().is_none(), "the first frame is only the reference");
-        early.observe(&frame(w, h, 99, Some(330)));
+        early.observe(&drive_luma(w, h, 99, Some(330)));
         let hood = early.candidate().expect("enough moving frames now");
         assert!(hood.top.iter().all(|&t| t.abs_diff(330) <= 2), "{:?}", &hood.top[..8]);
         // An edge at half the height is a horizon, not a bonnet.
         let mut high = StillEdge::new(w, h);
         for t in 0..30 {
-            high.observe(&frame(w, h, t, Some(180)));
+            high.observe(&drive_luma(w, h, t, Some(180)));
         }
         assert!(high.candidate().is_none());
     }

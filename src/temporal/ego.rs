@@ -142,11 +142,7 @@ pub fn merge(learned: &HoodMask, motion: &HoodMask, motion_agrees: bool) -> Hood
     if !motion_agrees || motion.is_empty() {
         return learned.with_bars(motion.bars);
     }
-    if learned.is_empty() {
-        return motion.clone();
-    }
-    let top = learned.top.iter().zip(&motion.top).map(|(&a, &b)| a.min(b)).collect();
-    HoodMask::from_tops(learned.width, learned.height, top).with_bars(motion.bars)
+    taller(motion, learned)
 }
 
 /// Column by column, the taller of `hood` and `other`, with `hood`'s bars.

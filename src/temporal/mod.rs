@@ -432,17 +432,9 @@ mod tests {
         assert!(plain.filter_logits(0, &mut l, grid, &[0], None, &first.hood).hood.is_none());
     }
 
-    /// RGBA frame `t` of a drive: a scene of blobs moving past and, from
-    /// row `edge` down, a bright bonnet whose reflections change every frame.
+    /// RGBA frame `t` of a drive with a reflective bonnet from row `edge` down.
     fn reflective_bonnet_frame(w: usize, h: usize, t: usize, edge: usize) -> Vec<u8> {
-        let noise = |x: usize, y: usize, s: usize| ((((x / 7 + s * 13).wrapping_mul(2_654_435_761) ^ (y / 5 + s * 7).wrapping_mul(40_503)) >> 7) % 90) as u8;
-        (0..w * h)
-            .flat_map(|i| {
-                let (x, y) = (i % w, i / w);
-                let v = if y >= edge { 150 + noise(x + t * 3, y, t) / 3 } else { 40 + noise(x + t * 11, y + t * 5, t / 2) };
-                [v, v, v, 255]
-            })
-            .collect()
+        edge::drive_luma(w, h, t, Some(edge)).into_iter().flat_map(|v| [v, v, v, 255]).collect()
     }
 
     #[test]

@@ -17,14 +17,17 @@ use crate::common::*;
 const HOOD_IOU_TARGET: f64 = 0.8;
 /// Per clip: the least hood IoU after 1 s and after the whole clip. Measured
 /// 2026-11-27 with the shipped model (the WiSE-FT interpolation of p2, model
-/// card): udacity-clip 0.739 / 0.812; dad-000478 0.000 / 0.970. The model
+/// card) and the learned hood's per-column median over the last 25 frames:
+/// udacity-clip 0.914 / 0.824 (0.739 / 0.812 with the running mean before
+/// it); dad-000478 0.000 / 0.970. The model
 /// reads DAD's white bonnet as road; its edge, which stays put while the
 /// reflections on it move, is found after 10 moving frames (`temporal::edge`)
 /// and confirmed by the model's ego probability, so not within the first
 /// second of a 6 fps sequence.
-const HOOD_IOU_FLOORS: [(&str, f64, f64); 2] = [("udacity-clip", 0.70, 0.77), ("dad-000478", 0.0, 0.90)];
+const HOOD_IOU_FLOORS: [(&str, f64, f64); 2] = [("udacity-clip", 0.87, 0.79), ("dad-000478", 0.0, 0.90)];
 /// How much more of the frame than the drawn bonnet a hood may cover (the
-/// Udacity clip after 1 s: 8.3% against 6.2% drawn).
+/// Udacity clip over the whole clip: 7.2% against 6.2% drawn; after 1 s it
+/// was 8.3% before the median, 6.2% since).
 const OVERREACH: f64 = 0.03;
 
 struct Outline {

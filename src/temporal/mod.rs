@@ -93,10 +93,9 @@ struct State {
     /// Share of the motion estimate's hood that the model reads as road,
     /// averaged over frames (None before both exist).
     motion_road: Option<f32>,
-    /// Per column of the logits grid, the model's ego probability over what
-    /// the motion estimate adds to its hood, averaged over frames (None
-    /// where it never added any).
-    motion_ego: Vec<Option<f32>>,
+    /// The model's ego probability over the motion estimate's hood, per
+    /// cell, averaged over frames.
+    motion_ego: ego::EgoUnderMotion,
     /// The persistent edge (a reflective bonnet's), and the model's mean
     /// ego probability under and over it, averaged over frames.
     edge: Option<StillEdge>,
@@ -112,7 +111,7 @@ const MOTION_ROAD_WEIGHT: f32 = 0.1;
 const MOTION_ROAD_MAX: f32 = 0.2;
 /// ... and, where the model sees a hood itself, only in the columns where
 /// the model's ego probability over what it adds averages at least this
-/// (see [`ego::ego_over_learned`]: 0.38-0.50 over pasted real bonnets,
+/// (see [`ego::EgoUnderMotion`]: 0.24-0.50 over pasted real bonnets,
 /// 0.09-0.12 over the unlit shoulder of tmo324's night.mp4).
 const MOTION_EGO_MIN: f32 = 0.2;
 
@@ -197,17 +196,7 @@ impl StreamTemporal {
         if newer && !motion.is_empty() {
             let share = ego::road_share(logits, grid, road, &motion);
             st.motion_road = Some(st.motion_road.map_or(share, |r| r + MOTION_ROAD_WEIGHT * (share - r)));
-            let learned = st.learned_mask_for(unseen.width, unseen.height);
-            let now = ego::ego_over_learned(logits, grid, ego, &motion, &learned);
-            if st.motion_ego.len() != now.len() {
-                st.motion_ego = vec![None; now.len()];
-            }
-            for (was, now) in st.motion_ego.iter_mut().zip(now) {
-                *was = match (*was, now) {
-                    (Some(w), Some(n)) => Some(w + MOTION_ROAD_WEIGHT * (n - w)),
-                    (w, n) => n.or(w),
-                };
-            }
+            st.motion_ego.observe(logits, grid, ego, &motion, MOTION_ROAD_WEIGHT);
         }
         // The third: whether the model sees more ego vehicle under the
         // persistent edge than over it.
@@ -329,11 +318,8 @@ impl State {
     /// confirms it.
     fn combined(&mut self, motion: Arc<HoodMask>) -> Arc<HoodMask> {
         let learned = self.learned_mask_for(motion.width, motion.height);
-        let columns = self.motion_ego.len();
-        let supported = |x: usize| {
-            let column = x * columns / motion.width.max(1);
-            self.motion_ego.get(column).copied().flatten().is_some_and(|p| p >= MOTION_EGO_MIN)
-        };
+        let columns = self.motion_ego.supported_columns(&motion, &learned, MOTION_EGO_MIN);
+        let supported = |x: usize| columns.get(x * columns.len() / motion.width.max(1)).copied().unwrap_or(false);
         let hood = ego::merge(&learned, &motion, self.motion_agrees(), supported);
         let confirmed = self.edge_confirmed();
         match self.edge_candidate(motion.width, motion.height).filter(|_| confirmed) {

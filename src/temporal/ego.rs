@@ -93,13 +93,15 @@ impl LearnedHood {
         oldest.extend_from_slice(heights);
         self.recent.push_back(oldest);
         self.frames += 1;
-        let mut column = Vec::with_capacity(self.recent.len());
+        let n = self.recent.len();
+        let mut column = [0.0f32; WINDOW];
         self.heights.resize(heights.len(), 0.0);
         for (c, median) in self.heights.iter_mut().enumerate() {
-            column.clear();
-            column.extend(self.recent.iter().map(|frame| frame[c]));
+            for (slot, frame) in column.iter_mut().zip(&self.recent) {
+                *slot = frame[c];
+            }
+            let column = &mut column[..n];
             column.sort_by(f32::total_cmp);
-            let n = column.len();
             *median = if n % 2 == 1 { column[n / 2] } else { 0.5 * (column[n / 2 - 1] + column[n / 2]) };
         }
     }

@@ -172,9 +172,8 @@ fn the_hood_does_not_climb_the_unlit_roadside_at_night() {
     // bonnet edge at about 97% of the height) the unlit shoulder on the left,
     // as still as the bonnet and read as "other", is not hood. Before that
     // rule, its first 8 s gave a 7.8% hood reaching 63% of the height at
-    // the frame's left edge; measured after it (2026-11-27): 3.1%, its top
-    // in the left fifth at 87% (a column near the bonnet keeps the slope
-    // of the shoulder above the bonnet's edge at 97%).
+    // the frame's left edge; measured after it (2026-11-28): 2.6%, its top
+    // in the left fifth at 95% (the bonnet's edge is at about 97%).
     let Some(night) = shared("data/clips/tmo324__lane_detecting/videos/night.mp4") else { return };
     if !bundled_model_has_an_ego_class() {
         roadseg::test_skip::skip("the bundled model (models/roadseg-camvid) has no ego-vehicle class; the rule is about joining the model's hood");
@@ -189,7 +188,7 @@ fn the_hood_does_not_climb_the_unlit_roadside_at_night() {
     let highest_on_the_left = (0..w / 5).filter_map(|x| (0..h).find(|&y| is_hood(x, y))).min().unwrap_or(h);
     eprintln!("night.mp4, first 8 s: hood {:.1}% of the frame, its top in the left fifth at {:.0}% of the height", 100.0 * share, 100.0 * highest_on_the_left as f64 / h as f64);
     assert!(share <= 0.05, "hood {:.1}% of the frame against a bonnet of about 3%", 100.0 * share);
-    assert!(highest_on_the_left as f64 >= 0.85 * h as f64, "the hood climbs the left roadside to row {highest_on_the_left} of {h}");
+    assert!(highest_on_the_left as f64 >= 0.9 * h as f64, "the hood climbs the left roadside to row {highest_on_the_left} of {h}");
 }
 
 #[test]

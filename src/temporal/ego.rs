@@ -225,11 +225,12 @@ impl EgoUnderMotion {
 /// `hood` and outside `except`.
 fn for_each_cell_in(grid: LogitsGrid, hood: &HoodMask, except: Option<&HoodMask>, mut f: impl FnMut(usize)) {
     let LogitsGrid { width: w, height: h, .. } = grid;
-    if hood.is_empty() {
-        return;
-    }
+    let Some(&highest) = hood.top.iter().min() else { return };
     for gy in 0..h {
         let y = ((gy as f32 + 0.5) * hood.height as f32 / h as f32) as usize;
+        if y < highest as usize {
+            continue; // above every column's hood
+        }
         for gx in 0..w {
             let x = ((gx as f32 + 0.5) * hood.width as f32 / w as f32) as usize;
             if hood.contains(x, y) && !except.is_some_and(|e| e.contains(x, y)) {
@@ -286,21 +287,14 @@ pub fn ego_bands(logits: &[f32], grid: LogitsGrid, ego: usize, edge: &HoodMask) 
 /// Share of the logits cells inside `hood` (at frame resolution) whose best
 /// class is a road class (0 when the hood covers no cell centre).
 pub fn road_share(logits: &[f32], grid: LogitsGrid, road: &[usize], hood: &HoodMask) -> f32 {
-    let LogitsGrid { width: w, height: h, labels } = grid;
+    let labels = grid.labels;
     let (mut inside, mut roads) = (0u32, 0u32);
-    for gy in 0..h {
-        let y = ((gy as f32 + 0.5) * hood.height as f32 / h as f32) as usize;
-        for gx in 0..w {
-            let x = ((gx as f32 + 0.5) * hood.width as f32 / w as f32) as usize;
-            if !hood.contains(x, y) {
-                continue;
-            }
-            let px = &logits[(gy * w + gx) * labels..][..labels];
-            let best = (0..labels).max_by(|&a, &b| px[a].total_cmp(&px[b])).unwrap_or(0);
-            inside += 1;
-            roads += u32::from(road.contains(&best));
-        }
-    }
+    for_each_cell_in(grid, hood, None, |cell| {
+        let px = &logits[cell * labels..][..labels];
+        let best = (0..labels).max_by(|&a, &b| px[a].total_cmp(&px[b])).unwrap_or(0);
+        inside += 1;
+        roads += u32::from(road.contains(&best));
+    });
     if inside == 0 { 0.0 } else { roads as f32 / inside as f32 }
 }
 

@@ -91,8 +91,12 @@ fn hood_iou(video: &Path, edge: &[(f64, f64)], dir: &Path) -> (f64, f64) {
     let estimate = hood_estimate(video, dir);
     let (w, h) = (estimate.width() as usize, estimate.height() as usize);
     let truth: Vec<u8> = rasterise(edge, w, h).iter().map(|&m| m * 255).collect();
-    let share = estimate.as_raw().iter().filter(|&&v| v > 127).count() as f64 / (w * h) as f64;
-    (roadseg::synth::road_iou(estimate.as_raw(), &truth).unwrap_or(0.0), share)
+    (roadseg::synth::road_iou(estimate.as_raw(), &truth).unwrap_or(0.0), hood_share(&estimate))
+}
+
+/// Share of the frame a hood image marks.
+fn hood_share(hood: &image::GrayImage) -> f64 {
+    hood.as_raw().iter().filter(|&&v| v > 127).count() as f64 / hood.as_raw().len() as f64
 }
 
 /// The hood `roadseg process --hood-out` writes for `video` (default settings).
@@ -183,7 +187,7 @@ fn the_hood_does_not_climb_the_unlit_roadside_at_night() {
     let video = as_video(night.parent().unwrap(), "night.mp4", tmp.path(), Some(8));
     let hood = hood_estimate(&video, tmp.path());
     let (w, h) = (hood.width() as usize, hood.height() as usize);
-    let share = hood.as_raw().iter().filter(|&&v| v > 127).count() as f64 / (w * h) as f64;
+    let share = hood_share(&hood);
     let is_hood = |x: usize, y: usize| hood.get_pixel(x as u32, y as u32)[0] > 127;
     let highest_on_the_left = (0..w / 5).filter_map(|x| (0..h).find(|&y| is_hood(x, y))).min().unwrap_or(h);
     eprintln!("night.mp4, first 8 s: hood {:.1}% of the frame, its top in the left fifth at {:.0}% of the height", 100.0 * share, 100.0 * highest_on_the_left as f64 / h as f64);

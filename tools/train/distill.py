@@ -124,15 +124,30 @@ def load_camvid(root: str, split: str) -> list:
     return out
 
 
-def load_idd(root: str, held_out: bool) -> list:
+def load_idd(root: str, held_out: bool, teacher_dir: str | None = None, teacher_min: float = 0.0) -> list:
+    """IDD Lite frames. With `teacher_min` > 0, drivable pixels where the
+    teacher's P(road) (`teacher_dir`, tools/teacher/label.py --idd) is below
+    it are not scored: IDD's "drivable" takes in shoulders, aprons and paved
+    pedestrian areas that CamVid calls pavement, and that conflict pulled
+    CamVid's pavement into road in runs p1-p6."""
     t = lut(IDD_TO)
     out = []
+    disputed = total = 0
     for p in sorted(glob.glob(os.path.join(root, "train", "images", "*.jpg"))):
         if splits.idd_held_out(p) != held_out:
             continue
         stem = os.path.splitext(os.path.basename(p))[0]
-        lab = np.asarray(Image.open(os.path.join(root, "train", "labels", stem + ".png")))
-        out.append((Image.open(p).convert("RGB"), t[lab]))
+        lab = t[np.asarray(Image.open(os.path.join(root, "train", "labels", stem + ".png")))]
+        im = Image.open(p).convert("RGB")
+        if teacher_min > 0:
+            road_p = Image.open(os.path.join(teacher_dir, stem + ".png")).resize(im.size, Image.BILINEAR)
+            drop = (lab == ROAD) & (np.asarray(road_p, np.float32) / 255 < teacher_min)
+            disputed += int(drop.sum())
+            total += int((lab == ROAD).sum())
+            lab = np.where(drop, IGNORE, lab).astype(np.uint8)
+        out.append((im, lab))
+    if teacher_min > 0:
+        print(f"idd: {disputed / max(total, 1):.1%} of drivable pixels unscored (teacher P(road) < {teacher_min})")
     return out
 
 
@@ -387,6 +402,9 @@ def parse_args(argv=None):
     ap.add_argument("--ego-paste", type=float, default=0.3)
     ap.add_argument("--ego-weight", type=float, default=1.0,
                     help="cross-entropy weight of ego_vehicle pixels (the class is rare and a white bonnet looks like light road)")
+    ap.add_argument("--idd-teacher-min", type=float, default=0.0,
+                    help="leave IDD drivable pixels unscored where the teacher's P(road) is below this "
+                         "(needs DATA/idd-teacher from tools/teacher/label.py --idd; 0 = off)")
     ap.add_argument("--cutmix", type=float, default=0.15)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
@@ -422,7 +440,8 @@ def main(argv=None) -> int:
     mix = {k: int(v) for k, v in (kv.split(":") for kv in args.mix.split(","))}
     pools = {}
     loaders = {"camvid": lambda: load_camvid(camvid_root, "train"),
-               "idd": lambda: load_idd(idd_root, held_out=False),
+               "idd": lambda: load_idd(idd_root, held_out=False, teacher_dir=os.path.join(args.data, "idd-teacher"),
+                                       teacher_min=args.idd_teacher_min),
                "teacher": lambda: load_teacher(os.path.join(args.data, "teacher"), args.base_width),
                "synth": lambda: load_synth(os.path.join(args.data, "synth")),
                # the student's temporally agreed labels where the teacher was unsure (tools/teacher/selftrain.py)

@@ -8,6 +8,7 @@
 #   synth/     24 frames of `roadseg synth` as JPEG, their road masks, and the bonnet (hood.png)
 #   teacher/   frames without labels and Intel's P(road) for them (tools/teacher/label.py;
 #              kept when present: it takes minutes; TEACHER=1 remakes it)
+#   idd-teacher/  Intel's P(road) on IDD's training frames (distill.py --idd-teacher-min)
 #   ego/       the drawn ego vehicles and their frames (tools/teacher/ego.py)
 #   tools/train/stage-data.sh          # needs target/release/roadseg, ffmpeg, python with PIL + numpy (+ openvino or torch)
 set -euo pipefail
@@ -29,5 +30,9 @@ rm "$out/synth/drive.mp4"
 if [ ! -f "$out/teacher/index.tsv" ] || [ "${TEACHER:-0}" = 1 ]; then
   rm -rf "$out/teacher"
   ROADSEG_SHARED="$shared" "$py" tools/teacher/label.py --out "$out/teacher"
+fi
+if [ ! -d "$out/idd-teacher" ] || [ "${TEACHER:-0}" = 1 ]; then
+  rm -rf "$out/idd-teacher"
+  ROADSEG_SHARED="$shared" "$py" tools/teacher/label.py --idd "$out/idd-teacher"
 fi
 ROADSEG_SHARED="$shared" "$py" tools/teacher/ego.py --out "$out/ego"

@@ -10,6 +10,14 @@
 //! scene's own dark areas (a tunnel, a night sky) move, grain or change from
 //! frame to frame, so they rarely stay flat and still for long, and when they
 //! do there is nothing to segment in them either.
+//!
+//! Pillarbox bars are also made of the picture itself, scaled up and blurred
+//! (phone footage exported to 16:9, social-media re-encodes): grey, not flat,
+//! but smooth along every column, where picture columns carry edges and
+//! grain. Such a column counts as a bar line too, and a run of them counts as a bar only where
+//! it ends at sharp picture (a textured column within a few of its end): a
+//! scene's smooth edge (fog, a blown-out sky) fades into the picture instead.
+//! Rows are never judged this way: a clear sky makes smooth rows.
 
 /// What makes a line (a column near the left or right edge, a row near the
 /// top or bottom) a bar line, and a run of them a bar.
@@ -31,10 +39,43 @@ struct Rules {
     max_share: f32,
     /// Every `sample`-th pixel of a line is looked at.
     sample: usize,
+    /// Largest mean step between a column's neighbouring samples for a
+    /// blurred bar (levels), averaged over frames (`step_weight`): blurred
+    /// fill 0.8-1.1 (single frames up to 1.46 as the codec's noise comes and
+    /// goes), picture columns at a frame's edge 1.75 and up, night included
+    /// (medians over the clips of ../shared).
+    smooth: f32,
+    /// Largest running mean step as a share of the line's mean luma: a dark
+    /// picture is smooth in levels too (a night roadside at 1.6-1.8, luma 25-35),
+    /// where blurred fill stays under 0.025 of its level.
+    smooth_relative: f32,
+    /// Weight of each frame in a column's running mean step.
+    step_weight: f32,
+    /// Largest change of a blurred bar line's mean luma between frames: the
+    /// fill follows the scene, slowly.
+    smooth_steady: f32,
+    /// Mean step of the sharp picture a blurred bar must end at, within
+    /// `edge_reach` columns of its last one.
+    edge_texture: f32,
+    edge_reach: usize,
 }
 
 /// 8 frames: 0.3 s at 25 fps.
-const RULES: Rules = Rules { flat: 6, dark: 40.0, steady: 1.5, min_frames: 8, min_bar: 4, max_share: 0.3, sample: 4 };
+const RULES: Rules = Rules {
+    flat: 6,
+    dark: 40.0,
+    steady: 1.5,
+    min_frames: 8,
+    min_bar: 4,
+    max_share: 0.3,
+    sample: 4,
+    smooth: 1.4,
+    smooth_relative: 0.03,
+    step_weight: 0.25,
+    smooth_steady: 4.0,
+    edge_texture: 3.0,
+    edge_reach: 3,
+};
 
 /// Bars along each edge, in pixels; all zero: the whole frame is picture.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -71,6 +112,11 @@ pub struct BarsEstimator {
     /// a row it was a bar line, and its last mean luma.
     col_runs: Vec<u16>,
     col_mean: Vec<f32>,
+    /// Per candidate column: its running mean step between samples (negative
+    /// before the first frame), and whether it counted as a bar line this
+    /// frame only by being smooth (blurred fill).
+    col_step: Vec<f32>,
+    col_blurred: Vec<bool>,
     row_runs: Vec<u16>,
     row_mean: Vec<f32>,
     bars: Bars,
@@ -83,6 +129,8 @@ impl BarsEstimator {
             height,
             col_runs: vec![0; width],
             col_mean: vec![-1.0; width],
+            col_step: vec![-1.0; width],
+            col_blurred: vec![false; width],
             row_runs: vec![0; height],
             row_mean: vec![-1.0; height],
             bars: Bars::NONE,
@@ -103,25 +151,43 @@ impl BarsEstimator {
         let reach_x = ((w as f32 * RULES.max_share) as usize).min(w);
         let reach_y = ((h as f32 * RULES.max_share) as usize).min(h);
         for x in edge_lines(w, reach_x) {
-            let stats = line_stats((0..h).step_by(RULES.sample).map(|y| luma[y * w + x]));
-            update(&mut self.col_runs[x], &mut self.col_mean[x], stats);
+            let mut stats = line_stats((0..h).step_by(RULES.sample).map(|y| luma[y * w + x]));
+            let avg = &mut self.col_step[x];
+            *avg = if *avg < 0.0 { stats.step } else { *avg + RULES.step_weight * (stats.step - *avg) };
+            stats.step = *avg;
+            self.col_blurred[x] = update(&mut self.col_runs[x], &mut self.col_mean[x], stats, true);
         }
         for y in edge_lines(h, reach_y) {
             let stats = line_stats(luma[y * w..(y + 1) * w].iter().step_by(RULES.sample).copied());
-            update(&mut self.row_runs[y], &mut self.row_mean[y], stats);
+            update(&mut self.row_runs[y], &mut self.row_mean[y], stats, false);
         }
-        let bar = |runs: &mut dyn Iterator<Item = &u16>, reach: usize| {
-            // A run that reaches the limit is a dark scene, not framing.
-            let n = runs.take(reach).take_while(|&&r| r >= RULES.min_frames).count();
-            if n >= RULES.min_bar && n < reach { n as u32 } else { 0 }
+        let (left, right) = {
+            let cols = |order: &dyn Fn(usize) -> usize| {
+                bar_width(reach_x, |i| self.col_runs[order(i)], |i| self.col_blurred[order(i)], |i| self.col_step[order(i)])
+            };
+            (cols(&|i| i), cols(&|i| w - 1 - i))
         };
-        self.bars = Bars {
-            left: bar(&mut self.col_runs.iter(), reach_x),
-            right: bar(&mut self.col_runs.iter().rev(), reach_x),
-            top: bar(&mut self.row_runs.iter(), reach_y),
-            bottom: bar(&mut self.row_runs.iter().rev(), reach_y),
-        };
+        let rows = |order: &dyn Fn(usize) -> usize| bar_width(reach_y, |i| self.row_runs[order(i)], |_| false, |_| 0.0);
+        self.bars = Bars { left, right, top: rows(&|i| i), bottom: rows(&|i| h - 1 - i) };
     }
+}
+
+/// The bar along one edge: the run of lines (the `i`th from the edge) that
+/// have been bar lines for `RULES.min_frames`, if it is a bar at all.
+fn bar_width(reach: usize, runs: impl Fn(usize) -> u16, blurred: impl Fn(usize) -> bool, step: impl Fn(usize) -> f32) -> u32 {
+    let n = (0..reach).take_while(|&i| runs(i) >= RULES.min_frames).count();
+    // A run that reaches the limit is a dark scene, not framing.
+    if n < RULES.min_bar || n >= reach {
+        return 0;
+    }
+    // Blurred fill must end at sharp picture; a scene's smooth edge fades in.
+    // Without it, the bar is what the flat, dark lines alone make.
+    let sharp_end = || (n..(n + RULES.edge_reach).min(reach)).any(|i| step(i) >= RULES.edge_texture);
+    if (0..n).any(&blurred) && !sharp_end() {
+        let dark = (0..n).take_while(|&i| !blurred(i)).count();
+        return if dark >= RULES.min_bar { dark as u32 } else { 0 };
+    }
+    n as u32
 }
 
 /// The first and last `reach` of `n` lines (each once).
@@ -130,27 +196,51 @@ fn edge_lines(n: usize, reach: usize) -> impl Iterator<Item = usize> {
     (0..reach).chain(far..n)
 }
 
-/// (spread, mean) of a line's samples.
-fn line_stats(samples: impl Iterator<Item = u8>) -> (u8, f32) {
-    let (mut lo, mut hi, mut sum, mut n) = (u8::MAX, 0u8, 0u32, 0u32);
+struct LineStats {
+    /// Brightest less darkest sample.
+    spread: u8,
+    mean: f32,
+    /// Mean absolute difference between neighbouring samples.
+    step: f32,
+}
+
+fn line_stats(samples: impl Iterator<Item = u8>) -> LineStats {
+    let (mut lo, mut hi, mut sum, mut steps, mut n) = (u8::MAX, 0u8, 0u32, 0u32, 0u32);
+    let mut prev = None;
     for v in samples {
         lo = lo.min(v);
         hi = hi.max(v);
         sum += v as u32;
+        if let Some(p) = prev {
+            steps += (v as i32 - p as i32).unsigned_abs();
+        }
+        prev = Some(v);
         n += 1;
     }
-    (hi.saturating_sub(lo), sum as f32 / n.max(1) as f32)
+    LineStats {
+        spread: hi.saturating_sub(lo),
+        mean: sum as f32 / n.max(1) as f32,
+        step: steps as f32 / n.saturating_sub(1).max(1) as f32,
+    }
 }
 
-fn update(run: &mut u16, last_mean: &mut f32, (spread, mean): (u8, f32)) {
-    let bar_line = spread <= RULES.flat && mean <= RULES.dark;
-    let steady = *last_mean >= 0.0 && (mean - *last_mean).abs() <= RULES.steady;
-    *run = match (bar_line, steady) {
+/// Counts the line's run of bar frames on; true where it is a bar line only
+/// by being smooth (`smooth_counts`: columns), not by being flat and dark.
+fn update(run: &mut u16, last_mean: &mut f32, stats: LineStats, smooth_counts: bool) -> bool {
+    let dark_bar = stats.spread <= RULES.flat && stats.mean <= RULES.dark;
+    let blurred = !dark_bar
+        && smooth_counts
+        && stats.step <= RULES.smooth
+        && stats.step <= RULES.smooth_relative * stats.mean;
+    let limit = if dark_bar { RULES.steady } else { RULES.smooth_steady };
+    let steady = *last_mean >= 0.0 && (stats.mean - *last_mean).abs() <= limit;
+    *run = match (dark_bar || blurred, steady) {
         (true, true) => run.saturating_add(1),
         (true, false) => 1,
         (false, _) => 0,
     };
-    *last_mean = mean;
+    *last_mean = stats.mean;
+    blurred
 }
 
 #[cfg(test)]
@@ -210,6 +300,93 @@ mod tests {
     fn bars_wider_than_the_limit_are_a_dark_scene() {
         let huge = Bars { left: 120, right: 0, ..Bars::NONE };
         assert_eq!(run(320, 180, huge, 12).left, 0, "a 37% 'bar' is not framing");
+    }
+
+    /// A `w` x `h` frame (frame `t`) of moving texture between bars of
+    /// blurred fill `bar` wide: a smooth vertical ramp of grey, drifting
+    /// slowly, and on every third frame the codec's ripple (too rough for a
+    /// bar line in that frame alone).
+    fn blurred_pillarbox(w: usize, h: usize, bar: usize, t: usize) -> Vec<u8> {
+        (0..w * h)
+            .map(|i| {
+                let (x, y) = (i % w, i / w);
+                let ripple = if t % 3 == 0 { (y / 4 % 2) * 2 } else { 0 };
+                if x < bar || x >= w - bar {
+                    (50 + y * 30 / h + t / 4 + ripple) as u8
+                } else {
+                    ((x * 7 + y * 13 + t * 29) % 200 + 20) as u8
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_pillarbox_of_blurred_picture_is_found_exactly() {
+        let (w, h) = (424, 192);
+        let mut est = BarsEstimator::new(w, h);
+        for t in 0..12 {
+            est.observe(&blurred_pillarbox(w, h, 38, t));
+        }
+        assert_eq!(est.bars(), Bars { left: 38, right: 38, ..Bars::NONE });
+    }
+
+    #[test]
+    fn a_smooth_edge_that_fades_into_the_picture_is_not_a_bar() {
+        // Fog at the left: smooth for six columns, its texture growing column
+        // by column (no sharp end), under a flat grey sky's smooth rows.
+        let (w, h) = (320, 180);
+        let mut est = BarsEstimator::new(w, h);
+        for t in 0..30 {
+            let f: Vec<u8> = (0..w * h)
+                .map(|i| {
+                    let (x, y) = (i % w, i / w);
+                    let grain = ((x * 7 + y * 13 + t * 29) % 200) as f32 / 200.0 - 0.5;
+                    let texture = (x as f32 / 160.0).min(1.0) * 120.0 * grain;
+                    if y < 30 { 124 } else { (120.0 + texture) as u8 }
+                })
+                .collect();
+            est.observe(&f);
+        }
+        assert_eq!(est.bars(), Bars::NONE);
+    }
+
+    #[test]
+    fn a_black_bar_beside_a_smooth_fading_edge_stays_the_black_bar() {
+        // 20 black columns, then fog whose texture grows column by column: the
+        // smooth fog joins the run but has no sharp end, so the bar is the black.
+        let (w, h) = (320, 180);
+        let mut est = BarsEstimator::new(w, h);
+        for t in 0..30 {
+            let f: Vec<u8> = (0..w * h)
+                .map(|i| {
+                    let (x, y) = (i % w, i / w);
+                    let grain = ((x * 7 + y * 13 + t * 29) % 200) as f32 / 200.0 - 0.5;
+                    let texture = ((x as f32 - 20.0) / 160.0).clamp(0.0, 1.0) * 120.0 * grain;
+                    if x < 20 { 1 } else { (120.0 + texture) as u8 }
+                })
+                .collect();
+            est.observe(&f);
+        }
+        assert_eq!(est.bars(), Bars { left: 20, ..Bars::NONE });
+    }
+
+    #[test]
+    fn a_dim_smooth_roadside_at_night_is_not_blurred_fill() {
+        // Luma about 31, spread 10, steps of about 1.1 levels: under
+        // `RULES.smooth` in levels, but rough for its brightness (0.035 of
+        // it); sharp picture beside it.
+        let (w, h) = (320, 180);
+        let mut est = BarsEstimator::new(w, h);
+        for t in 0..30 {
+            let f: Vec<u8> = (0..w * h)
+                .map(|i| {
+                    let (x, y) = (i % w, i / w);
+                    if x < 17 { (27 + (y / 4 + t) % 2 + y / 20) as u8 } else { ((x * 7 + y * 13 + t * 29) % 200 + 20) as u8 }
+                })
+                .collect();
+            est.observe(&f);
+        }
+        assert_eq!(est.bars(), Bars::NONE);
     }
 
     #[test]

@@ -13,11 +13,12 @@
 //!
 //! Pillarbox bars are also made of the picture itself, scaled up and blurred
 //! (phone footage exported to 16:9, social-media re-encodes): grey, not flat,
-//! but smooth along every column, where picture columns carry edges and
-//! grain. Such a column counts as a bar line too, and a run of them counts as a bar only where
-//! it ends at sharp picture (a textured column within a few of its end): a
-//! scene's smooth edge (fog, a blown-out sky) fades into the picture instead.
-//! Rows are never judged this way: a clear sky makes smooth rows.
+//! changing with the scene, but smooth along every column (gradual ramps, no
+//! detail), where picture columns carry edges and grain. Such a column counts
+//! as a bar line too, and a run of them counts as a bar only where it ends at
+//! sharp picture (a textured column within a few of its end): a scene's
+//! smooth edge (fog, a blown-out sky) fades into the picture instead. Rows
+//! are never judged this way: a clear sky makes smooth rows.
 
 /// What makes a line (a column near the left or right edge, a row near the
 /// top or bottom) a bar line, and a run of them a bar.
@@ -39,22 +40,20 @@ struct Rules {
     max_share: f32,
     /// Every `sample`-th pixel of a line is looked at.
     sample: usize,
-    /// Largest mean step between a column's neighbouring samples for a
-    /// blurred bar (levels), averaged over frames (`step_weight`): blurred
-    /// fill 0.8-1.1 (single frames up to 1.46 as the codec's noise comes and
-    /// goes), picture columns at a frame's edge 1.75 and up, night included
-    /// (medians over the clips of ../shared).
+    /// Largest detail of a blurred bar line (levels): the mean absolute
+    /// second difference of its samples (a ramp has none), averaged over
+    /// frames (`step_weight`). Blurred fill: medians 0.7-1.0, single frames
+    /// up to 1.3 as the codec's noise comes and goes; picture columns at a
+    /// frame's edge: medians 2.9 and up (the clips of ../shared), but for
+    /// dark night scenes, which `smooth_relative` keeps out.
     smooth: f32,
-    /// Largest running mean step as a share of the line's mean luma: a dark
-    /// picture is smooth in levels too (a night roadside at 1.6-1.8, luma 25-35),
-    /// where blurred fill stays under 0.025 of its level.
+    /// Largest detail as a share of the line's mean luma: a dark picture is
+    /// smooth in levels too (0.07 and up of its level at night), blurred
+    /// fill under 0.015.
     smooth_relative: f32,
     /// Weight of each frame in a column's running mean step.
     step_weight: f32,
-    /// Largest change of a blurred bar line's mean luma between frames: the
-    /// fill follows the scene, slowly.
-    smooth_steady: f32,
-    /// Mean step of the sharp picture a blurred bar must end at, within
+    /// Detail of the sharp picture a blurred bar must end at, within
     /// `edge_reach` columns of its last one.
     edge_texture: f32,
     edge_reach: usize,
@@ -69,10 +68,9 @@ const RULES: Rules = Rules {
     min_bar: 4,
     max_share: 0.3,
     sample: 4,
-    smooth: 1.4,
+    smooth: 1.5,
     smooth_relative: 0.03,
     step_weight: 0.25,
-    smooth_steady: 4.0,
     edge_texture: 3.0,
     edge_reach: 3,
 };
@@ -112,8 +110,8 @@ pub struct BarsEstimator {
     /// a row it was a bar line, and its last mean luma.
     col_runs: Vec<u16>,
     col_mean: Vec<f32>,
-    /// Per candidate column: its running mean step between samples (negative
-    /// before the first frame), and whether it counted as a bar line this
+    /// Per candidate column: its running mean detail (negative before the
+    /// first frame), and whether it counted as a bar line this
     /// frame only by being smooth (blurred fill).
     col_step: Vec<f32>,
     col_blurred: Vec<bool>,
@@ -200,27 +198,27 @@ struct LineStats {
     /// Brightest less darkest sample.
     spread: u8,
     mean: f32,
-    /// Mean absolute difference between neighbouring samples.
+    /// Mean absolute second difference of the samples: detail, not slope.
     step: f32,
 }
 
 fn line_stats(samples: impl Iterator<Item = u8>) -> LineStats {
-    let (mut lo, mut hi, mut sum, mut steps, mut n) = (u8::MAX, 0u8, 0u32, 0u32, 0u32);
-    let mut prev = None;
+    let (mut lo, mut hi, mut sum, mut detail, mut n) = (u8::MAX, 0u8, 0u32, 0u32, 0u32);
+    let (mut before, mut last) = (None::<i32>, None::<i32>);
     for v in samples {
         lo = lo.min(v);
         hi = hi.max(v);
         sum += v as u32;
-        if let Some(p) = prev {
-            steps += (v as i32 - p as i32).unsigned_abs();
+        if let (Some(a), Some(b)) = (before, last) {
+            detail += (v as i32 - 2 * b + a).unsigned_abs();
         }
-        prev = Some(v);
+        (before, last) = (last, Some(v as i32));
         n += 1;
     }
     LineStats {
         spread: hi.saturating_sub(lo),
         mean: sum as f32 / n.max(1) as f32,
-        step: steps as f32 / n.saturating_sub(1).max(1) as f32,
+        step: detail as f32 / n.saturating_sub(2).max(1) as f32,
     }
 }
 
@@ -232,8 +230,8 @@ fn update(run: &mut u16, last_mean: &mut f32, stats: LineStats, smooth_counts: b
         && smooth_counts
         && stats.step <= RULES.smooth
         && stats.step <= RULES.smooth_relative * stats.mean;
-    let limit = if dark_bar { RULES.steady } else { RULES.smooth_steady };
-    let steady = *last_mean >= 0.0 && (stats.mean - *last_mean).abs() <= limit;
+    // Blurred fill follows the scene's light; only black bars hold still.
+    let steady = blurred || (*last_mean >= 0.0 && (stats.mean - *last_mean).abs() <= RULES.steady);
     *run = match (dark_bar || blurred, steady) {
         (true, true) => run.saturating_add(1),
         (true, false) => 1,
@@ -303,16 +301,16 @@ mod tests {
     }
 
     /// A `w` x `h` frame (frame `t`) of moving texture between bars of
-    /// blurred fill `bar` wide: a smooth vertical ramp of grey, drifting
-    /// slowly, and on every third frame the codec's ripple (too rough for a
-    /// bar line in that frame alone).
+    /// blurred fill `bar` wide: a smooth vertical ramp of grey whose level
+    /// jumps with the scene, and on every third frame the codec's ripple (too
+    /// rough for a bar line in that frame alone).
     fn blurred_pillarbox(w: usize, h: usize, bar: usize, t: usize) -> Vec<u8> {
         (0..w * h)
             .map(|i| {
                 let (x, y) = (i % w, i / w);
-                let ripple = if t % 3 == 0 { (y / 4 % 2) * 2 } else { 0 };
+                let ripple = if t % 3 == 0 { y / 4 % 2 } else { 0 };
                 if x < bar || x >= w - bar {
-                    (50 + y * 30 / h + t / 4 + ripple) as u8
+                    (50 + y * 30 / h + t % 2 * 12 + ripple) as u8
                 } else {
                     ((x * 7 + y * 13 + t * 29) % 200 + 20) as u8
                 }
@@ -332,8 +330,8 @@ mod tests {
 
     #[test]
     fn a_smooth_edge_that_fades_into_the_picture_is_not_a_bar() {
-        // Fog at the left: smooth for six columns, its texture growing column
-        // by column (no sharp end), under a flat grey sky's smooth rows.
+        // Fog at the left: smooth for a few columns, its texture growing
+        // column by column (no sharp end), under a flat grey sky's smooth rows.
         let (w, h) = (320, 180);
         let mut est = BarsEstimator::new(w, h);
         for t in 0..30 {
@@ -341,7 +339,7 @@ mod tests {
                 .map(|i| {
                     let (x, y) = (i % w, i / w);
                     let grain = ((x * 7 + y * 13 + t * 29) % 200) as f32 / 200.0 - 0.5;
-                    let texture = (x as f32 / 160.0).min(1.0) * 120.0 * grain;
+                    let texture = (x as f32 / 320.0).min(1.0) * 120.0 * grain;
                     if y < 30 { 124 } else { (120.0 + texture) as u8 }
                 })
                 .collect();
@@ -361,7 +359,7 @@ mod tests {
                 .map(|i| {
                     let (x, y) = (i % w, i / w);
                     let grain = ((x * 7 + y * 13 + t * 29) % 200) as f32 / 200.0 - 0.5;
-                    let texture = ((x as f32 - 20.0) / 160.0).clamp(0.0, 1.0) * 120.0 * grain;
+                    let texture = ((x as f32 - 20.0) / 320.0).clamp(0.0, 1.0) * 120.0 * grain;
                     if x < 20 { 1 } else { (120.0 + texture) as u8 }
                 })
                 .collect();
@@ -372,8 +370,8 @@ mod tests {
 
     #[test]
     fn a_dim_smooth_roadside_at_night_is_not_blurred_fill() {
-        // Luma about 31, spread 10, steps of about 1.1 levels: under
-        // `RULES.smooth` in levels, but rough for its brightness (0.035 of
+        // Luma about 26, spread 9, detail about 1.0 level: under
+        // `RULES.smooth` in levels, but rough for its brightness (0.04 of
         // it); sharp picture beside it.
         let (w, h) = (320, 180);
         let mut est = BarsEstimator::new(w, h);
@@ -381,7 +379,7 @@ mod tests {
             let f: Vec<u8> = (0..w * h)
                 .map(|i| {
                     let (x, y) = (i % w, i / w);
-                    if x < 17 { (27 + (y / 4 + t) % 2 + y / 20) as u8 } else { ((x * 7 + y * 13 + t * 29) % 200 + 20) as u8 }
+                    if x < 17 { (22 + (y / 8 + t) % 2 + y / 20) as u8 } else { ((x * 7 + y * 13 + t * 29) % 200 + 20) as u8 }
                 })
                 .collect();
             est.observe(&f);

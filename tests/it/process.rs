@@ -233,13 +233,25 @@ fn decode_rgb(clip: &Path, frame: usize) -> Vec<u8> {
 #[test]
 fn pillarbox_bars_of_a_real_clip_are_found_left_out_and_left_untouched() {
     // Rule: constant black side bars (a real 960x540 dashcam clip pillarboxed to 1280x540) are found within the first frames; road masks are zero on them, nothing is drawn on them (every class counts as road here, so anything not left out would be tinted), and the summary names them.
+    pillarbox_is_left_out("pad=1280:540:160:0:black");
+}
+
+#[test]
+fn a_pillarbox_of_blurred_picture_is_found_left_out_and_left_untouched() {
+    // Rule: side bars filled with the picture itself, stretched and blurred (how phones and social media put a narrow clip in 16:9), are bars like black ones: found, out of the masks, untouched.
+    pillarbox_is_left_out("split[fill][clip];[fill]scale=1280:540,boxblur=20:4[bg];[bg][clip]overlay=160:0");
+}
+
+/// The real 960x540 clip put in the middle of 1280x540 by the filter `vf`:
+/// 160 px bars each side, found, out of the masks, nothing drawn on them.
+fn pillarbox_is_left_out(vf: &str) {
     let Some(src) = shared("data/dashcam/solidWhiteRight.mp4") else { return };
     let tmp = tempfile::tempdir().unwrap();
     let clip = tmp.path().join("pillarbox.mp4");
     let padded = std::process::Command::new("ffmpeg")
         .args(["-v", "error", "-i"])
         .arg(&src)
-        .args(["-vf", "pad=1280:540:160:0:black", "-frames:v", "40", "-c:v", "libx264", "-pix_fmt", "yuv420p"])
+        .args(["-vf", vf, "-frames:v", "40", "-c:v", "libx264", "-pix_fmt", "yuv420p"])
         .arg(&clip)
         .status()
         .expect("ffmpeg runs");

@@ -320,52 +320,45 @@ mod tests {
 
     #[test]
     fn a_pillarbox_of_blurred_picture_is_found_exactly() {
-        let (w, h) = (424, 192);
+        let found = bars_after(424, 192, 12, |t| blurred_pillarbox(424, 192, 38, t));
+        assert_eq!(found, Bars { left: 38, right: 38, ..Bars::NONE });
+    }
+
+    /// A `w` x `h` frame (frame `t`): `black` black columns at the left, then
+    /// fog whose texture grows column by column (no sharp edge anywhere), under
+    /// `sky` rows of flat grey.
+    fn fog(w: usize, h: usize, black: usize, sky: usize, t: usize) -> Vec<u8> {
+        (0..w * h)
+            .map(|i| {
+                let (x, y) = (i % w, i / w);
+                let grain = ((x * 7 + y * 13 + t * 29) % 200) as f32 / 200.0 - 0.5;
+                let texture = ((x as f32 - black as f32) / 320.0).clamp(0.0, 1.0) * 120.0 * grain;
+                if x < black { 1 } else if y < sky { 124 } else { (120.0 + texture) as u8 }
+            })
+            .collect()
+    }
+
+    /// The bars after `frames` frames made by `frame(t)`.
+    fn bars_after(w: usize, h: usize, frames: usize, frame: impl Fn(usize) -> Vec<u8>) -> Bars {
         let mut est = BarsEstimator::new(w, h);
-        for t in 0..12 {
-            est.observe(&blurred_pillarbox(w, h, 38, t));
+        for t in 0..frames {
+            est.observe(&frame(t));
         }
-        assert_eq!(est.bars(), Bars { left: 38, right: 38, ..Bars::NONE });
+        est.bars()
     }
 
     #[test]
     fn a_smooth_edge_that_fades_into_the_picture_is_not_a_bar() {
         // Fog at the left: smooth for a few columns, its texture growing
         // column by column (no sharp end), under a flat grey sky's smooth rows.
-        let (w, h) = (320, 180);
-        let mut est = BarsEstimator::new(w, h);
-        for t in 0..30 {
-            let f: Vec<u8> = (0..w * h)
-                .map(|i| {
-                    let (x, y) = (i % w, i / w);
-                    let grain = ((x * 7 + y * 13 + t * 29) % 200) as f32 / 200.0 - 0.5;
-                    let texture = (x as f32 / 320.0).min(1.0) * 120.0 * grain;
-                    if y < 30 { 124 } else { (120.0 + texture) as u8 }
-                })
-                .collect();
-            est.observe(&f);
-        }
-        assert_eq!(est.bars(), Bars::NONE);
+        assert_eq!(bars_after(320, 180, 30, |t| fog(320, 180, 0, 30, t)), Bars::NONE);
     }
 
     #[test]
     fn a_black_bar_beside_a_smooth_fading_edge_stays_the_black_bar() {
-        // 20 black columns, then fog whose texture grows column by column: the
-        // smooth fog joins the run but has no sharp end, so the bar is the black.
-        let (w, h) = (320, 180);
-        let mut est = BarsEstimator::new(w, h);
-        for t in 0..30 {
-            let f: Vec<u8> = (0..w * h)
-                .map(|i| {
-                    let (x, y) = (i % w, i / w);
-                    let grain = ((x * 7 + y * 13 + t * 29) % 200) as f32 / 200.0 - 0.5;
-                    let texture = ((x as f32 - 20.0) / 320.0).clamp(0.0, 1.0) * 120.0 * grain;
-                    if x < 20 { 1 } else { (120.0 + texture) as u8 }
-                })
-                .collect();
-            est.observe(&f);
-        }
-        assert_eq!(est.bars(), Bars { left: 20, ..Bars::NONE });
+        // 20 black columns, then fog: the smooth fog joins the run but has no
+        // sharp end, so the bar is the black.
+        assert_eq!(bars_after(320, 180, 30, |t| fog(320, 180, 20, 0, t)), Bars { left: 20, ..Bars::NONE });
     }
 
     #[test]
@@ -374,17 +367,15 @@ mod tests {
         // `RULES.smooth` in levels, but rough for its brightness (0.04 of
         // it); sharp picture beside it.
         let (w, h) = (320, 180);
-        let mut est = BarsEstimator::new(w, h);
-        for t in 0..30 {
-            let f: Vec<u8> = (0..w * h)
+        let roadside = |t: usize| -> Vec<u8> {
+            (0..w * h)
                 .map(|i| {
                     let (x, y) = (i % w, i / w);
                     if x < 17 { (22 + (y / 8 + t) % 2 + y / 20) as u8 } else { ((x * 7 + y * 13 + t * 29) % 200 + 20) as u8 }
                 })
-                .collect();
-            est.observe(&f);
-        }
-        assert_eq!(est.bars(), Bars::NONE);
+                .collect()
+        };
+        assert_eq!(bars_after(w, h, 30, roadside), Bars::NONE);
     }
 
     #[test]

@@ -406,6 +406,9 @@ def parse_args(argv=None):
                     help="leave IDD drivable pixels unscored where the teacher's P(road) is below this "
                          "(needs DATA/idd-teacher from tools/teacher/label.py --idd; 0 = off)")
     ap.add_argument("--cutmix", type=float, default=0.15)
+    ap.add_argument("--ema", type=float, default=0.0,
+                    help="also keep an exponential moving average of the weights with this decay per step "
+                         "(0: off), validated and exported beside the raw weights as step-NNNNNN-ema")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--workers", type=int, default=0)
@@ -463,6 +466,9 @@ def main(argv=None) -> int:
     no_decay = [p for n, p in model.named_parameters() if p.ndim <= 1]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=args.lr)
+    # A running average of the trajectory: a soup that costs no extra run
+    # (Polyak averaging); float tensors average, counters copy.
+    ema = copy.deepcopy(model).eval() if args.ema > 0 else None
     state_path = os.path.join(args.out, "state.pt")
     step = 0
     # Wall-clock time already spent (--time-budget-min counts across resumes).
@@ -471,6 +477,8 @@ def main(argv=None) -> int:
         st = torch.load(state_path, map_location=device)
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
+        if ema is not None:
+            ema.load_state_dict(st.get("ema", st["model"]))
         step = st["step"]
         spent_s = float(st.get("elapsed_s", 0.0))
         log(f"resumed at step {step} ({spent_s / 60:.1f} min of the budget spent)", fh)
@@ -478,7 +486,7 @@ def main(argv=None) -> int:
     def save_state():
         tmp = state_path + ".tmp"
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "args": vars(args),
-                    "elapsed_s": time.time() - t_start}, tmp)
+                    "elapsed_s": time.time() - t_start, **({"ema": ema.state_dict()} if ema is not None else {})}, tmp)
         os.replace(tmp, state_path)
 
     stop = {"flag": False}
@@ -505,15 +513,18 @@ def main(argv=None) -> int:
 
     def validate_and_export():
         t = time.time()
-        parts = []
-        for name, frames in val.items():
-            road, ious = road_iou(model, frames, args.val_width, device)
-            parts.append(f"{name} road {road:.4f} ("
-                         + " ".join(f"{c}={v:.3f}" for c, v in zip(CLASSES, ious) if v == v) + ")")
-        out = os.path.join(args.out, f"step-{step:06d}")
-        export(model, out, {"step": step, "args": vars(args), "val": parts})
+        for weights, suffix in ((model, ""), (ema, "-ema")):
+            if weights is None:
+                continue
+            parts = []
+            for name, frames in val.items():
+                road, ious = road_iou(weights, frames, args.val_width, device)
+                parts.append(f"{name} road {road:.4f} ("
+                             + " ".join(f"{c}={v:.3f}" for c, v in zip(CLASSES, ious) if v == v) + ")")
+            out = os.path.join(args.out, f"step-{step:06d}{suffix}")
+            export(weights, out, {"step": step, "args": vars(args), "val": parts})
+            log(f"step {step}{suffix}: " + " | ".join(parts) + f" ({time.time() - t:.0f} s) -> {out}", fh)
         val_s["last"] = time.time() - t
-        log(f"step {step}: " + " | ".join(parts) + f" ({val_s['last']:.0f} s) -> {out}", fh)
 
     cpu_bf16 = "avx512_bf16" in open("/proc/cpuinfo").read() or "amx_bf16" in open("/proc/cpuinfo").read() \
         if os.path.exists("/proc/cpuinfo") else False
@@ -546,6 +557,13 @@ def main(argv=None) -> int:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        if ema is not None:
+            with torch.no_grad():
+                for e, v in zip(ema.state_dict().values(), model.state_dict().values()):
+                    if e.dtype.is_floating_point:
+                        e.lerp_(v, 1 - args.ema)
+                    else:
+                        e.copy_(v)
         step += 1
         now = time.perf_counter()
         win["n"] += 1

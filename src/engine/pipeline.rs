@@ -52,8 +52,9 @@ pub struct EngineOptions {
     pub scales: Vec<f32>,
     pub road_classes: Vec<usize>,
     /// The model's ego-vehicle class, when it has one (found by name:
-    /// `temporal::EGO_CLASS_NAMES`): the stream's hood is then learnt from it.
-    pub ego_class: Option<usize>,
+    /// `temporal::EGO_CLASS_NAMES`, with its vehicle class:
+    /// `temporal::VEHICLE_CLASS_NAMES`): the stream's hood is then learnt from it.
+    pub ego_class: Option<crate::temporal::EgoClass>,
     pub confidence_threshold: f32,
 }
 

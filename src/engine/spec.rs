@@ -86,7 +86,7 @@ fn options_for(spec: &ModelSpec<'_>, labels: &[String]) -> EngineOptions {
         height: spec.size.1,
         scales: spec.preset.scales(),
         road_classes: road_class_ids(labels, spec.road_classes),
-        ego_class: crate::temporal::ego_class_id(labels),
+        ego_class: crate::temporal::EgoClass::from_labels(labels),
         confidence_threshold: spec.confidence_threshold,
     }
 }

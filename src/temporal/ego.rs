@@ -24,37 +24,74 @@ const MIN_COVERAGE: f32 = 0.01;
 /// Never more of the height than this (as the motion estimate).
 const MAX_HEIGHT_SHARE: f32 = 0.45;
 
+/// Class names taken for other vehicles (case-insensitive).
+pub const VEHICLE_CLASS_NAMES: [&str; 2] = ["vehicle", "car"];
+
 /// The first of `labels` that names the ego vehicle.
 pub fn ego_class_id(labels: &[String]) -> Option<usize> {
     labels.iter().position(|l| EGO_CLASS_NAMES.iter().any(|n| l.eq_ignore_ascii_case(n)))
 }
 
-/// Per grid column, the height (in grid rows, fractional) of the ego run
-/// rising from the bottom row of `logits` (`[height, width, labels]`).
-pub fn ego_heights(logits: &[f32], grid: LogitsGrid, ego: usize) -> Vec<f32> {
+/// A model's ego-vehicle class, and its class for other vehicles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EgoClass {
+    pub id: usize,
+    /// The model reads the shadowed lower part of a dark bonnet, and the
+    /// dashboard under it, as some vehicle (the cattle clip of ../shared:
+    /// the bottom fifth of the frame, "vehicle" ahead of "ego" by under one
+    /// logit); under cells it reads as the ego vehicle, such cells are the
+    /// ego vehicle's too.
+    pub vehicle: Option<usize>,
+}
+
+impl EgoClass {
+    /// The classes among `labels` (None without an ego class).
+    pub fn from_labels(labels: &[String]) -> Option<Self> {
+        let vehicle = labels.iter().position(|l| VEHICLE_CLASS_NAMES.iter().any(|n| l.eq_ignore_ascii_case(n)));
+        ego_class_id(labels).map(|id| EgoClass { id, vehicle })
+    }
+
+    /// Only the ego class itself (no vehicle class to carry it).
+    pub fn alone(id: usize) -> Self {
+        EgoClass { id, vehicle: None }
+    }
+}
+
+/// Per grid column, the height (in grid rows, fractional) of the ego
+/// vehicle rising from the bottom row of `logits` (`[height, width,
+/// labels]`): the run of cells from the bottom that read as the ego vehicle,
+/// or as some vehicle under a cell that reads as the ego vehicle, up to its
+/// highest ego cell. A run of vehicle cells with no ego cell above them in
+/// it (a truck close ahead) is no hood.
+pub fn ego_heights(logits: &[f32], grid: LogitsGrid, ego: EgoClass) -> Vec<f32> {
     let LogitsGrid { width: w, height: h, labels } = grid;
     assert_eq!(logits.len(), w * h * labels, "logits are [{h}, {w}, {labels}]");
-    // How far the ego logit leads the best other class (negative: behind).
-    let lead = |x: usize, y: usize| {
+    // How far class `class`'s logit leads the best other class (negative: behind).
+    let lead = |class: usize, x: usize, y: usize| {
         let px = &logits[(y * w + x) * labels..][..labels];
-        let other = px.iter().enumerate().filter(|&(c, _)| c != ego).map(|(_, &v)| v).fold(f32::NEG_INFINITY, f32::max);
-        px[ego] - other
+        let other = px.iter().enumerate().filter(|&(c, _)| c != class).map(|(_, &v)| v).fold(f32::NEG_INFINITY, f32::max);
+        px[class] - other
     };
+    let ego_lead = |x: usize, y: usize| lead(ego.id, x, y);
+    let carries = |x: usize, y: usize| ego_lead(x, y) >= 0.0 || ego.vehicle.is_some_and(|v| v < labels && lead(v, x, y) >= 0.0);
     (0..w)
         .map(|x| {
-            if h == 0 || lead(x, h - 1) < 0.0 {
-                return 0.0;
-            }
-            let mut y = h - 1;
-            while y > 0 && lead(x, y - 1) >= 0.0 {
+            // The highest ego cell of the run from the bottom.
+            let mut top_ego = None;
+            let mut y = h;
+            while y > 0 && carries(x, y - 1) {
                 y -= 1;
+                if ego_lead(x, y) >= 0.0 {
+                    top_ego = Some(y);
+                }
             }
+            let Some(y) = top_ego else { return 0.0 };
             if y == 0 {
                 return h as f32;
             }
             // Cell centres at y + 0.5 (ego) and y - 0.5 (not): the lead
             // crosses zero between them.
-            let (inside, outside) = (lead(x, y), lead(x, y - 1));
+            let (inside, outside) = (ego_lead(x, y), ego_lead(x, y - 1));
             let t = inside / (inside - outside).max(f32::EPSILON);
             h as f32 - (y as f32 + 0.5 - t)
         })
@@ -319,17 +356,51 @@ mod tests {
         // Rows 6 and 7 of 8 are ego (lead +1), row 5 is not (lead -1): the
         // crossing is halfway between their centres (5.5, 6.5), at 6.0, so 2 rows high.
         let (logits, g) = grid(4, 8, |_, y| if y >= 6 { 1.0 } else { -1.0 });
-        assert_eq!(ego_heights(&logits, g, 2), vec![2.0; 4]);
+        assert_eq!(ego_heights(&logits, g, EgoClass::alone(2)), vec![2.0; 4]);
         // A lead of +3 against -1 puts the crossing a quarter of a row above row 6's centre.
         let (logits, g) = grid(1, 8, |_, y| if y >= 6 { 3.0 } else { -1.0 });
-        assert!((ego_heights(&logits, g, 2)[0] - 2.25).abs() < 1e-6);
+        assert!((ego_heights(&logits, g, EgoClass::alone(2))[0] - 2.25).abs() < 1e-6);
     }
 
     #[test]
     fn only_runs_from_the_bottom_count() {
         // Ego in the middle of the column (a grey truck the model confuses) is no hood.
         let (logits, g) = grid(2, 8, |x, y| if x == 0 && (2..4).contains(&y) { 1.0 } else { -1.0 });
-        assert_eq!(ego_heights(&logits, g, 2), vec![0.0, 0.0]);
+        assert_eq!(ego_heights(&logits, g, EgoClass::alone(2)), vec![0.0, 0.0]);
+    }
+
+    #[test]
+    fn vehicle_cells_under_the_ego_vehicle_carry_it_and_vehicle_alone_is_none() {
+        // Labels: 0 other, 1 vehicle, 2 ego. Column 0: rows 6-7 vehicle,
+        // rows 4-5 ego, row 3 vehicle again, the rest other. Column 1: rows
+        // 5-7 vehicle only (a truck close ahead). Column 2: ego on 7, other
+        // on 6, ego on 5 (the run stops at the other cell).
+        let (w, h) = (3, 8);
+        // Every cell "other" by 1 unless set; a set class leads by 1.
+        let mut logits: Vec<f32> = (0..w * h * 3).map(|i| if i % 3 == 0 { 1.0 } else { 0.0 }).collect();
+        let mut set = |x: usize, y: usize, class: usize| logits[(y * w + x) * 3 + class] = 2.0;
+        for y in [3, 6, 7] {
+            set(0, y, 1);
+        }
+        for y in [4, 5] {
+            set(0, y, 2);
+        }
+        for y in 5..8 {
+            set(1, y, 1);
+        }
+        set(2, 7, 2);
+        set(2, 5, 2);
+        let g = LogitsGrid { width: w, height: h, labels: 3 };
+        // Column 0: the ego lead crosses zero a third of the way from ego
+        // row 4 (+1) to vehicle row 3 (-2), at 4 + 1/6: 3 5/6 rows high.
+        // Column 2: between row 7 (+1) and row 6 (-1), 1 row.
+        let heights = ego_heights(&logits, g, EgoClass { id: 2, vehicle: Some(1) });
+        assert!((heights[0] - (4.0 - 1.0 / 6.0)).abs() < 1e-5 && heights[1..] == [0.0, 1.0], "{heights:?}");
+        // Without the vehicle class, column 0's run never starts.
+        assert_eq!(ego_heights(&logits, g, EgoClass::alone(2)), vec![0.0, 0.0, 1.0]);
+        let labels: Vec<String> = ["road", "Vehicle", "ego_vehicle"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(EgoClass::from_labels(&labels), Some(EgoClass { id: 2, vehicle: Some(1) }));
+        assert_eq!(EgoClass::from_labels(&labels[..2]), None);
     }
 
     #[test]

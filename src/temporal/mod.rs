@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 pub use bars::{Bars, BarsEstimator};
 pub use edge::StillEdge;
-pub use ego::{EGO_CLASS_NAMES, LearnedHood, ego_class_id, ego_heights};
+pub use ego::{EGO_CLASS_NAMES, EgoClass, LearnedHood, VEHICLE_CLASS_NAMES, ego_class_id, ego_heights};
 pub use hood::{HoodEstimator, HoodMask, frame_luma, rgba_luma};
 pub use reach::{LogitsGrid, keep_grounded_road};
 pub use smooth::{DEFAULT_WEIGHT, LogitSmoother};
@@ -155,7 +155,7 @@ impl StreamTemporal {
     /// Whether [`StreamTemporal::filter_logits`] does anything for a model
     /// whose ego-vehicle class is `ego` (the engine then hands the logits to
     /// the host).
-    pub fn filters_logits(&self, ego: Option<usize>) -> bool {
+    pub fn filters_logits(&self, ego: Option<EgoClass>) -> bool {
         self.smooths() || self.settings.connected_road || (self.settings.hood && ego.is_some())
     }
 
@@ -166,7 +166,7 @@ impl StreamTemporal {
     /// the car, whose picture ends at that hood. `Filtered::road_cut` is the
     /// share of the logits grid whose road was cut (0 with the cut off): an
     /// operator's sign that this camera or light confuses the model.
-    pub fn filter_logits(&self, seq: u64, logits: &mut [f32], grid: LogitsGrid, road: &[usize], ego: Option<usize>, unseen: &HoodMask) -> Filtered {
+    pub fn filter_logits(&self, seq: u64, logits: &mut [f32], grid: LogitsGrid, road: &[usize], ego: Option<EgoClass>, unseen: &HoodMask) -> Filtered {
         if self.smooths() {
             self.smooth(seq, logits);
         }
@@ -184,8 +184,9 @@ impl StreamTemporal {
 
     /// Folds frame `seq`'s ego vehicle into the learned hood (frames older
     /// than one already folded in only read it) and returns the frame's hood.
-    fn learn_hood(&self, seq: u64, logits: &[f32], grid: LogitsGrid, road: &[usize], ego: usize, unseen: &HoodMask) -> Arc<HoodMask> {
-        let heights = ego::ego_heights(logits, grid, ego);
+    fn learn_hood(&self, seq: u64, logits: &[f32], grid: LogitsGrid, road: &[usize], ego_class: EgoClass, unseen: &HoodMask) -> Arc<HoodMask> {
+        let heights = ego::ego_heights(logits, grid, ego_class);
+        let ego = ego_class.id;
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let newer = st.learned_newest.is_none_or(|n| seq > n);
         if newer {
@@ -430,13 +431,13 @@ mod tests {
         // Label 1 is the ego vehicle in the bottom two rows.
         let logits: Vec<f32> = (0..16 * 8).flat_map(|i| if i / 16 >= 6 { [0.0, 1.0] } else { [1.0, 0.0] }).collect();
         let t = StreamTemporal::new(TemporalSettings { smoothing: None, hood: true, connected_road: true });
-        assert!(t.filters_logits(Some(1)) && !StreamTemporal::new(TemporalSettings { smoothing: None, hood: true, connected_road: false }).filters_logits(None));
+        assert!(t.filters_logits(Some(EgoClass::alone(1))) && !StreamTemporal::new(TemporalSettings { smoothing: None, hood: true, connected_road: false }).filters_logits(None));
         let pixels = vec![90u8; 64 * 32 * 4];
         let frame = FrameRef::packed(&pixels, 64, 32, crate::frame::PixelFormat::Rgba);
         let first = t.observe(0, Some(0), &frame);
         assert!(first.hood.is_empty(), "nothing known before the first inference");
         let mut l = logits.clone();
-        let hood = t.filter_logits(0, &mut l, grid, &[0], Some(1), &first.hood).hood.expect("a hood from the model");
+        let hood = t.filter_logits(0, &mut l, grid, &[0], Some(EgoClass::alone(1)), &first.hood).hood.expect("a hood from the model");
         assert_eq!(hood.top, vec![24; 64], "2 of 8 grid rows: the bottom quarter of the 32 rows");
         let next = t.observe(1, Some(40_000_000), &frame);
         assert_eq!(next.hood.top, vec![24; 64]);
@@ -466,7 +467,7 @@ mod tests {
                 let frame = FrameRef::packed(&pixels, w, h, crate::frame::PixelFormat::Rgba);
                 let seen = t.observe(seq, Some(seq * 40_000_000), &frame);
                 let mut l = logits_with(over);
-                t.filter_logits(seq, &mut l, grid, &[0], Some(1), &seen.hood);
+                t.filter_logits(seq, &mut l, grid, &[0], Some(EgoClass::alone(1)), &seen.hood);
             }
             let hood = t.hood().expect("hood on");
             if want_hood {

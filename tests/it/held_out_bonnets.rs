@@ -38,9 +38,14 @@ struct Outline {
 }
 
 fn eval_outlines() -> Vec<Outline> {
+    outlines("eval")
+}
+
+/// The drawn outlines of one split ("train" or "eval") of tools/teacher/ego-outlines.json.
+fn outlines(split: &str) -> Vec<Outline> {
     let text = std::fs::read_to_string(repo().join("tools/teacher/ego-outlines.json")).unwrap();
     let json: serde_json::Value = serde_json::from_str(&text).unwrap();
-    json["eval"]
+    json[split]
         .as_object()
         .unwrap()
         .iter()
@@ -193,6 +198,31 @@ fn the_hood_does_not_climb_the_unlit_roadside_at_night() {
     eprintln!("night.mp4, first 8 s: hood {:.1}% of the frame, its top in the left fifth at {:.0}% of the height", 100.0 * share, 100.0 * highest_on_the_left as f64 / h as f64);
     assert!(share <= 0.05, "hood {:.1}% of the frame against a bonnet of about 3%", 100.0 * share);
     assert!(highest_on_the_left as f64 >= 0.9 * h as f64, "the hood climbs the left roadside to row {highest_on_the_left} of {h}");
+}
+
+#[test]
+fn a_dark_bonnet_the_model_reads_partly_as_another_vehicle_is_hood_from_the_first_second() {
+    // Rule: the cells a model reads as "vehicle" under those it reads as the
+    // ego vehicle are the ego vehicle's too. On the Indian cattle clip the
+    // model reads the shadowed lower fifth of the dark bonnet as some vehicle
+    // (ahead of "ego_vehicle" by under one logit), so the ego run from the
+    // bottom never started in those columns, and the hood was in blocks: IoU
+    // 0.585 after 1 s, 0.730 after 4 s (2026-11-28); with the rule 0.895 and
+    // 0.856. This clip's outline trained the model (it is in "train"): the
+    // test holds the daemon's reading of the model, not the model's reach.
+    let Some(data) = shared("data") else { return };
+    if !bundled_model_has_an_ego_class() {
+        roadseg::test_skip::skip("the bundled model (models/roadseg-camvid) has no ego-vehicle class; the rule is about reading it");
+        return;
+    }
+    let cattle = outlines("train").into_iter().find(|o| o.name == "india-cattle").expect("the cattle clip's outline");
+    let tmp = tempfile::tempdir().unwrap();
+    let video = as_video(data.parent().unwrap(), &cattle.frames, tmp.path(), Some(1));
+    let (iou, share) = hood_iou(&video, &cattle.edge, tmp.path());
+    let drawn = rasterise(&cattle.edge, 100, 100).iter().filter(|&&m| m != 0).count() as f64 / 1e4;
+    eprintln!("india-cattle after 1 s: hood IoU {iou:.4}, hood {:.1}% of the frame, drawn {:.1}%", 100.0 * share, 100.0 * drawn);
+    assert!(iou >= 0.85, "hood IoU {iou:.4} after 1 s (0.895 measured, 0.585 before the rule)");
+    assert!(share <= drawn + OVERREACH, "hood {:.1}% of the frame, drawn {:.1}%", 100.0 * share, 100.0 * drawn);
 }
 
 #[test]

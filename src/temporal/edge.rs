@@ -28,8 +28,15 @@ const MAX_ROWS: usize = 180;
 /// A frame whose cells changed by less than this (mean luma levels) from the
 /// last frame used shows a stopped car: every edge would look persistent.
 const MOVING_LUMA: f32 = 1.0;
-/// Moving frames before an edge is proposed (as the motion estimate).
+/// Moving frames before an edge is proposed (as the motion estimate) ...
 const MIN_SAMPLES: u32 = 10;
+/// ... or, on a slow camera, at least this many moving frames once they
+/// span this much time. Persistence is judged against the scene's drift,
+/// and a 6 fps camera's 4 frames drift further than a 30 fps camera's 10
+/// (DAD 000478 at 6 fps: no edge within the first second at 10 frames).
+/// At 20 fps and over, the 10 frames come first, so nothing changes there.
+const MIN_SAMPLES_SLOW: u32 = 4;
+const MIN_MOVING_NS: u64 = 500_000_000;
 /// After this many samples the sums become exponential averages, so a
 /// knocked camera is followed.
 const HORIZON: u32 = 150;
@@ -70,6 +77,10 @@ pub struct StillEdge {
     size: Vec<f32>,
     first_step: usize,
     samples: u32,
+    /// Time between the moving frames and the frames before them, summed.
+    moving_ns: u64,
+    /// The sample at which the edge was first ready to be proposed.
+    ready_at: Option<u32>,
     /// The path found after the last moving frame.
     candidate: Option<Arc<HoodMask>>,
     /// Scratch: one grid row's per-column luma sums.
@@ -100,6 +111,8 @@ impl StillEdge {
             size: vec![0.0; steps * cols],
             first_step,
             samples: 0,
+            moving_ns: 0,
+            ready_at: None,
             candidate: None,
             sums: vec![0; cols],
         }
@@ -114,8 +127,9 @@ impl StillEdge {
         self.have_last = false;
     }
 
-    /// Takes the next frame's luma (`width * height`).
-    pub fn observe(&mut self, luma: &[u8]) {
+    /// Takes the next frame's luma (`width * height`) and the time since
+    /// the frame before it, when the frames have timestamps.
+    pub fn observe(&mut self, luma: &[u8], interval_ns: Option<u64>) {
         assert_eq!(luma.len(), self.width * self.height, "luma of the estimator's frame size");
         if self.signed.is_empty() {
             return;
@@ -132,6 +146,7 @@ impl StillEdge {
         }
         self.last.copy_from_slice(&self.means);
         self.samples = self.samples.saturating_add(1);
+        self.moving_ns = self.moving_ns.saturating_add(interval_ns.unwrap_or(0));
         let rate = 1.0 / self.samples.min(HORIZON) as f32;
         let cols = self.cols;
         for (i, (signed, size)) in self.signed.chunks_mut(cols).zip(self.size.chunks_mut(cols)).enumerate() {
@@ -142,10 +157,18 @@ impl StillEdge {
                 size[c] += rate * (step.abs() - size[c]);
             }
         }
+        if self.ready_at.is_none() && self.enough_seen() {
+            self.ready_at = Some(self.samples);
+        }
         // The path moves slowly; every few samples is enough.
-        if self.samples >= MIN_SAMPLES && (self.samples - MIN_SAMPLES) % PATH_EVERY == 0 {
+        if self.ready_at.is_some_and(|first| (self.samples - first) % PATH_EVERY == 0) {
             self.candidate = self.find_path().map(Arc::new);
         }
+    }
+
+    /// Enough moving frames, or on a slow camera enough moving time, to tell a persistent step from the scene's.
+    fn enough_seen(&self) -> bool {
+        self.samples >= MIN_SAMPLES || (self.samples >= MIN_SAMPLES_SLOW && self.moving_ns >= MIN_MOVING_NS)
     }
 
     /// The hood under the persistent edge, at frame resolution, when there
@@ -176,7 +199,7 @@ impl StillEdge {
 
     fn find_path(&self) -> Option<HoodMask> {
         let steps = self.signed.len() / self.cols.max(1);
-        if self.samples < MIN_SAMPLES || steps == 0 {
+        if !self.enough_seen() || steps == 0 {
             return None;
         }
         let cols = self.cols;
@@ -248,12 +271,42 @@ pub(super) fn drive_luma(w: usize, h: usize, t: usize, edge_row: Option<usize>) 
 mod tests {
     use super::*;
 
+    const FRAME_30FPS: u64 = 33_333_333;
+    const FRAME_6FPS: u64 = 166_666_667;
+
+    #[test]
+    fn a_slow_camera_proposes_the_edge_after_half_a_second_of_moving_frames() {
+        let (w, h) = (640, 360);
+        // 6 fps: the reference frame and 3 moving ones (0.5 s) are not enough frames ...
+        let mut slow = StillEdge::new(w, h);
+        for t in 0..4 {
+            slow.observe(&drive_luma(w, h, t, Some(330)), Some(FRAME_6FPS));
+        }
+        assert!(slow.candidate().is_none(), "3 moving frames");
+        // ... the 4th moving frame (0.67 s) is.
+        slow.observe(&drive_luma(w, h, 4, Some(330)), Some(FRAME_6FPS));
+        let hood = slow.candidate().expect("4 moving frames over 0.67 s");
+        assert!(hood.top.iter().all(|&t| t.abs_diff(330) <= 2), "{:?}", &hood.top[..8]);
+        // 30 fps: 4 moving frames span 0.13 s, and 9 still do not make half a second.
+        let mut fast = StillEdge::new(w, h);
+        for t in 0..10 {
+            fast.observe(&drive_luma(w, h, t, Some(330)), Some(FRAME_30FPS));
+        }
+        assert!(fast.candidate().is_none(), "9 moving frames at 30 fps");
+        // Without timestamps, frames alone count.
+        let mut untimed = StillEdge::new(w, h);
+        for t in 0..8 {
+            untimed.observe(&drive_luma(w, h, t, Some(330)), None);
+        }
+        assert!(untimed.candidate().is_none());
+    }
+
     #[test]
     fn a_reflective_bonnet_edge_is_found_where_it_stays() {
         let (w, h) = (320, 180);
         let mut edge = StillEdge::new(w, h);
         for t in 0..30 {
-            edge.observe(&drive_luma(w, h, t, Some(162)));
+            edge.observe(&drive_luma(w, h, t, Some(162)), None);
         }
         let hood = edge.candidate().expect("a persistent edge across the picture");
         assert!(hood.top.iter().all(|&t| t.abs_diff(162) <= 1), "{:?}", &hood.top[..8]);
@@ -264,14 +317,14 @@ mod tests {
         let (w, h) = (320, 180);
         let mut moving = StillEdge::new(w, h);
         for t in 0..30 {
-            moving.observe(&drive_luma(w, h, t, None));
+            moving.observe(&drive_luma(w, h, t, None), None);
         }
         assert!(moving.candidate().is_none());
         // The same frame over and over: nothing moves, nothing is learnt.
         let mut stopped = StillEdge::new(w, h);
         let still = drive_luma(w, h, 0, Some(162));
         for _ in 0..30 {
-            stopped.observe(&still);
+            stopped.observe(&still, Some(FRAME_30FPS));
         }
         assert!(stopped.candidate().is_none());
     }
@@ -281,16 +334,16 @@ mod tests {
         let (w, h) = (640, 360);
         let mut early = StillEdge::new(w, h);
         for t in 0..(MIN_SAMPLES as usize) {
-            early.observe(&drive_luma(w, h, t, Some(330)));
+            early.observe(&drive_luma(w, h, t, Some(330)), Some(FRAME_30FPS));
         }
         assert!(early.candidate().is_none(), "the first frame is only the reference");
-        early.observe(&drive_luma(w, h, 99, Some(330)));
+        early.observe(&drive_luma(w, h, 99, Some(330)), Some(FRAME_30FPS));
         let hood = early.candidate().expect("enough moving frames now");
         assert!(hood.top.iter().all(|&t| t.abs_diff(330) <= 2), "{:?}", &hood.top[..8]);
         // An edge at half the height is a horizon, not a bonnet.
         let mut high = StillEdge::new(w, h);
         for t in 0..30 {
-            high.observe(&drive_luma(w, h, t, Some(180)));
+            high.observe(&drive_luma(w, h, t, Some(180)), None);
         }
         assert!(high.candidate().is_none());
     }

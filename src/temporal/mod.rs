@@ -257,6 +257,10 @@ impl StreamTemporal {
                 _ => false,
             };
             let edge = st.edge.as_mut().expect("made with the hood estimator");
+            let interval_ns = match (st.newest_pts, pts_ns) {
+                (Some(prev), Some(now)) if !gap => Some(now.saturating_sub(prev)),
+                _ => None,
+            };
             if gap {
                 estimator.restart();
                 edge.restart();
@@ -265,7 +269,7 @@ impl StreamTemporal {
             let motion = estimator.observe(&st.luma);
             if self.settings.hood {
                 st.bars.as_mut().expect("made with the hood estimator").observe(&st.luma);
-                edge.observe(&st.luma);
+                edge.observe(&st.luma, interval_ns);
             }
             if resized || gap || motion.is_some_and(|m| m > CUT_MOTION) {
                 if st.restarts.len() == MAX_CUTS {

@@ -5,9 +5,9 @@
 //! --hood-out`, default settings) keeps the hood IoU the model card records
 //! after the first second and after the whole clip, and never claims more of
 //! the frame than the drawn bonnet (a false hood would hide road).
-//! Issue 35 asks for IoU >= 0.8 on every clip from the first second; the
-//! shipped model does not reach it (the floors below are what it measures,
-//! less a margin), and this test holds the ground gained until one does.
+//! Issue 35 asks for IoU >= 0.8 on every clip from the first second; since
+//! 2026-11-28 both clips reach it (the floors below are what the daemon
+//! measures, less a margin).
 
 use std::path::{Path, PathBuf};
 
@@ -19,12 +19,14 @@ const HOOD_IOU_TARGET: f64 = 0.8;
 /// 2026-11-27 with the shipped model (the WiSE-FT interpolation of p2, model
 /// card) and the learned hood's per-column median over the last 25 frames:
 /// udacity-clip 0.914 / 0.824 (0.739 / 0.812 with the running mean before
-/// it); dad-000478 0.000 / 0.970. The model
-/// reads DAD's white bonnet as road; its edge, which stays put while the
-/// reflections on it move, is found after 10 moving frames (`temporal::edge`)
-/// and confirmed by the model's ego probability, so not within the first
-/// second of a 6 fps sequence.
-const HOOD_IOU_FLOORS: [(&str, f64, f64); 2] = [("udacity-clip", 0.87, 0.79), ("dad-000478", 0.0, 0.90)];
+/// it); dad-000478 0.000 / 0.970. The model reads DAD's white bonnet as
+/// road; its edge, which stays put while the reflections on it move
+/// (`temporal::edge`), is confirmed by the model's ego probability. It was
+/// proposed after 10 moving frames, so not within the first second of a
+/// 6 fps sequence; since 2026-11-28 a slow camera's 4 moving frames do once
+/// they span half a second: dad-000478 0.970 / 0.970 (udacity-clip 0.920 /
+/// 0.855 by tools/eval/hood.py, unchanged).
+const HOOD_IOU_FLOORS: [(&str, f64, f64); 2] = [("udacity-clip", 0.87, 0.79), ("dad-000478", 0.90, 0.90)];
 /// How much more of the frame than the drawn bonnet a hood may cover (the
 /// Udacity clip over the whole clip: 7.2% against 6.2% drawn; after 1 s it
 /// was 8.3% before the median, 6.2% since).
@@ -223,6 +225,26 @@ fn a_dark_bonnet_the_model_reads_partly_as_another_vehicle_is_hood_from_the_firs
     eprintln!("india-cattle after 1 s: hood IoU {iou:.4}, hood {:.1}% of the frame, drawn {:.1}%", 100.0 * share, 100.0 * drawn);
     assert!(iou >= 0.85, "hood IoU {iou:.4} after 1 s (0.895 measured, 0.585 before the rule)");
     assert!(share <= drawn + OVERREACH, "hood {:.1}% of the frame, drawn {:.1}%", 100.0 * share, 100.0 * drawn);
+}
+
+#[test]
+fn a_slow_camera_without_a_bonnet_claims_no_hood() {
+    // Rule: the persistent edge is proposed sooner on a slow camera (4 moving
+    // frames over half a second), and still no hood-less clip gets one: the
+    // rain clip (drops on the windscreen, the one that came nearest: 0.23%
+    // of the frame on 2026-11-28) at 6 fps for 8 s stays under the 1% below
+    // which the daemon reports none.
+    let Some(rainy) = shared("data/clips/tmo324__lane_detecting/videos/rainy.mp4") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let video = tmp.path().join("rainy-6fps.mp4");
+    let mut ffmpeg = std::process::Command::new("ffmpeg");
+    ffmpeg.args(["-loglevel", "error", "-y", "-i"]).arg(&rainy);
+    ffmpeg.args(["-t", "8", "-vf", "fps=6", "-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p"]).arg(&video);
+    let (ok, _, err) = run_with_timeout(&mut ffmpeg, std::time::Duration::from_secs(120));
+    assert!(ok, "ffmpeg: {err}");
+    let share = hood_share(&hood_estimate(&video, tmp.path()));
+    eprintln!("rainy.mp4 at 6 fps, first 8 s: hood {:.2}% of the frame", 100.0 * share);
+    assert!(share < 0.01, "hood {:.2}% of a frame with no bonnet", 100.0 * share);
 }
 
 #[test]

@@ -114,13 +114,16 @@ def shrink(im: Image.Image, lab: np.ndarray, width: int) -> tuple[Image.Image, n
     return im.resize((width, h), Image.BILINEAR), np.asarray(Image.fromarray(lab).resize((width, h), Image.NEAREST))
 
 
-def load_camvid(root: str, split: str) -> list:
+def load_camvid(root: str, split: str, repeat: dict | None = None) -> list:
+    """`repeat` maps a file-name prefix (a CamVid sequence: 0001TP is the
+    dusk drive) to how many times its frames are in the pool."""
     t = lut(CAMVID_TO)
     out = []
     for p in sorted(glob.glob(os.path.join(root, split, "*.jpg")) + glob.glob(os.path.join(root, split, "*.png"))):
         stem = os.path.splitext(os.path.basename(p))[0]
         lab = np.asarray(Image.open(os.path.join(root, split + "annot", stem + ".png")))
-        out.append((Image.open(p).convert("RGB"), t[lab]))
+        times = max((k for prefix, k in (repeat or {}).items() if stem.startswith(prefix)), default=1)
+        out += [(Image.open(p).convert("RGB"), t[lab])] * times
     return out
 
 
@@ -405,6 +408,10 @@ def parse_args(argv=None):
     ap.add_argument("--idd-teacher-min", type=float, default=0.0,
                     help="leave IDD drivable pixels unscored where the teacher's P(road) is below this "
                          "(needs DATA/idd-teacher from tools/teacher/label.py --idd; 0 = off)")
+    ap.add_argument("--camvid-repeat", default={},
+                    type=lambda s: {k: int(v) for k, v in (kv.rsplit(":", 1) for kv in s.split(",") if kv)},
+                    help="PREFIX:K,...: CamVid training frames whose names start with PREFIX are in the pool K times "
+                         "(0001TP:3: the dusk drive, where dark road is read as pavement, three times)")
     ap.add_argument("--cutmix", type=float, default=0.15)
     ap.add_argument("--ema", type=float, default=0.0,
                     help="also keep an exponential moving average of the weights with this decay per step "
@@ -442,7 +449,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     mix = {k: int(v) for k, v in (kv.split(":") for kv in args.mix.split(","))}
     pools = {}
-    loaders = {"camvid": lambda: load_camvid(camvid_root, "train"),
+    loaders = {"camvid": lambda: load_camvid(camvid_root, "train", args.camvid_repeat),
                "idd": lambda: load_idd(idd_root, held_out=False, teacher_dir=os.path.join(args.data, "idd-teacher"),
                                        teacher_min=args.idd_teacher_min),
                "teacher": lambda: load_teacher(os.path.join(args.data, "teacher"), args.base_width),

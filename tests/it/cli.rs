@@ -381,46 +381,25 @@ fn eval_road_polygons_scores_the_road_classes_inside_the_drawn_road() {
     let pooled_hood_out = json["road_iou_hood_out"].as_f64().unwrap();
     assert!((pooled_hood_out - inter_hood_out as f64 / union_hood_out as f64).abs() < 1e-9, "{stdout}");
 
-    std::fs::write(
-        &polygons,
-        r#"{"frames": [{"name": "c.png", "size": [160, 90], "road": [[[0,0],[80,0],[80,90]]]}]}"#,
-    )
-    .unwrap();
-    let (code, _, stderr) = roadseg(&[
-        "eval",
-        "--model",
-        MODEL,
-        "--device",
-        "cpu",
-        "--images",
-        images.to_str().unwrap(),
-        "--road-polygons",
-        polygons.to_str().unwrap(),
-    ]);
-    assert_ne!(code, 0);
-    assert!(
-        stderr.contains("c.png") && stderr.contains("stage"),
-        "{stderr}"
-    );
-    std::fs::write(
-        &polygons,
-        r#"{"frames": [{"name": "a.png", "size": [320, 180], "road": [[[0,0],[80,0],[80,90]]]}]}"#,
-    )
-    .unwrap();
-    let (code, _, stderr) = roadseg(&[
-        "eval",
-        "--model",
-        MODEL,
-        "--device",
-        "cpu",
-        "--images",
-        images.to_str().unwrap(),
-        "--road-polygons",
-        polygons.to_str().unwrap(),
-    ]);
-    assert_ne!(code, 0);
-    assert!(
-        stderr.contains("a.png is 160x90") && stderr.contains("[320, 180]"),
-        "{stderr}"
-    );
+    // Bad polygon files fail, naming the frame and what is wrong with it.
+    let refused = |frames_json: &str| {
+        std::fs::write(&polygons, frames_json).unwrap();
+        let (code, _, stderr) = roadseg(&[
+            "eval",
+            "--model",
+            MODEL,
+            "--device",
+            "cpu",
+            "--images",
+            images.to_str().unwrap(),
+            "--road-polygons",
+            polygons.to_str().unwrap(),
+        ]);
+        assert_ne!(code, 0, "{frames_json} was accepted");
+        stderr
+    };
+    let stderr = refused(r#"{"frames": [{"name": "c.png", "size": [160, 90], "road": [[[0,0],[80,0],[80,90]]]}]}"#);
+    assert!(stderr.contains("c.png") && stderr.contains("stage"), "{stderr}");
+    let stderr = refused(r#"{"frames": [{"name": "a.png", "size": [320, 180], "road": [[[0,0],[80,0],[80,90]]]}]}"#);
+    assert!(stderr.contains("a.png is 160x90") && stderr.contains("[320, 180]"), "{stderr}");
 }

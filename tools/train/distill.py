@@ -229,13 +229,16 @@ def paste_ego(im: Image.Image, lab: np.ndarray, egos: list, rng: random.Random):
     return Image.fromarray(a.clip(0, 255).astype(np.uint8)), lab
 
 
-def augment_one(im, lab, rng, args, egos):
+def augment_one(im, lab, rng, args, egos, plain=False):
+    """`plain`: the source's own labelled border is what is taught, so no
+    bonnet or dashboard, real or drawn, covers its near road (the geometry
+    and light augmentations still apply)."""
     has_ego = (lab == EGO).any()
-    if egos and not has_ego and rng.random() < args.ego_paste:
+    if egos and not plain and not has_ego and rng.random() < args.ego_paste:
         im, lab = paste_ego(im, lab, egos, rng)
     if args.road_augment > 0:
         skip = set(args.road_augment_skip)
-        if has_ego or (lab == EGO).any():  # one ego vehicle a frame
+        if plain or has_ego or (lab == EGO).any():  # one ego vehicle a frame
             skip |= {"hood", "dashboard"}
         im, lab = augment.random_road_augment(im, lab, rng, args.road_augment, skip)
     W, H = im.size
@@ -267,17 +270,19 @@ class Batches(torch.utils.data.Dataset):
 
     def __getitem__(self, step):
         rng = random.Random(f"{self.args.seed}-{step}")
-        ims, labs = [], []
+        ims, labs, plain = [], [], []
         for name, count in self.mix.items():
             pool = self.pools[name]
             for _ in range(count):
                 im, lab = pool[rng.randrange(len(pool))]
-                a, b = augment_one(im, lab, rng, self.args, self.egos)
+                is_plain = name in self.args.plain
+                a, b = augment_one(im, lab, rng, self.args, self.egos, is_plain)
                 ims.append(a)
                 labs.append(b)
+                plain.append(is_plain)
         n = len(ims)
         for i in range(n):  # CutMix: a box of another frame of the batch, labels and all
-            if rng.random() < self.args.cutmix:
+            if rng.random() < self.args.cutmix and not plain[i]:
                 j = rng.randrange(n)
                 ch, cw = labs[i].shape
                 bw, bh = int(cw * rng.uniform(0.2, 0.5)), int(ch * rng.uniform(0.2, 0.5))
@@ -413,6 +418,9 @@ def parse_args(argv=None):
                     help="PREFIX:K,...: CamVid training frames whose names start with PREFIX are in the pool K times "
                          "(0001TP:3: the dusk drive, where dark road is read as pavement, three times)")
     ap.add_argument("--cutmix", type=float, default=0.15)
+    ap.add_argument("--plain", default=[], type=lambda s: [x for x in s.split(",") if x],
+                    help="sources (e.g. camvid) whose frames get no pasted bonnet and no CutMix box: their "
+                         "own labelled road/pavement border is taught as drawn")
     ap.add_argument("--ema", type=float, default=0.0,
                     help="also keep an exponential moving average of the weights with this decay per step "
                          "(0: off), validated and exported beside the raw weights as step-NNNNNN-ema")

@@ -11,7 +11,8 @@ plain argmax: distill.py's validation measure, not `roadseg eval`'s grounded
 road) and of Intel's model (its argmax of road or lane mark, through the
 torch port in tools/teacher/omz.py), then, pooled over the frames, where
 the model sends the labelled road (road read as another class) and what it
-paints road (other classes read as road), in pixels: the road/pavement
+paints road (other classes read as road), in pixels, and what Intel's
+model paints road: the road/pavement
 border moved outward in every fine-tune of issue 35. On the training split
 it is a measure of fit, a diagnostic, never a selection set.
 
@@ -59,6 +60,7 @@ def main() -> int:
     intel = omz.OmzRoadSeg(omz.default_dir()).eval()
     acc: dict[str, list[int]] = {}
     conf = torch.zeros(D.N, D.N, dtype=torch.long)
+    peer_painted = torch.zeros(D.N, dtype=torch.long)  # Intel's road, by labelled class
     with torch.no_grad():
         for i in range(0, len(frames), args.every):
             if not drives[i].startswith(args.only):
@@ -73,6 +75,7 @@ def main() -> int:
             ours = (pred == D.ROAD) & valid
             rgb = torch.from_numpy(np.asarray(im, dtype=np.float32)).permute(2, 0, 1)[None]
             peer = (omz.road_probability(intel, rgb, size=lab.shape)[0] > 0.5) & valid
+            peer_painted += torch.bincount(gt[peer], minlength=D.N)[: D.N]
             a = acc.setdefault(drives[i], [0, 0, 0, 0, 0])
             a[0] += int((ours & road).sum())
             a[1] += int((ours | road).sum())
@@ -85,6 +88,7 @@ def main() -> int:
     painted = ", ".join(f"{D.CLASSES[c]} {int(conf[c, D.ROAD])}" for c in range(D.N) if c != D.ROAD)
     print(f"road read as: {lost}")
     print(f"painted road: {painted}")
+    print("Intel's painted road: " + ", ".join(f"{D.CLASSES[c]} {int(peer_painted[c])}" for c in range(D.N) if c != D.ROAD))
     return 0
 
 

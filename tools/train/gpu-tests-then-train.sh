@@ -3,21 +3,24 @@
 # docs/gpu-check.md call 7): Intel's teacher labels the unlabelled frames
 # first (the torch port of its IR, on the GPU), then tools/train/distill.py
 # trains from the bundled model for the rest of the call, and the last two
-# validated exports come back. With TESTS=1 (and target/device carried too,
+# validated exports come back, each with its running average of the weights
+# (--ema, the candidate that lost least CamVid in the CPU runs p8-p10). With TESTS=1 (and target/device carried too,
 # which then does not fit beside target/gpu-train: use it only with a
 # smaller stage) the CUDA tests run first (docs/gpu-check.md call 1).
 #
-#   here:  tools/train/stage-data.sh && tools/train/stage-gpu.sh    # target/gpu-train, 47 MB
+#   here:  tools/train/stage-data.sh && tools/train/stage-gpu.sh    # target/gpu-train, 48 MiB (59 of the 60 MiB stage-gpu.sh allows with the tree)
 #   device run, carry ["target/gpu-train"], timeout 600:
 #     OUT=$OUT bash tools/train/gpu-tests-then-train.sh
-#   a dry run here (CPU, a few steps): OUT=/tmp/o TRAIN_DEVICE=cpu TRAIN_WORKERS=0 TRAIN_EXTRA="--steps 4 --val-every 2 --limit-val 2" CALL_S=300 bash tools/train/gpu-tests-then-train.sh
+#   a dry run here (CPU, a few steps; relabelling alone takes ~265 s on 2 AVX2 cores, so give
+#   it 600): OUT=/tmp/o TRAIN_DEVICE=cpu TRAIN_WORKERS=0 TRAIN_EXTRA="--steps 4 --val-every 2 --limit-val 2" CALL_S=600 bash tools/train/gpu-tests-then-train.sh
 #
 # This is the one place the GPU training line lives (tools/train/README.md
 # and docs/gpu-check.md point here).
 #
 # Returns at most 8 files (the device tool's limit): train.log, train.out,
-# label.out, last.tar (the last validated export: config.json,
-# model.safetensors, training.json), prev.tar (the one before), and with
+# label.out, last.tar (the last validated export, step-NNNNNN/ and
+# step-NNNNNN-ema/: config.json, model.safetensors, training.json each),
+# prev.tar (the pair before), and with
 # TESTS=1 tests/summary.md, tests/gpu-check.log.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -54,12 +57,18 @@ PYTHONUNBUFFERED=1 timeout -k 5 $((budget_s + 30)) python3 tools/train/distill.p
   --device "${TRAIN_DEVICE:-cuda}" --workers "${TRAIN_WORKERS:-12}" --threads 4 \
   --mix "${MIX:-camvid:4,idd:4,teacher:6,synth:2}" --lr "${LR:-4e-4}" --steps "${STEPS:-20000}" \
   --val-every "${VAL_EVERY:-500}" --time-budget-min "$budget_min" --save-every-min 1000 \
-  ${TRAIN_EXTRA:-} >"$OUT/train.out" 2>&1
+  --ema "${EMA:-0.999}" ${TRAIN_EXTRA:-} >"$OUT/train.out" 2>&1
 echo "train: rc $? after $((SECONDS - START)) s"
 cp /tmp/gpu-run/train.log "$OUT/train.log" 2>/dev/null
 grep -E 'step [0-9]+:' "$OUT/train.log" | tail -n 3
-mapfile -t exports < <(ls -d /tmp/gpu-run/step-* 2>/dev/null | sort | tail -n 2)
-[ "${#exports[@]}" -ge 1 ] && tar cf "$OUT/last.tar" -C /tmp/gpu-run "$(basename "${exports[-1]}")"
-[ "${#exports[@]}" -ge 2 ] && tar cf "$OUT/prev.tar" -C /tmp/gpu-run "$(basename "${exports[0]}")"
+# The raw exports (step-NNNNNN), newest last; each goes with its -ema twin.
+mapfile -t exports < <(ls -d /tmp/gpu-run/step-?????? 2>/dev/null | sort | tail -n 2)
+pack() { # pack TAR EXPORT: the export and its EMA twin when there is one
+  local names=("$(basename "$2")")
+  [ -d "$2-ema" ] && names+=("$(basename "$2")-ema")
+  tar cf "$1" -C /tmp/gpu-run "${names[@]}"
+}
+[ "${#exports[@]}" -ge 1 ] && pack "$OUT/last.tar" "${exports[-1]}"
+[ "${#exports[@]}" -ge 2 ] && pack "$OUT/prev.tar" "${exports[0]}"
 ls -laR "$OUT"
 exit 0

@@ -7,7 +7,7 @@ train.py's exports (float16, Hugging Face layout).
 
 Each ingredient is WEIGHT:PATH, where PATH is a checkpoint folder or a glob
 of them; the folders a glob matches share its weight equally. The weights
-must sum to 1. Every float tensor is averaged; the decode head's BatchNorm
+must sum to 1; a negative one subtracts (task arithmetic: 1:F 1:P -1:S). Every float tensor is averaged; the decode head's BatchNorm
 running statistics do not follow from averaged weights, so with --bn-batches
 N they are recomputed by forwarding N training batches (train.py's own batch
 builder and recipe flags, given after --) in train mode with a cumulative
@@ -26,6 +26,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 
@@ -109,8 +110,15 @@ def main(argv=None) -> int:
     ap.add_argument("--data", default="/work/shared/data/camvid", help="CamVid root (for --bn-batches)")
     ap.add_argument("--synth", default=None, help="synthetic frames, as train.py --synth")
     ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("ingredient", nargs="+", help="WEIGHT:CHECKPOINT_DIR_OR_GLOB")
-    args = ap.parse_args(argv)
+    ap.add_argument("ingredient", nargs="*", help="WEIGHT:CHECKPOINT_DIR_OR_GLOB")
+    # A negative weight (task arithmetic: F + P - S) looks like an option to argparse.
+    args, unknown = ap.parse_known_args(argv)
+    negatives = [a for a in unknown if re.match(r"^-[0-9.]+:", a)]
+    if len(negatives) != len(unknown):
+        ap.error(f"unrecognized arguments: {' '.join(a for a in unknown if a not in negatives)}")
+    args.ingredient += negatives
+    if not args.ingredient:
+        ap.error("no ingredient given")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     t0 = time.time()
@@ -125,6 +133,10 @@ def main(argv=None) -> int:
         n = recompute_batch_norm(soup, recipe, args.bn_batches)
         print(f"recomputed {n} BatchNorm(s) from {args.bn_batches} batches of "
               f"{json.dumps({k: getattr(recipe, k) for k in ('batch_size', 'crop_w', 'crop_h', 'scale_min', 'scale_max', 'road_augment', 'road_augment_skip', 'synth_per_batch', 'seed')})}")
+    # train.export writes train.CLASSES as the label maps: keep the ingredients' own
+    # (the product label set of distill.py's exports, CamVid's of train.py's).
+    train.CLASSES[:] = [soup.config.id2label[i] for i in range(len(soup.config.id2label))]
+    train.IGNORE = soup.config.semantic_loss_ignore_index
     size = train.export(soup, args.out)
     print(f"exported {args.out} (model.safetensors {size / 1e6:.2f} MB) in {time.time() - t0:.0f} s")
     return 0

@@ -78,6 +78,11 @@ ROAD, SIDEWALK, VEHICLE, PERSON, SKY, EGO, OTHER = range(7)
 N = len(CLASSES)
 SOFT_LO, SOFT_HI = 100, 200
 NOT_ROAD, IGNORE = 254, 255
+# --idd-road-channel: IDD's pixels carry IDD_BASE + class after augmentation, and their
+# cross-entropy reads road from an extra output channel (IDD_ROAD_CHANNEL), so that
+# IDD's wider "drivable" does not pull the product's road border (CamVid's) outward.
+IDD_BASE = 20
+IDD_ROAD_CHANNEL = N
 
 # CamVid: sky building pole road pavement tree sign fence car pedestrian bicyclist (11 unlabelled)
 CAMVID_TO = [SKY, OTHER, OTHER, ROAD, SIDEWALK, OTHER, OTHER, OTHER, VEHICLE, PERSON, PERSON, IGNORE]
@@ -260,7 +265,9 @@ def augment_one(im, lab, rng, args, egos, plain=False):
 
 
 class Batches(torch.utils.data.Dataset):
-    """Item k = the whole batch of step k: its randomness depends only on (seed, k)."""
+    """Item k = the whole batch of step k: its randomness depends only on (seed, k).
+    With --idd-road-channel, an IDD frame's class labels become IDD_BASE + class
+    after its augmentation (which reads the plain ids), before CutMix moves them."""
 
     def __init__(self, pools: dict, mix: dict, egos: list, args):
         self.pools, self.mix, self.egos, self.args = pools, mix, egos, args
@@ -277,6 +284,8 @@ class Batches(torch.utils.data.Dataset):
                 im, lab = pool[rng.randrange(len(pool))]
                 is_plain = name in self.args.plain
                 a, b = augment_one(im, lab, rng, self.args, self.egos, is_plain)
+                if name == "idd" and self.args.idd_road_channel:
+                    b = np.where(b < N, b + IDD_BASE, b).astype(np.uint8)
                 ims.append(a)
                 labs.append(b)
                 plain.append(is_plain)
@@ -303,9 +312,10 @@ class Batches(torch.utils.data.Dataset):
 def build_model(args):
     from transformers import SegformerForSemanticSegmentation
     cfg = base.build_config(args.arch, args.drop_path)
-    cfg.num_labels = N
-    cfg.id2label = {i: n for i, n in enumerate(CLASSES)}
-    cfg.label2id = {n: i for i, n in enumerate(CLASSES)}
+    labels = CLASSES + (["road_idd"] if getattr(args, "idd_road_channel", False) else [])
+    cfg.num_labels = len(labels)
+    cfg.id2label = {i: n for i, n in enumerate(labels)}
+    cfg.label2id = {n: i for i, n in enumerate(labels)}
     cfg.semantic_loss_ignore_index = IGNORE
     model = SegformerForSemanticSegmentation(cfg)
     if args.init_from:
@@ -319,7 +329,10 @@ def build_model(args):
             own[k] = v
         w, b = state["decode_head.classifier.weight"], state["decode_head.classifier.bias"]
         if src_labels == CLASSES:
-            own["decode_head.classifier.weight"], own["decode_head.classifier.bias"] = w, b
+            own["decode_head.classifier.weight"][:N], own["decode_head.classifier.bias"][:N] = w, b
+            if len(labels) > N:  # IDD's road starts as the product's road
+                own["decode_head.classifier.weight"][IDD_ROAD_CHANNEL] = w[ROAD]
+                own["decode_head.classifier.bias"][IDD_ROAD_CHANNEL] = b[ROAD]
         else:  # the CamVid model: each new class starts from the rows of what it was
             for c, rows in INIT_ROWS.items():
                 own["decode_head.classifier.weight"][c] = w[rows].mean(0)
@@ -330,11 +343,23 @@ def build_model(args):
 
 def loss_fn(logits, y, class_weight=None):
     """Class CE on class labels (weighted per class when given); road-or-not
-    BCE on soft and not-road labels."""
+    BCE on soft and not-road labels. With an IDD road channel (logits has
+    N + 1 channels), IDD's pixels (IDD_BASE + class) are scored on the
+    softmax whose road is that channel; every other pixel on channels 0..N-1."""
+    own = logits[:, :N]
     hard = y < N
     ce_target = torch.where(hard, y, torch.full_like(y, IGNORE))
-    total = F.cross_entropy(logits, ce_target, weight=class_weight, ignore_index=IGNORE, reduction="sum")
+    total = F.cross_entropy(own, ce_target, weight=class_weight, ignore_index=IGNORE, reduction="sum")
     count = hard.sum()
+    idd = (y >= IDD_BASE) & (y < IDD_BASE + N)
+    if logits.shape[1] > N and idd.any():
+        # [B, N, H, W]: road from the IDD channel, the rest shared
+        idd_logits = torch.cat([logits[:, IDD_ROAD_CHANNEL:IDD_ROAD_CHANNEL + 1], logits[:, 1:N]], dim=1)
+        idd_target = torch.where(idd, y - IDD_BASE, torch.full_like(y, IGNORE))
+        total = total + F.cross_entropy(idd_logits, idd_target, weight=class_weight, ignore_index=IGNORE,
+                                        reduction="sum")
+        count = count + idd.sum()
+    logits = own
     soft = (y >= SOFT_LO) & (y <= SOFT_HI)
     not_road = y == NOT_ROAD
     binary = soft | not_road
@@ -357,7 +382,7 @@ def road_iou(model, frames, width, device) -> tuple[float, list[float]]:
     inter = union = 0
     for im, lab in frames:
         x = base.preprocess_like_daemon(im, width, device)
-        logits = model(pixel_values=x).logits
+        logits = model(pixel_values=x).logits[:, :N]  # the product's channels
         logits = F.interpolate(logits.float(), size=lab.shape, mode="bilinear", align_corners=False)
         pred = logits.argmax(1)[0].cpu()
         gt = torch.from_numpy(lab.astype(np.int64))
@@ -372,10 +397,31 @@ def road_iou(model, frames, width, device) -> tuple[float, list[float]]:
     return inter / max(union, 1), ious
 
 
+def product_model(model, idd_road_mix: float = 0.0):
+    """The model with the product's N outputs. With an IDD road channel, the
+    road row becomes (1 - mix) * road + mix * road_idd: the head is linear, so
+    that is the same mix of the two road logits."""
+    if model.config.num_labels == N:
+        return model
+    m = copy.deepcopy(model)
+    old = m.decode_head.classifier
+    new = torch.nn.Conv2d(old.in_channels, N, kernel_size=1).to(old.weight.device)
+    with torch.no_grad():
+        new.weight.copy_(old.weight[:N])
+        new.bias.copy_(old.bias[:N])
+        new.weight[ROAD] = (1 - idd_road_mix) * old.weight[ROAD] + idd_road_mix * old.weight[IDD_ROAD_CHANNEL]
+        new.bias[ROAD] = (1 - idd_road_mix) * old.bias[ROAD] + idd_road_mix * old.bias[IDD_ROAD_CHANNEL]
+    m.decode_head.classifier = new
+    m.config.num_labels = N
+    m.config.id2label = {i: n for i, n in enumerate(CLASSES)}
+    m.config.label2id = {n: i for i, n in enumerate(CLASSES)}
+    return m
+
+
 def export(model, out_dir: str, meta: dict) -> None:
     base.CLASSES[:] = CLASSES  # train.export writes train.CLASSES as the label maps
     base.IGNORE = IGNORE
-    base.export(model, out_dir)
+    base.export(product_model(model, meta.get("idd_road_mix", 0.0)), out_dir)
     with open(os.path.join(out_dir, "training.json"), "w") as f:
         json.dump(meta, f, indent=2)
 
@@ -413,6 +459,13 @@ def parse_args(argv=None):
     ap.add_argument("--idd-teacher-min", type=float, default=0.0,
                     help="leave IDD drivable pixels unscored where the teacher's P(road) is below this "
                          "(needs DATA/idd-teacher from tools/teacher/label.py --idd; 0 = off)")
+    ap.add_argument("--idd-road-channel", action="store_true",
+                    help="score IDD's drivable on an extra road channel (shared body and other classes), so "
+                         "the product's road keeps CamVid's border; exports collapse it (--export-idd-road-mix)")
+    ap.add_argument("--export-idd-road-mix", default=[0.0],
+                    type=lambda s: [float(x) for x in s.split(",") if x],
+                    help="with --idd-road-channel: one export per mix of the IDD road row into the product's "
+                         "road row (0: the product's road alone; 0.5: the mean); folders step-N[-ema][-iddNN]")
     ap.add_argument("--camvid-repeat", default={},
                     type=lambda s: {k: int(v) for k, v in (kv.rsplit(":", 1) for kv in s.split(",") if kv)},
                     help="PREFIX:K,...: CamVid training frames whose names start with PREFIX are in the pool K times "
@@ -528,23 +581,29 @@ def main(argv=None) -> int:
 
     def validate_and_export():
         t = time.time()
+        mixes = args.export_idd_road_mix if args.idd_road_channel else [0.0]
         for weights, suffix in ((model, ""), (ema, "-ema")):
             if weights is None:
                 continue
-            parts = []
-            for name, frames in val.items():
-                road, ious = road_iou(weights, frames, args.val_width, device)
-                parts.append(f"{name} road {road:.4f} ("
-                             + " ".join(f"{c}={v:.3f}" for c, v in zip(CLASSES, ious) if v == v) + ")")
-            out = os.path.join(args.out, f"step-{step:06d}{suffix}")
-            export(weights, out, {"step": step, "args": vars(args), "val": parts})
-            log(f"step {step}{suffix}: " + " | ".join(parts) + f" ({time.time() - t:.0f} s) -> {out}", fh)
+            for mix in mixes:
+                product = product_model(weights, mix)
+                tag = suffix + (f"-idd{round(mix * 100):02d}" if mix else "")
+                parts = []
+                for name, frames in val.items():
+                    road, ious = road_iou(product, frames, args.val_width, device)
+                    parts.append(f"{name} road {road:.4f} ("
+                                 + " ".join(f"{c}={v:.3f}" for c, v in zip(CLASSES, ious) if v == v) + ")")
+                out = os.path.join(args.out, f"step-{step:06d}{tag}")
+                export(product, out, {"step": step, "args": vars(args), "val": parts, "idd_road_mix": mix})
+                log(f"step {step}{tag}: " + " | ".join(parts) + f" ({time.time() - t:.0f} s) -> {out}", fh)
         val_s["last"] = time.time() - t
 
     cpu_bf16 = "avx512_bf16" in open("/proc/cpuinfo").read() or "amx_bf16" in open("/proc/cpuinfo").read() \
         if os.path.exists("/proc/cpuinfo") else False
     use_bf16 = args.bf16 == "on" or (args.bf16 == "auto" and (device.type == "cuda" or cpu_bf16))
     log(f"bf16 autocast {'on' if use_bf16 else 'off'}", fh)
+    if args.idd_road_channel and "idd" not in mix:
+        raise SystemExit("--idd-road-channel without idd in --mix: nothing to score the channel on")
     class_weight = None
     if args.ego_weight != 1.0:
         class_weight = torch.ones(N, device=device)

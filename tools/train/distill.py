@@ -79,10 +79,31 @@ N = len(CLASSES)
 SOFT_LO, SOFT_HI = 100, 200
 NOT_ROAD, IGNORE = 254, 255
 # --idd-road-channel: IDD's pixels carry IDD_BASE + class after augmentation, and their
-# cross-entropy reads road from an extra output channel (IDD_ROAD_CHANNEL), so that
+# cross-entropy reads road from an extra output channel ("road_idd", at N), so that
 # IDD's wider "drivable" does not pull the product's road border (CamVid's) outward.
 IDD_BASE = 20
-IDD_ROAD_CHANNEL = N
+# --teacher-road-channel: the teacher's and the synthetic frames' road-or-not (soft
+# P(road) in 2% steps, TEACHER_LO..TEACHER_HI; TEACHER_NOT_ROAD) is scored on another
+# extra channel, "road_teacher", for the same reason (p12-plan.md: their road moves
+# CamVid's border). The uint8 labels have no room for a second 100..200 range.
+TEACHER_LO, TEACHER_HI, TEACHER_NOT_ROAD = 30, 80, 81
+TEACHER_SOURCES = ("teacher", "synth", "selftrain")
+
+
+def extra_channels(args) -> list[str]:
+    """The training-only outputs after the product's N, in order."""
+    return ((["road_idd"] if getattr(args, "idd_road_channel", False) else [])
+            + (["road_teacher"] if getattr(args, "teacher_road_channel", False) else []))
+
+
+def teacher_codes(lab: np.ndarray) -> np.ndarray:
+    """A teacher or synthetic frame's road-or-not labels moved to the teacher channel's codes."""
+    out = lab.copy()
+    soft = (lab >= SOFT_LO) & (lab <= SOFT_HI)
+    out[soft] = TEACHER_LO + np.round((lab[soft].astype(np.float32) - SOFT_LO) / 2).astype(np.uint8)
+    out[lab == NOT_ROAD] = TEACHER_NOT_ROAD
+    out[lab == ROAD] = TEACHER_HI  # the synthetic drive's hard road: P(road) = 1
+    return out
 
 # CamVid: sky building pole road pavement tree sign fence car pedestrian bicyclist (11 unlabelled)
 CAMVID_TO = [SKY, OTHER, OTHER, ROAD, SIDEWALK, OTHER, OTHER, OTHER, VEHICLE, PERSON, PERSON, IGNORE]
@@ -286,6 +307,8 @@ class Batches(torch.utils.data.Dataset):
                 a, b = augment_one(im, lab, rng, self.args, self.egos, is_plain)
                 if name == "idd" and self.args.idd_road_channel:
                     b = np.where(b < N, b + IDD_BASE, b).astype(np.uint8)
+                if name in TEACHER_SOURCES and self.args.teacher_road_channel:
+                    b = teacher_codes(b)
                 ims.append(a)
                 labs.append(b)
                 plain.append(is_plain)
@@ -312,7 +335,7 @@ class Batches(torch.utils.data.Dataset):
 def build_model(args):
     from transformers import SegformerForSemanticSegmentation
     cfg = base.build_config(args.arch, args.drop_path)
-    labels = CLASSES + (["road_idd"] if getattr(args, "idd_road_channel", False) else [])
+    labels = CLASSES + extra_channels(args)
     cfg.num_labels = len(labels)
     cfg.id2label = {i: n for i, n in enumerate(labels)}
     cfg.label2id = {n: i for i, n in enumerate(labels)}
@@ -330,9 +353,9 @@ def build_model(args):
         w, b = state["decode_head.classifier.weight"], state["decode_head.classifier.bias"]
         if src_labels == CLASSES:
             own["decode_head.classifier.weight"][:N], own["decode_head.classifier.bias"][:N] = w, b
-            if len(labels) > N:  # IDD's road starts as the product's road
-                own["decode_head.classifier.weight"][IDD_ROAD_CHANNEL] = w[ROAD]
-                own["decode_head.classifier.bias"][IDD_ROAD_CHANNEL] = b[ROAD]
+            for c in range(N, len(labels)):  # each source's road starts as the product's road
+                own["decode_head.classifier.weight"][c] = w[ROAD]
+                own["decode_head.classifier.bias"][c] = b[ROAD]
         else:  # the CamVid model: each new class starts from the rows of what it was
             for c, rows in INIT_ROWS.items():
                 own["decode_head.classifier.weight"][c] = w[rows].mean(0)
@@ -341,36 +364,48 @@ def build_model(args):
     return model
 
 
-def loss_fn(logits, y, class_weight=None):
+def road_from(logits, channel: int):
+    """[B, N, H, W]: the product's softmax with its road taken from `channel`."""
+    return torch.cat([logits[:, channel:channel + 1], logits[:, 1:N]], dim=1)
+
+
+def binary_road_loss(logits, mask, target):
+    """Summed BCE of P(road) (channel ROAD of `logits`' softmax) against `target` where `mask`."""
+    log_road = F.log_softmax(logits, dim=1)[:, ROAD]
+    log_rest = torch.log1p(-log_road.exp().clamp(max=1 - 1e-6))
+    return (-(target * log_road + (1 - target) * log_rest))[mask].sum()
+
+
+def loss_fn(logits, y, class_weight=None, idd_channel=None, teacher_channel=None):
     """Class CE on class labels (weighted per class when given); road-or-not
-    BCE on soft and not-road labels. With an IDD road channel (logits has
-    N + 1 channels), IDD's pixels (IDD_BASE + class) are scored on the
-    softmax whose road is that channel; every other pixel on channels 0..N-1."""
+    BCE on soft and not-road labels. With an IDD road channel, IDD's pixels
+    (IDD_BASE + class) are scored on the softmax whose road is that channel;
+    with a teacher road channel, the teacher's codes (TEACHER_LO..
+    TEACHER_NOT_ROAD) likewise; every other pixel on channels 0..N-1."""
     own = logits[:, :N]
     hard = y < N
     ce_target = torch.where(hard, y, torch.full_like(y, IGNORE))
     total = F.cross_entropy(own, ce_target, weight=class_weight, ignore_index=IGNORE, reduction="sum")
     count = hard.sum()
     idd = (y >= IDD_BASE) & (y < IDD_BASE + N)
-    if logits.shape[1] > N and idd.any():
-        # [B, N, H, W]: road from the IDD channel, the rest shared
-        idd_logits = torch.cat([logits[:, IDD_ROAD_CHANNEL:IDD_ROAD_CHANNEL + 1], logits[:, 1:N]], dim=1)
+    if idd_channel is not None and idd.any():
+        idd_logits = road_from(logits, idd_channel)
         idd_target = torch.where(idd, y - IDD_BASE, torch.full_like(y, IGNORE))
         total = total + F.cross_entropy(idd_logits, idd_target, weight=class_weight, ignore_index=IGNORE,
                                         reduction="sum")
         count = count + idd.sum()
-    logits = own
     soft = (y >= SOFT_LO) & (y <= SOFT_HI)
-    not_road = y == NOT_ROAD
-    binary = soft | not_road
+    binary = soft | (y == NOT_ROAD)
     if binary.any():
-        logp = F.log_softmax(logits, dim=1)
-        log_road = logp[:, ROAD]
-        log_rest = torch.log1p(-log_road.exp().clamp(max=1 - 1e-6))
-        t = torch.where(soft, (y.float() - SOFT_LO) / 100, torch.zeros_like(log_road))
-        bce = -(t * log_road + (1 - t) * log_rest)
-        total = total + bce[binary].sum()
+        t = torch.where(soft, (y.float() - SOFT_LO) / 100, torch.zeros_like(y, dtype=torch.float32))
+        total = total + binary_road_loss(own, binary, t)
         count = count + binary.sum()
+    teacher = (y >= TEACHER_LO) & (y <= TEACHER_NOT_ROAD)
+    if teacher_channel is not None and teacher.any():
+        t = torch.where(y <= TEACHER_HI, (y.float() - TEACHER_LO) / (TEACHER_HI - TEACHER_LO),
+                        torch.zeros_like(y, dtype=torch.float32))
+        total = total + binary_road_loss(road_from(logits, teacher_channel), teacher, t)
+        count = count + teacher.sum()
     return total / count.clamp(min=1)
 
 
@@ -409,8 +444,10 @@ def product_model(model, idd_road_mix: float = 0.0):
     with torch.no_grad():
         new.weight.copy_(old.weight[:N])
         new.bias.copy_(old.bias[:N])
-        new.weight[ROAD] = (1 - idd_road_mix) * old.weight[ROAD] + idd_road_mix * old.weight[IDD_ROAD_CHANNEL]
-        new.bias[ROAD] = (1 - idd_road_mix) * old.bias[ROAD] + idd_road_mix * old.bias[IDD_ROAD_CHANNEL]
+        if idd_road_mix:
+            c = model.config.label2id["road_idd"]
+            new.weight[ROAD] = (1 - idd_road_mix) * old.weight[ROAD] + idd_road_mix * old.weight[c]
+            new.bias[ROAD] = (1 - idd_road_mix) * old.bias[ROAD] + idd_road_mix * old.bias[c]
     m.decode_head.classifier = new
     m.config.num_labels = N
     m.config.id2label = {i: n for i, n in enumerate(CLASSES)}
@@ -462,6 +499,9 @@ def parse_args(argv=None):
     ap.add_argument("--idd-road-channel", action="store_true",
                     help="score IDD's drivable on an extra road channel (shared body and other classes), so "
                          "the product's road keeps CamVid's border; exports collapse it (--export-idd-road-mix)")
+    ap.add_argument("--teacher-road-channel", action="store_true",
+                    help="score the teacher's, self-trained and synthetic frames' road-or-not on an extra road "
+                         "channel (like --idd-road-channel), dropped at export")
     ap.add_argument("--export-idd-road-mix", default=[0.0],
                     type=lambda s: [float(x) for x in s.split(",") if x],
                     help="with --idd-road-channel: one export per mix of the IDD road row into the product's "
@@ -604,6 +644,7 @@ def main(argv=None) -> int:
     log(f"bf16 autocast {'on' if use_bf16 else 'off'}", fh)
     if args.idd_road_channel and "idd" not in mix:
         raise SystemExit("--idd-road-channel without idd in --mix: nothing to score the channel on")
+    channel_of = {name: N + i for i, name in enumerate(extra_channels(args))}
     class_weight = None
     if args.ego_weight != 1.0:
         class_weight = torch.ones(N, device=device)
@@ -626,7 +667,7 @@ def main(argv=None) -> int:
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
             logits = model(pixel_values=x).logits
         logits = F.interpolate(logits.float(), size=y.shape[-2:], mode="bilinear", align_corners=False)
-        loss = loss_fn(logits, y, class_weight)
+        loss = loss_fn(logits, y, class_weight, channel_of.get("road_idd"), channel_of.get("road_teacher"))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

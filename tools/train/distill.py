@@ -287,8 +287,10 @@ def augment_one(im, lab, rng, args, egos, plain=False):
 
 class Batches(torch.utils.data.Dataset):
     """Item k = the whole batch of step k: its randomness depends only on (seed, k).
-    With --idd-road-channel, an IDD frame's class labels become IDD_BASE + class
-    after its augmentation (which reads the plain ids), before CutMix moves them."""
+    With --idd-road-channel, an IDD frame's class labels become IDD_BASE + class,
+    and with --teacher-road-channel a teacher or synthetic frame's road-or-not
+    becomes teacher_codes(), after its augmentation (which reads the plain ids)
+    and before CutMix moves them."""
 
     def __init__(self, pools: dict, mix: dict, egos: list, args):
         self.pools, self.mix, self.egos, self.args = pools, mix, egos, args

@@ -7,8 +7,8 @@ train.py's exports (float16, Hugging Face layout).
 
 Each ingredient is WEIGHT:PATH, where PATH is a checkpoint folder or a glob
 of them; the folders a glob matches share its weight equally. The weights
-must sum to 1; a negative one subtracts (task arithmetic: 1:F 1:P -1:S). Every float tensor is averaged; the decode head's BatchNorm
-running statistics do not follow from averaged weights, so with --bn-batches
+must sum to 1; a negative one subtracts (task arithmetic: 1:F 1:P -1:S).
+Every float tensor is averaged; the decode head's BatchNorm running statistics do not follow from averaged weights, so with --bn-batches
 N they are recomputed by forwarding N training batches (train.py's own batch
 builder and recipe flags, given after --) in train mode with a cumulative
 average, every other layer in eval mode. Without it they are averaged too.

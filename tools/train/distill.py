@@ -366,13 +366,13 @@ def build_model(args):
     return model
 
 
-def road_from(logits, channel: int, detach_rest: bool = False):
+def road_from(logits, channel: int, detach_rows=()):
     """[B, N, H, W]: the product's softmax with its road taken from `channel`.
-    With `detach_rest` the competing rows (sidewalk .. other) are constants: the
-    source's loss moves only its road channel, never the rows whose border with
-    road CamVid draws (p12-plan.md's hypothesis, probe p13)."""
-    rest = logits[:, 1:N].detach() if detach_rest else logits[:, 1:N]
-    return torch.cat([logits[:, channel:channel + 1], rest], dim=1)
+    The competing rows in `detach_rows` are constants there: the source's loss
+    does not move them, so their border with road is CamVid's to draw
+    (p12-plan.md's hypothesis: probes p13, all rows, and p14, sidewalk only)."""
+    rows = [logits[:, c:c + 1].detach() if c in detach_rows else logits[:, c:c + 1] for c in range(1, N)]
+    return torch.cat([logits[:, channel:channel + 1], *rows], dim=1)
 
 
 def binary_road_loss(logits, mask, target):
@@ -382,13 +382,13 @@ def binary_road_loss(logits, mask, target):
     return (-(target * log_road + (1 - target) * log_rest))[mask].sum()
 
 
-def loss_fn(logits, y, class_weight=None, idd_channel=None, teacher_channel=None, detach_rest=False):
+def loss_fn(logits, y, class_weight=None, idd_channel=None, teacher_channel=None, detach_rows=()):
     """Class CE on class labels (weighted per class when given); road-or-not
     BCE on soft and not-road labels. With an IDD road channel, IDD's pixels
     (IDD_BASE + class) are scored on the softmax whose road is that channel;
     with a teacher road channel, the teacher's codes (TEACHER_LO..
     TEACHER_NOT_ROAD) likewise; every other pixel on channels 0..N-1.
-    `detach_rest`: on those two channels' softmaxes the shared rows get no gradient."""
+    `detach_rows`: on those two channels' softmaxes these shared rows get no gradient."""
     own = logits[:, :N]
     hard = y < N
     ce_target = torch.where(hard, y, torch.full_like(y, IGNORE))
@@ -396,7 +396,7 @@ def loss_fn(logits, y, class_weight=None, idd_channel=None, teacher_channel=None
     count = hard.sum()
     idd = (y >= IDD_BASE) & (y < IDD_BASE + N)
     if idd_channel is not None and idd.any():
-        idd_logits = road_from(logits, idd_channel, detach_rest)
+        idd_logits = road_from(logits, idd_channel, detach_rows)
         idd_target = torch.where(idd, y - IDD_BASE, torch.full_like(y, IGNORE))
         total = total + F.cross_entropy(idd_logits, idd_target, weight=class_weight, ignore_index=IGNORE,
                                         reduction="sum")
@@ -411,7 +411,7 @@ def loss_fn(logits, y, class_weight=None, idd_channel=None, teacher_channel=None
     if teacher_channel is not None and teacher.any():
         t = torch.where(y <= TEACHER_HI, (y.float() - TEACHER_LO) / (TEACHER_HI - TEACHER_LO),
                         torch.zeros_like(y, dtype=torch.float32))
-        total = total + binary_road_loss(road_from(logits, teacher_channel, detach_rest), teacher, t)
+        total = total + binary_road_loss(road_from(logits, teacher_channel, detach_rows), teacher, t)
         count = count + teacher.sum()
     return total / count.clamp(min=1)
 
@@ -509,9 +509,11 @@ def parse_args(argv=None):
     ap.add_argument("--teacher-road-channel", action="store_true",
                     help="score the teacher's, self-trained and synthetic frames' road-or-not on an extra road "
                          "channel (like --idd-road-channel), dropped at export")
-    ap.add_argument("--aux-detach", action="store_true",
-                    help="with --idd-road-channel/--teacher-road-channel: their losses leave the shared rows "
-                         "(sidewalk .. other) unmoved, so only CamVid's labels set the product's road border")
+    ap.add_argument("--aux-detach", nargs="?", const=["all"], default="",
+                    type=lambda s: [x for x in s.split(",") if x],
+                    help="with --idd-road-channel/--teacher-road-channel: their losses leave these shared rows "
+                         "unmoved ('all' when given bare: sidewalk .. other; or names, e.g. sidewalk), so "
+                         "only CamVid's labels set those rows' border with road")
     ap.add_argument("--export-idd-road-mix", default=[0.0],
                     type=lambda s: [float(x) for x in s.split(",") if x],
                     help="with --idd-road-channel: one export per mix of the IDD road row into the product's "
@@ -655,6 +657,10 @@ def main(argv=None) -> int:
     if args.idd_road_channel and "idd" not in mix:
         raise SystemExit("--idd-road-channel without idd in --mix: nothing to score the channel on")
     channel_of = {name: N + i for i, name in enumerate(extra_channels(args))}
+    unknown = [r for r in args.aux_detach if r != "all" and r not in CLASSES[1:]]
+    if unknown:
+        raise SystemExit(f"--aux-detach: no shared row {unknown}; the rows are {', '.join(CLASSES[1:])} or all")
+    detach_rows = tuple(range(1, N)) if "all" in args.aux_detach else tuple(CLASSES.index(r) for r in args.aux_detach)
     class_weight = None
     if args.ego_weight != 1.0:
         class_weight = torch.ones(N, device=device)
@@ -678,7 +684,7 @@ def main(argv=None) -> int:
             logits = model(pixel_values=x).logits
         logits = F.interpolate(logits.float(), size=y.shape[-2:], mode="bilinear", align_corners=False)
         loss = loss_fn(logits, y, class_weight, channel_of.get("road_idd"), channel_of.get("road_teacher"),
-                       args.aux_detach)
+                       detach_rows)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

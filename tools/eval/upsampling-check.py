@@ -13,7 +13,7 @@ bilinear, the border would be an upsampling problem a cheap filter could fix.
 Prints running figures every 20 frames. A diagnostic (issue 35), not a
 selection measure. Needs torch, transformers and ../shared.
 """
-import sys, os, glob, numpy as np, torch, torch.nn.functional as F
+import sys, os, numpy as np, torch, torch.nn.functional as F
 ROOT=os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..'))
 sys.path.insert(0, ROOT+'/tools/train'); sys.path.insert(0, ROOT+'/tools/teacher')
 import distill as D, train as base

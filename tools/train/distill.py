@@ -382,14 +382,14 @@ def binary_road_loss(logits, mask, target):
     return (-(target * log_road + (1 - target) * log_rest))[mask].sum()
 
 
-def loss_fn(logits, y, class_weight=None, idd_channel=None, teacher_channel=None, detach_rows=(),
-            detach_sources=("idd", "teacher")):
+def loss_fn(logits, y, class_weight=None, idd_channel=None, teacher_channel=None, idd_detach=(),
+            teacher_detach=()):
     """Class CE on class labels (weighted per class when given); road-or-not
     BCE on soft and not-road labels. With an IDD road channel, IDD's pixels
     (IDD_BASE + class) are scored on the softmax whose road is that channel;
     with a teacher road channel, the teacher's codes (TEACHER_LO..
     TEACHER_NOT_ROAD) likewise; every other pixel on channels 0..N-1.
-    `detach_rows`: on those two channels' softmaxes (of `detach_sources`) these shared rows get no gradient."""
+    `idd_detach`, `teacher_detach`: the shared rows that get no gradient on each channel's softmax."""
     own = logits[:, :N]
     hard = y < N
     ce_target = torch.where(hard, y, torch.full_like(y, IGNORE))
@@ -397,7 +397,7 @@ def loss_fn(logits, y, class_weight=None, idd_channel=None, teacher_channel=None
     count = hard.sum()
     idd = (y >= IDD_BASE) & (y < IDD_BASE + N)
     if idd_channel is not None and idd.any():
-        idd_logits = road_from(logits, idd_channel, detach_rows if "idd" in detach_sources else ())
+        idd_logits = road_from(logits, idd_channel, idd_detach)
         idd_target = torch.where(idd, y - IDD_BASE, torch.full_like(y, IGNORE))
         total = total + F.cross_entropy(idd_logits, idd_target, weight=class_weight, ignore_index=IGNORE,
                                         reduction="sum")
@@ -412,7 +412,7 @@ def loss_fn(logits, y, class_weight=None, idd_channel=None, teacher_channel=None
     if teacher_channel is not None and teacher.any():
         t = torch.where(y <= TEACHER_HI, (y.float() - TEACHER_LO) / (TEACHER_HI - TEACHER_LO),
                         torch.zeros_like(y, dtype=torch.float32))
-        total = total + binary_road_loss(road_from(logits, teacher_channel, detach_rows if "teacher" in detach_sources else ()), teacher, t)
+        total = total + binary_road_loss(road_from(logits, teacher_channel, teacher_detach), teacher, t)
         count = count + teacher.sum()
     return total / count.clamp(min=1)
 
@@ -668,6 +668,8 @@ def main(argv=None) -> int:
     if any(x not in ("idd", "teacher") for x in args.aux_detach_sources):
         raise SystemExit(f"--aux-detach-sources: {args.aux_detach_sources}; say idd, teacher or both")
     detach_rows = tuple(range(1, N)) if "all" in args.aux_detach else tuple(CLASSES.index(r) for r in args.aux_detach)
+    idd_detach = detach_rows if "idd" in args.aux_detach_sources else ()
+    teacher_detach = detach_rows if "teacher" in args.aux_detach_sources else ()
     class_weight = None
     if args.ego_weight != 1.0:
         class_weight = torch.ones(N, device=device)
@@ -691,7 +693,7 @@ def main(argv=None) -> int:
             logits = model(pixel_values=x).logits
         logits = F.interpolate(logits.float(), size=y.shape[-2:], mode="bilinear", align_corners=False)
         loss = loss_fn(logits, y, class_weight, channel_of.get("road_idd"), channel_of.get("road_teacher"),
-                       detach_rows, args.aux_detach_sources)
+                       idd_detach, teacher_detach)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

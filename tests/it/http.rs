@@ -127,6 +127,11 @@ fn send(port: u16, request: &[u8]) -> Response {
     (status, head, raw[split..].to_vec())
 }
 
+/// Frames a stream has put out so far; 0 while the daemon is still loading its model and lists no streams yet.
+fn frames_out(api: &Value, name: &str) -> u64 {
+    api["streams"].as_array().and_then(|all| all.iter().find(|s| s["name"] == name)).and_then(|s| s["frames_out"].as_u64()).unwrap_or(0)
+}
+
 fn stream<'a>(api: &'a Value, name: &str) -> &'a Value {
     api["streams"].as_array().unwrap().iter().find(|s| s["name"] == name).unwrap_or_else(|| panic!("no stream {name} in {api}"))
 }
@@ -316,7 +321,7 @@ fn the_status_page_plays_each_stream_live_and_the_encoder_stops_when_the_page_cl
     // Rule: in headless Chromium the status page's <video> for each stream plays the annotated stream (live.mp4, fragmented MP4) with its currentTime advancing in real time; nothing is encoded before a viewer comes, and within seconds of the page closing the viewers gauge is 0 and the live encoder stops; an unknown stream is a 404, not a path.
     let Some(mut browser) = browser_or_skip() else { return };
     let mut d = Daemon::start("127.0.0.1", "", &["front", "rear"]);
-    d.wait_for("frames out", Duration::from_secs(60), |d| stream(&d.api(), "rear")["frames_out"].as_u64().unwrap_or(0) > 5);
+    d.wait_for("frames out", Duration::from_secs(60), |d| frames_out(&d.api(), "rear") > 5);
     assert_eq!(live_counters(&d, "front"), (0.0, 0.0), "nothing encoded before a viewer");
     assert_eq!(d.get("/api/v1/streams/..%2F..%2Fetc/live.mp4").0, 404);
     assert_eq!(d.get("/api/v1/streams/nope/live.mp4").0, 404);
@@ -419,7 +424,7 @@ fn read_mjpeg(port: u16, stream: &str, want: usize) -> (String, Vec<Vec<u8>>) {
 fn browsers_without_h264_get_the_live_view_as_mjpeg_made_only_while_watched() {
     // Rule: live.mjpeg serves the annotated frames as multipart JPEGs that an <img> plays (the page's fallback, forced by /?live=mjpeg); JPEGs are made only while someone reads, and the viewer counts in roadseg_live_viewers.
     let mut d = Daemon::start("127.0.0.1", "", &["front"]);
-    d.wait_for("frames out", Duration::from_secs(60), |d| stream(&d.api(), "front")["frames_out"].as_u64().unwrap_or(0) > 5);
+    d.wait_for("frames out", Duration::from_secs(60), |d| frames_out(&d.api(), "front") > 5);
     assert_eq!(live_counters(&d, "front"), (0.0, 0.0), "nothing made before a viewer");
     assert_eq!(d.get("/api/v1/streams/nope/live.mjpeg").0, 404);
 
@@ -464,7 +469,7 @@ fn the_progressive_mp4_view_still_plays_where_asked() {
     // Rule: the page plays live through Media Source Extensions where the browser has them; /?live=mp4 keeps the plain progressive <video>, which must still play (browsers without MSE get it).
     let Some(browser) = browser_or_skip() else { return };
     let mut d = Daemon::start("127.0.0.1", "", &["front"]);
-    d.wait_for("frames out", Duration::from_secs(60), |d| stream(&d.api(), "front")["frames_out"].as_u64().unwrap_or(0) > 5);
+    d.wait_for("frames out", Duration::from_secs(60), |d| frames_out(&d.api(), "front") > 5);
     for (query, mode) in [("", "mse"), ("?live=mp4", "mp4")] {
         browser.open(&format!("http://127.0.0.1:{}/{query}", d.port)).unwrap();
         let probe = "const v = document.getElementById('live-front'); return v ? [v.currentTime, v.dataset.mode] : null;";

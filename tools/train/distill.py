@@ -255,14 +255,16 @@ def paste_ego(im: Image.Image, lab: np.ndarray, egos: list, rng: random.Random):
     return Image.fromarray(a.clip(0, 255).astype(np.uint8)), lab
 
 
-def augment_one(im, lab, rng, args, egos, plain=False):
+def augment_one(im, lab, rng, args, egos, plain=False, road_augment=True):
     """`plain`: the source's own labelled border is what is taught, so no
     bonnet or dashboard, real or drawn, covers its near road (the geometry
-    and light augmentations still apply)."""
+    and light augmentations still apply). `road_augment` False: none of
+    augment.py's scene augmentations (the source is not in
+    --road-augment-sources)."""
     has_ego = (lab == EGO).any()
     if egos and not plain and not has_ego and rng.random() < args.ego_paste:
         im, lab = paste_ego(im, lab, egos, rng)
-    if args.road_augment > 0:
+    if road_augment and args.road_augment > 0:
         skip = set(args.road_augment_skip)
         if plain or has_ego or (lab == EGO).any():  # one ego vehicle a frame
             skip |= {"hood", "dashboard"}
@@ -306,7 +308,8 @@ class Batches(torch.utils.data.Dataset):
             for _ in range(count):
                 im, lab = pool[rng.randrange(len(pool))]
                 is_plain = name in self.args.plain
-                a, b = augment_one(im, lab, rng, self.args, self.egos, is_plain)
+                scene = not self.args.road_augment_sources or name in self.args.road_augment_sources
+                a, b = augment_one(im, lab, rng, self.args, self.egos, is_plain, scene)
                 if name == "idd" and self.args.idd_road_channel:
                     b = np.where(b < N, b + IDD_BASE, b).astype(np.uint8)
                 if name in TEACHER_SOURCES and self.args.teacher_road_channel:
@@ -498,6 +501,10 @@ def parse_args(argv=None):
     ap.add_argument("--road-augment", type=float, default=0.5)
     ap.add_argument("--road-augment-skip", type=lambda s: [x for x in s.split(",") if x],
                     default=["near_car", "overpass"])
+    ap.add_argument("--road-augment-sources", type=lambda s: [x for x in s.split(",") if x], default=[],
+                    help="only these sources (e.g. teacher) get --road-augment's scene augmentations; "
+                         "default every source. The teacher labelled the clean frame, so its night is "
+                         "the day's road, where CamVid's border moved under the same augmentations (p12)")
     ap.add_argument("--ego-paste", type=float, default=0.3)
     ap.add_argument("--ego-weight", type=float, default=1.0,
                     help="cross-entropy weight of ego_vehicle pixels (the class is rare and a white bonnet looks like light road)")
@@ -566,6 +573,8 @@ def main(argv=None) -> int:
         else os.path.join(SHARED, "data", "idd-lite")
     t0 = time.time()
     mix = {k: int(v) for k, v in (kv.split(":") for kv in args.mix.split(","))}
+    if unknown := sorted(set(args.road_augment_sources) - set(mix)):
+        raise SystemExit(f"--road-augment-sources {','.join(unknown)}: not in --mix {args.mix}")
     pools = {}
     loaders = {"camvid": lambda: load_camvid(camvid_root, "train", args.camvid_repeat),
                "idd": lambda: load_idd(idd_root, held_out=False, teacher_dir=os.path.join(args.data, "idd-teacher"),

@@ -127,13 +127,23 @@ fn send(port: u16, request: &[u8]) -> Response {
     (status, head, raw[split..].to_vec())
 }
 
-/// Frames a stream has put out so far; 0 while the daemon is still loading its model and lists no streams yet.
+/// The stream's entry, if the daemon lists it yet (none while it still loads its model).
+fn listed<'a>(api: &'a Value, name: &str) -> Option<&'a Value> {
+    api["streams"].as_array()?.iter().find(|s| s["name"] == name)
+}
+
+/// Frames a stream has put out so far; 0 until it is listed.
 fn frames_out(api: &Value, name: &str) -> u64 {
-    api["streams"].as_array().and_then(|all| all.iter().find(|s| s["name"] == name)).and_then(|s| s["frames_out"].as_u64()).unwrap_or(0)
+    listed(api, name).and_then(|s| s["frames_out"].as_u64()).unwrap_or(0)
+}
+
+/// A stream's input frame rate; 0 until it is listed.
+fn fps_in(api: &Value, name: &str) -> f64 {
+    listed(api, name).and_then(|s| s["fps_in"].as_f64()).unwrap_or(0.0)
 }
 
 fn stream<'a>(api: &'a Value, name: &str) -> &'a Value {
-    api["streams"].as_array().unwrap().iter().find(|s| s["name"] == name).unwrap_or_else(|| panic!("no stream {name} in {api}"))
+    listed(api, name).unwrap_or_else(|| panic!("no stream {name} in {api}"))
 }
 
 #[test]
@@ -190,7 +200,7 @@ fn the_api_lists_each_stream_with_moving_numbers_and_serves_its_snapshot() {
     let mut d = Daemon::start("127.0.0.1", "", &["front", "rear"]);
     d.wait_for("frames out and a frame rate", Duration::from_secs(60), |d| {
         let api = d.api();
-        ["front", "rear"].iter().all(|n| stream(&api, n)["frames_out"].as_u64() > Some(3) && stream(&api, n)["fps_in"].as_f64() > Some(0.0))
+        ["front", "rear"].iter().all(|n| frames_out(&api, n) > 3 && fps_in(&api, n) > 0.0)
     });
     let first = d.api();
     let front = stream(&first, "front");

@@ -305,10 +305,10 @@ class Batches(torch.utils.data.Dataset):
         ims, labs, plain = [], [], []
         for name, count in self.mix.items():
             pool = self.pools[name]
+            is_plain = name in self.args.plain
+            scene = not self.args.road_augment_sources or name in self.args.road_augment_sources
             for _ in range(count):
                 im, lab = pool[rng.randrange(len(pool))]
-                is_plain = name in self.args.plain
-                scene = not self.args.road_augment_sources or name in self.args.road_augment_sources
                 a, b = augment_one(im, lab, rng, self.args, self.egos, is_plain, scene)
                 if name == "idd" and self.args.idd_road_channel:
                     b = np.where(b < N, b + IDD_BASE, b).astype(np.uint8)

@@ -24,10 +24,12 @@ __device__ __forceinline__ void frame_rgb(const u8* f, int fh, int stride, int f
     }
 }
 
-// frame [fh, fw] (RGB, RGBA or NV12) -> out [h, w, 3], bilinear, /255, ImageNet mean/std.
+// frame [fh, fw] (RGB, RGBA or NV12) -> each value through `tone` (256 floats: the frame's
+// tone curve, src/exposure.rs; the identity for most frames) -> out [h, w, 3], bilinear, /255,
+// ImageNet mean/std.
 template <class T>
 __device__ void preprocess_impl(const u8* __restrict__ frame, int fw, int fh, int stride, int fmt,
-                                typename T::S* __restrict__ out, int w, int h) {
+                                const float* __restrict__ tone, typename T::S* __restrict__ out, int w, int h) {
     const float mean[3] = {0.485f, 0.456f, 0.406f};
     const float inv_std[3] = {1.0f / 0.229f, 1.0f / 0.224f, 1.0f / 0.225f};
     long total = (long)w * h;
@@ -44,6 +46,11 @@ __device__ void preprocess_impl(const u8* __restrict__ frame, int fw, int fh, in
         frame_rgb(frame, fh, stride, fmt, x1, y1, d);
 #pragma unroll
         for (int ch = 0; ch < 3; ch++) {
+            // frame_rgb gives whole values 0..255, so they index the table as the CPU's ToneCurve::map does.
+            a[ch] = tone[(int)a[ch]];
+            b[ch] = tone[(int)b[ch]];
+            c[ch] = tone[(int)c[ch]];
+            d[ch] = tone[(int)d[ch]];
             float v = (1.0f - ly) * ((1.0f - lx) * a[ch] + lx * b[ch]) + ly * ((1.0f - lx) * c[ch] + lx * d[ch]);
             out[i * 3 + ch] = T::st((v / 255.0f - mean[ch]) * inv_std[ch]);
         }
@@ -108,9 +115,9 @@ __device__ void postprocess_impl(const typename T::S* __restrict__ logits, int l
 }
 
 #define FRAME(T, sfx)                                                                                            \
-    extern "C" __global__ void preprocess_##sfx(const u8* frame, int fw, int fh, int stride, int fmt, T::S* out, \
-                                                int w, int h) {                                                  \
-        preprocess_impl<T>(frame, fw, fh, stride, fmt, out, w, h);                                              \
+    extern "C" __global__ void preprocess_##sfx(const u8* frame, int fw, int fh, int stride, int fmt,           \
+                                                const float* tone, T::S* out, int w, int h) {                    \
+        preprocess_impl<T>(frame, fw, fh, stride, fmt, tone, out, w, h);                                        \
     }                                                                                                            \
     extern "C" __global__ void postprocess_##sfx(const T::S* logits, int lw, int lh, int labels, float scale,     \
                                                  int fw, int fh,                                                 \

@@ -123,6 +123,9 @@ pub struct Segmentation {
     /// Share of all pixels confidently classed as road.
     pub road_coverage: f32,
     pub mean_confidence: f32,
+    /// The gamma the frame was brightened with on its way into the model
+    /// (`crate::exposure`); None: it went in as it came.
+    pub brightened: Option<f32>,
 }
 
 impl Segmentation {

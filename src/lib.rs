@@ -11,6 +11,7 @@ pub mod device;
 pub mod disk;
 pub mod engine;
 pub mod eval;
+pub mod exposure;
 pub mod frame;
 pub mod host_memory;
 pub mod hub;

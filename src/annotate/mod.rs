@@ -26,6 +26,9 @@ pub struct FrameStats {
     /// ceilings); 0 with the rule off.
     pub road_cut: f32,
     pub mean_confidence: f32,
+    /// The gamma the frame was brightened with before inference
+    /// (`crate::exposure`); None: it went in as it came.
+    pub brightened: Option<f32>,
     pub inference_ms: f64,
     pub fps: f64,
 }
@@ -190,9 +193,10 @@ mod tests {
             confidence: vec![0.9; w * h],
             road_coverage: 0.5,
             mean_confidence: 0.9,
+            brightened: None,
         };
         let a = Annotator { style: OverlayStyle { road_classes: vec![0], ..OverlayStyle::default() }, show_text: true, show_origin: false };
-        let stats = FrameStats { road_coverage: 0.5, hood_coverage: 0.0, road_cut: 0.0, mean_confidence: 0.9, inference_ms: 12.0, fps: 25.0 };
+        let stats = FrameStats { road_coverage: 0.5, hood_coverage: 0.0, road_cut: 0.0, mean_confidence: 0.9, brightened: None, inference_ms: 12.0, fps: 25.0 };
         (seg, a, stats)
     }
 
@@ -258,7 +262,7 @@ mod tests {
     #[test]
     fn hood_is_drawn_in_its_own_colour() {
         let (w, h) = (64, 64);
-        let seg = Segmentation { width: w, height: h, classes: vec![0; w * h], confidence: vec![0.9; w * h], road_coverage: 1.0, mean_confidence: 0.9 };
+        let seg = Segmentation { width: w, height: h, classes: vec![0; w * h], confidence: vec![0.9; w * h], road_coverage: 1.0, mean_confidence: 0.9, brightened: None };
         let style = OverlayStyle { road_classes: vec![0], ..OverlayStyle::default() };
         let a = Annotator { style: style.clone(), show_text: false, show_origin: false };
         let hood = HoodMask::from_tops(w, h, vec![56; w]);

@@ -15,6 +15,7 @@ pub mod cuda;
 
 use std::fmt;
 
+use crate::exposure::ToneCurve;
 use crate::frame::{FrameError, FrameGeometry, FrameOverlay, FrameRef, Segmentation};
 
 /// Numeric precision a backend computes in. The CPU backend is always `F32`.
@@ -318,11 +319,13 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Before the recorded work: takes the frame's pixels, which must have
     /// the slot's geometry (a device backend queues their copy to the device,
-    /// from where they are when that memory is pinned, else via staging).
-    fn stage_frame(&self, slot: &mut Self::FrameSlot, frame: &FrameRef<'_>) -> OpResult;
+    /// from where they are when that memory is pinned, else via staging),
+    /// and the tone curve its values go through on their way into the model's
+    /// input (`crate::exposure`; the identity for most frames).
+    fn stage_frame(&self, slot: &mut Self::FrameSlot, frame: &FrameRef<'_>, tone: &ToneCurve) -> OpResult;
 
-    /// Recorded: the frame resized (bilinear, half-pixel centres) to `w` x `h`
-    /// and normalised (/255, ImageNet mean and std) into image `image` of
+    /// Recorded: the frame, each value through the staged tone curve, resized
+    /// (bilinear, half-pixel centres) to `w` x `h` and normalised (/255, ImageNet mean and std) into image `image` of
     /// `input` `[batch, h, w, 3]`.
     fn frame_to_input(&self, slot: &mut Self::FrameSlot, input: &mut Self::Tensor, image: usize, w: usize, h: usize) -> OpResult;
 

@@ -39,6 +39,10 @@ pub struct ModelArgs {
     /// Pixels whose top softmax probability is below this are marked unknown (255).
     #[arg(long, default_value_t = 0.5)]
     pub threshold: f32,
+    /// Frames whose mean luma (0..1) is under this are brightened by a gamma
+    /// curve before inference (night, dusk); the output video is untouched. 0: off.
+    #[arg(long, default_value_t = roadseg::exposure::DEFAULT_TARGET)]
+    pub exposure_target: f32,
 }
 
 pub fn parse_size(s: &str) -> Result<(usize, usize), String> {
@@ -83,6 +87,10 @@ pub fn load_engines(args: &ModelArgs, size: (usize, usize), threshold: f32, back
     if !(0.0..=1.0).contains(&threshold) {
         bail!("--threshold {threshold} is outside 0..=1");
     }
+    let exposure = roadseg::exposure::Exposure { target: args.exposure_target };
+    if let Err(e) = exposure.validate() {
+        bail!("--exposure-target: {e}");
+    }
     let origin = roadseg::hub::resolve_model(&args.model)?;
     let spec = ModelSpec {
         path: origin.dir(),
@@ -92,6 +100,7 @@ pub fn load_engines(args: &ModelArgs, size: (usize, usize), threshold: f32, back
         confidence_threshold: threshold,
         cuda_graphs: !args.no_graph,
         max_batch,
+        exposure,
     };
     let (engines, _) = roadseg::engine::load_engines_for(&spec, &resolved, workers, backend)?;
     if workers == WorkerCount::Auto {

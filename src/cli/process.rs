@@ -35,7 +35,7 @@ pub struct ProcessArgs {
     /// Annotated MP4 to write (default: <input name>-roadseg.mp4 in the current folder).
     #[arg(short, long)]
     pub output: Option<PathBuf>,
-    /// Per-frame JSON lines: frame, pts, road_coverage, hood_pct, road_cut, mean_confidence, inference_ms, dropped_before.
+    /// Per-frame JSON lines: frame, pts, road_coverage, hood_pct, road_cut, mean_confidence, exposure_gamma, inference_ms, dropped_before.
     #[arg(long)]
     pub stats_out: Option<PathBuf>,
     #[command(flatten)]

@@ -109,6 +109,10 @@ pub struct ModelConfig {
     /// CUDA: replay each frame as a recorded CUDA graph. Default true; false
     /// runs the same kernels eagerly (debugging).
     pub cuda_graphs: bool,
+    /// Frames whose mean luma (0..1) is under this are brightened by a gamma
+    /// curve on their way into the model (night, dusk; `crate::exposure`);
+    /// the video written and served is untouched. 0 = off. Default 0.25.
+    pub exposure_target: f32,
 }
 
 impl ModelConfig {
@@ -124,6 +128,7 @@ impl ModelConfig {
             cuda_graphs: self.cuda_graphs,
             // Set by the worker pool from `[workers] batch`.
             max_batch: 1,
+            exposure: crate::exposure::Exposure { target: self.exposure_target },
         }
     }
 }
@@ -140,6 +145,7 @@ impl Default for ModelConfig {
             road_classes: vec!["road".to_string()],
             confidence_threshold: 0.5,
             cuda_graphs: true,
+            exposure_target: crate::exposure::DEFAULT_TARGET,
         }
     }
 }

@@ -30,6 +30,7 @@ pub const RING_DEPTH: &str = "roadseg_ring_depth";
 pub const ROAD_COVERAGE: &str = "roadseg_road_coverage_ratio";
 pub const HOOD_COVERAGE: &str = "roadseg_hood_coverage_ratio";
 pub const ROAD_CUT: &str = "roadseg_road_cut_ratio";
+pub const EXPOSURE_GAMMA: &str = "roadseg_exposure_gamma";
 pub const MEAN_CONFIDENCE: &str = "roadseg_mean_confidence_ratio";
 pub const LAST_INFERRED: &str = "roadseg_last_inferred_timestamp_seconds";
 pub const LAST_WRITTEN: &str = "roadseg_last_written_timestamp_seconds";
@@ -58,7 +59,7 @@ pub const SHARD_STREAMS: &str = "roadseg_shard_streams";
 pub const CONFIG_RELOAD_FAILED: &str = "roadseg_config_reload_failed";
 
 /// Every name above, for checks that dashboards and docs use only real ones.
-pub const ALL_NAMES: [&str; 37] = [
+pub const ALL_NAMES: [&str; 38] = [
     GPU_UTILIZATION,
     GPU_BUSY,
     STAGE,
@@ -75,6 +76,7 @@ pub const ALL_NAMES: [&str; 37] = [
     ROAD_COVERAGE,
     HOOD_COVERAGE,
     ROAD_CUT,
+    EXPOSURE_GAMMA,
     MEAN_CONFIDENCE,
     LAST_INFERRED,
     LAST_WRITTEN,
@@ -185,6 +187,11 @@ const GAUGES: &[(&str, Option<Unit>, &str)] = &[
         ROAD_CUT,
         None,
         "Fraction of the last frame the model called road that joins no road in the lower picture (night sky, lit walls, tunnel ceilings), drawn and counted as its next-best class instead; high and lasting means this camera or light confuses the model",
+    ),
+    (
+        EXPOSURE_GAMMA,
+        None,
+        "Gamma the last frame was brightened with before inference (1: as it came; under 1: darker than [model] exposure_target, night or dusk)",
     ),
     (STREAM_UP, None, "1 while the stream's source delivers frames"),
     (
@@ -327,6 +334,7 @@ pub struct StreamMetrics {
     pub mean_confidence: Gauge,
     pub hood_coverage: Gauge,
     pub road_cut: Gauge,
+    pub exposure_gamma: Gauge,
     pub last_inferred: Gauge,
     pub last_written: Gauge,
     pub reconnects: Counter,
@@ -359,6 +367,7 @@ impl StreamMetrics {
             mean_confidence: Gauge::from_arc(Arc::new(TeeGauge { inner: FrameGauge::new(MEAN_CONFIDENCE, &s), readings: r.clone(), into: |r| &r.mean_confidence })),
             hood_coverage: FrameGauge::new(HOOD_COVERAGE, &s),
             road_cut: FrameGauge::new(ROAD_CUT, &s),
+            exposure_gamma: FrameGauge::new(EXPOSURE_GAMMA, &s),
             last_inferred: FrameGauge::new(LAST_INFERRED, &s),
             last_written: FrameGauge::new(LAST_WRITTEN, &s),
             reconnects: tee(counter!(RECONNECTS, "stream" => s.clone()), Slot::Reconnects),

@@ -54,8 +54,11 @@ impl<B: Backend> Engine<B> {
         let keys: Vec<SlotKey> = frames.iter().enumerate().map(|(i, f)| SlotKey::nth(f.geometry(), frames[..i].iter().filter(|o| o.geometry() == f.geometry()).count())).collect();
         let slots = self.slots_for(&keys)?;
         let annotate: Vec<bool> = (0..n).map(|i| self.will_annotate(i)).collect();
+        let mut brightened = Vec::with_capacity(n);
         for (i, (frame, &s)) in frames.iter().zip(&slots).enumerate() {
-            b.stage_frame(&mut self.slots[s].slot, frame)?;
+            let tone = self.options.exposure.curve_for(frame);
+            b.stage_frame(&mut self.slots[s].slot, frame, &tone)?;
+            brightened.push((!tone.is_identity()).then(|| tone.gamma_value()));
             if annotate[i] {
                 let overlay = self.overlays[i].as_ref().expect("will_annotate checked it");
                 b.stage_overlay(&mut self.slots[s].slot, overlay)?;
@@ -112,8 +115,10 @@ impl<B: Backend> Engine<B> {
             }
         }
         let mut host = None::<(f64, f64)>;
-        for (out, &s) in self.batches.outputs.iter_mut().zip(&slots) {
-            if let Some(p) = b.collect_frame(&mut frame_slots[s].slot, out)? {
+        for ((out, &s), brightened) in self.batches.outputs.iter_mut().zip(&slots).zip(brightened) {
+            let phases = b.collect_frame(&mut frame_slots[s].slot, out)?;
+            out.brightened = brightened;
+            if let Some(p) = phases {
                 let (pre, post) = host.get_or_insert((0.0, 0.0));
                 *pre += p.preprocess_ms;
                 *post += p.postprocess_ms;

@@ -37,7 +37,8 @@ impl<B: Backend> Engine<B> {
         let b = &*backend;
         let host_logits = filter.is_some() || self.keep_logits;
         let [s] = self.slots_for(&[SlotKey::nth(frame.geometry(), 0)])?[..] else { unreachable!("one key, one slot") };
-        b.stage_frame(&mut self.slots[s].slot, frame)?;
+        let tone = self.options.exposure.curve_for(frame);
+        b.stage_frame(&mut self.slots[s].slot, frame, &tone)?;
         let annotate = self.will_annotate(0);
         if annotate {
             let overlay = self.overlays[0].as_ref().expect("will_annotate checked it");
@@ -89,6 +90,7 @@ impl<B: Backend> Engine<B> {
             }
         }
         let phases = b.collect_frame(&mut self.slots[s].slot, &mut self.segmentation)?;
+        self.segmentation.brightened = (!tone.is_identity()).then(|| tone.gamma_value());
         self.annotated_frames = 0;
         if annotate {
             b.collect_annotated(&mut self.slots[s].slot, &mut self.annotated[0])?;

@@ -56,6 +56,8 @@ pub struct EngineOptions {
     /// `temporal::VEHICLE_CLASS_NAMES`): the stream's hood is then learnt from it.
     pub ego_class: Option<crate::temporal::EgoClass>,
     pub confidence_threshold: f32,
+    /// Dark frames brightened before inference (`crate::exposure`).
+    pub exposure: crate::exposure::Exposure,
 }
 
 impl EngineOptions {
@@ -73,6 +75,7 @@ impl EngineOptions {
         if !(0.0..=1.0).contains(&self.confidence_threshold) {
             return bad(format!("confidence threshold {} is outside 0..=1", self.confidence_threshold));
         }
+        self.exposure.validate().or_else(bad)?;
         Ok(())
     }
 }

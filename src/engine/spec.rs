@@ -27,6 +27,8 @@ pub struct ModelSpec<'a> {
     /// engine builds the model instances of [`batch_sizes`] of it at load.
     /// 1: single frames only.
     pub max_batch: usize,
+    /// Dark frames brightened before inference (`crate::exposure`).
+    pub exposure: crate::exposure::Exposure,
 }
 
 /// The batch sizes a worker runs for `max` frames at most: the powers of
@@ -88,6 +90,7 @@ fn options_for(spec: &ModelSpec<'_>, labels: &[String]) -> EngineOptions {
         road_classes: road_class_ids(labels, spec.road_classes),
         ego_class: crate::temporal::EgoClass::from_labels(labels),
         confidence_threshold: spec.confidence_threshold,
+        exposure: spec.exposure,
     }
 }
 

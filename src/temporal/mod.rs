@@ -539,7 +539,7 @@ mod tests {
         let (w, h) = (4, 4);
         // Bottom row road, the rest not; the bottom row is hood.
         let classes: Vec<u8> = (0..w * h).map(|i| u8::from(i >= 12)).collect();
-        let seg = Segmentation { width: w, height: h, classes, confidence: vec![1.0; 16], road_coverage: 0.25, mean_confidence: 1.0 };
+        let seg = Segmentation { width: w, height: h, classes, confidence: vec![1.0; 16], road_coverage: 0.25, mean_confidence: 1.0, brightened: None };
         let hood = HoodMask::from_tops(w, h, vec![3; 4]);
         let (road, hood_share) = scene_coverage(&seg, &hood, &[1]);
         assert_eq!((road, hood_share), (0.0, 0.25));
@@ -555,7 +555,7 @@ mod tests {
         let (w, h) = (8, 4);
         let classes: Vec<u8> = (0..w * h).map(|i| u8::from(i % w == 0 || i % w == 7 || i / w == 2)).collect();
         let road = classes.iter().filter(|&&c| c == 1).count() as f32 / (w * h) as f32;
-        let seg = Segmentation { width: w, height: h, classes, confidence: vec![1.0; w * h], road_coverage: road, mean_confidence: 1.0 };
+        let seg = Segmentation { width: w, height: h, classes, confidence: vec![1.0; w * h], road_coverage: road, mean_confidence: 1.0, brightened: None };
         let bars = Bars { left: 1, right: 1, ..Bars::NONE };
         let hood = HoodMask::from_tops(w, h, vec![3; w]).with_bars(bars);
         let (road, hood_share) = scene_coverage(&seg, &hood, &[1]);

@@ -196,6 +196,7 @@ impl StatsWriter {
             "hood_pct": (stats.hood_coverage as f64 * 1e4).round() / 1e2,
             "road_cut": (stats.road_cut as f64 * 1e5).round() / 1e5,
             "mean_confidence": (stats.mean_confidence as f64 * 1e5).round() / 1e5,
+            "exposure_gamma": (f64::from(stats.brightened.unwrap_or(1.0)) * 1e3).round() / 1e3,
             "inference_ms": (stats.inference_ms * 100.0).round() / 100.0,
             "dropped_before": frame.dropped_before,
         });

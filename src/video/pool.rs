@@ -397,6 +397,7 @@ impl Done<'_> {
             hood_coverage,
             road_cut: seen.road_cut,
             mean_confidence: seg.mean_confidence,
+            brightened: seg.brightened,
             inference_ms,
             fps: stream.counters.fps_milli.load(Ordering::Relaxed) as f64 / 1000.0,
         };

@@ -27,7 +27,7 @@ const ENTRIES: &[(&str, usize)] = &[
     ("resize_bilinear", 8),
     ("decode_tail", 18),
     ("attention_simple", 8),
-    ("preprocess", 8),
+    ("preprocess", 9),
     ("postprocess", 13),
 ];
 const FLASH_ENTRIES: &[(&str, usize)] = &[

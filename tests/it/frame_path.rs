@@ -1,14 +1,16 @@
 //! Rule: the frame path is one path on every backend: keeping the logits on
 //! the host or filtering them changes where they go, not the segmentation;
 //! a filter's rewrite reaches the classes; the kept logits are those of the
-//! preprocessed frame; frames of many geometries each get their own slot.
-//! One body per rule, run on the CPU and, where present, on the GPU.
+//! preprocessed frame; frames of many geometries each get their own slot;
+//! a dark frame reaches the model through its tone curve, alone or in a
+//! batch, and says so. One body per rule, run on the CPU and, where present, on the GPU.
 
 use std::sync::Arc;
 
 use crate::common::*;
 use roadseg::backend::Backend;
-use roadseg::backend::cpu::preprocess;
+use roadseg::backend::cpu::{preprocess, preprocess_toned};
+use roadseg::exposure::Exposure;
 use roadseg::engine::{Engine, FrameRef, PixelFormat, UNKNOWN};
 
 /// A 150x94 RGB frame with structure at every scale.
@@ -90,6 +92,40 @@ fn many_geometries_each_get_a_slot<B: Backend>(b: Arc<B>) {
     assert_eq!(again.classes, reference.classes);
 }
 
+/// `tolerance`: of the logits, 0 where the backend keeps f32 logits (the CPU).
+fn dark_frames_reach_the_model_brightened<B: Backend>(b: Arc<B>, tolerance: f32) {
+    let (w, h) = (150, 94);
+    let dark: Vec<u8> = (0..w * h * 3).map(|i| ((i * 37 + (i / (w * 3)) * 11) % 50) as u8).collect();
+    let (bright, _, _) = frame_pixels();
+    let frame = FrameRef::packed(&dark, w, h, PixelFormat::Rgb);
+    let tone = Exposure::DEFAULT.curve_for(&frame);
+    assert!(!tone.is_identity(), "the test frame is dark");
+    let mut e = engine_exposed(b.clone(), &repo().join("tests/data/odd-bf16-203x141"), 96, 64, vec![1.0], Exposure::DEFAULT);
+    e.set_keep_logits(true);
+    assert_eq!(e.run_frame(&frame).unwrap().brightened, Some(tone.gamma_value()));
+    let from_frame = e.logits().to_vec();
+    let mut hwc = vec![0.0; 96 * 64 * 3];
+    preprocess_toned(&frame, &tone, 96, 64, &mut hwc).unwrap();
+    let (max, _) = diff(&from_frame, e.run_normalized(&hwc).unwrap());
+    assert!(max <= tolerance, "logits of the dark frame and of its brightened input differ by {max}");
+    preprocess(&frame, 96, 64, &mut hwc).unwrap();
+    let (max, _) = diff(&from_frame, e.run_normalized(&hwc).unwrap());
+    assert!(max > 10.0 * tolerance.max(1e-3), "the curve changed the logits (by {max})");
+    // A bright frame after it goes in as it came (the device's table is reset).
+    e.set_keep_logits(false);
+    let mut plain = new_engine(&b, vec![1.0]);
+    let bright_frame = FrameRef::packed(&bright, w, h, PixelFormat::Rgb);
+    let expected = plain.run_frame(&bright_frame).unwrap().clone();
+    let seg = e.run_frame(&bright_frame).unwrap();
+    assert_eq!(seg.brightened, None);
+    assert_eq!(seg.classes, expected.classes);
+    // In a batch, each frame by its own light.
+    e.prepare_batches(&[2]).unwrap();
+    let segs = e.run_batch(&[frame, bright_frame], None).unwrap();
+    assert_eq!(segs[0].brightened, Some(tone.gamma_value()));
+    assert_eq!(segs[1].brightened, None);
+}
+
 #[test]
 fn cpu_frame_path() {
     let b = cpu_backend();
@@ -104,6 +140,7 @@ fn cpu_frame_path() {
     keeping_or_filtering_logits_changes_nothing(b.clone(), 0.0);
     a_filter_rewrites_the_classes(b.clone());
     kept_logits_are_the_preprocessed_frames(b.clone(), 0.0);
+    dark_frames_reach_the_model_brightened(b.clone(), 0.0);
     many_geometries_each_get_a_slot(b);
 }
 
@@ -122,5 +159,6 @@ fn cuda_frame_path() {
     a_filter_rewrites_the_classes(b.clone());
     // Pre-processing on the GPU vs the CPU's, through an fp16 model.
     kept_logits_are_the_preprocessed_frames(b.clone(), 5e-2);
+    dark_frames_reach_the_model_brightened(b.clone(), 5e-2);
     many_geometries_each_get_a_slot(b);
 }

@@ -63,11 +63,39 @@ fn every_frame_of_the_dashcam_clip_comes_out_in_order_with_its_timestamps() {
         assert_eq!(line["frame"].as_u64(), Some(i as u64), "frames in order");
         let pts = line["pts"].as_f64().unwrap();
         assert!((pts - i as f64 * 0.04).abs() < 1e-3, "frame {i} pts {pts}: input timestamps kept");
-        for key in ["road_coverage", "hood_pct", "road_cut", "mean_confidence", "inference_ms", "dropped_before"] {
+        for key in ["road_coverage", "hood_pct", "road_cut", "mean_confidence", "exposure_gamma", "inference_ms", "dropped_before"] {
             assert!(!line[key].is_null(), "{key} in {line}");
         }
+        assert_eq!(line["exposure_gamma"], 1.0, "a clip by day goes to the model as it came");
         assert_eq!(line["dropped_before"], 0, "a file never drops frames");
     }
+}
+
+#[test]
+fn a_dark_clip_is_brightened_on_its_way_into_the_model_and_says_so() {
+    // Rule: frames darker than the exposure target reach the model through a gamma curve no stronger than 0.7, reported per frame as exposure_gamma; --exposure-target 0 turns it off.
+    let tmp = tempfile::tempdir().unwrap();
+    let clip = tmp.path().join("dark.mp4");
+    let mut gst = std::process::Command::new("gst-launch-1.0");
+    gst.args(["-q", "videotestsrc", "num-buffers=8", "pattern=smpte", "!", "video/x-raw,width=320,height=180,framerate=20/1", "!"])
+        .args(["videobalance", "brightness=-0.6", "!", "videoconvert", "!", "x264enc", "!", "mp4mux", "!", "filesink"])
+        .arg(format!("location={}", clip.display()));
+    assert!(crate::common::run_with_timeout(&mut gst, std::time::Duration::from_secs(30)).0, "making the dark clip");
+    let gammas = |extra: &[&str]| -> Vec<f64> {
+        let (out, stats) = (tmp.path().join("out.mp4"), tmp.path().join("stats.jsonl"));
+        let _ = std::fs::remove_file(&stats);
+        let mut args = vec![clip.to_str().unwrap(), "-o", out.to_str().unwrap(), "--stats-out", stats.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let (code, _, stderr) = process(&args);
+        assert_eq!(code, 0, "{stderr}");
+        let text = std::fs::read_to_string(&stats).unwrap();
+        text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["exposure_gamma"].as_f64().expect("exposure_gamma")).collect()
+    };
+    let on = gammas(&[]);
+    assert_eq!(on.len(), 8);
+    assert!(on.iter().all(|&g| (0.7..1.0).contains(&g)), "every dark frame brightened: {on:?}");
+    let off = gammas(&["--exposure-target", "0"]);
+    assert!(off.iter().all(|&g| g == 1.0), "off: {off:?}");
 }
 
 #[test]

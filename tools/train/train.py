@@ -383,13 +383,45 @@ def check_data(dataset: TrainBatches, steps: int, args, device, fh) -> int:
     return 0 if same else 1
 
 
-def preprocess_like_daemon(im: Image.Image, width: int, device) -> torch.Tensor:
-    """Exactly the daemon's preprocessing: uint8 RGB -> bilinear resize
+# src/exposure.rs: frames with a mean luma under the target are brightened by a
+# gamma curve (no stronger than MIN_GAMMA) before the model sees them.
+EXPOSURE_TARGET = 0.25
+EXPOSURE_MIN_GAMMA = 0.7
+
+
+def mean_luma(a: np.ndarray) -> float:
+    """src/exposure.rs's mean_luma of an H,W,3 uint8 RGB array: BT.601 luma of
+    every 4th pixel of every 4th row (from the 2nd), 0..1."""
+    s = a[2::4, 2::4].astype(np.float64)
+    if s.size == 0:
+        s = a.astype(np.float64)
+    return float((0.299 * s[..., 0] + 0.587 * s[..., 1] + 0.114 * s[..., 2]).mean() / 255.0)
+
+
+def exposure_curve(a: np.ndarray, target: float = EXPOSURE_TARGET):
+    """The daemon's tone curve for the frame (256 whole values), or None for
+    the identity (bright enough, or target 0 = off)."""
+    if target <= 0:
+        return None
+    luma = mean_luma(a)
+    if luma >= target:
+        return None
+    gamma = min(max(np.log(np.float32(target)) / np.log(np.float32(max(luma, 1e-3))), EXPOSURE_MIN_GAMMA), 1.0)
+    if gamma == 1.0:
+        return None
+    return np.round(255.0 * (np.arange(256) / 255.0) ** float(np.float32(gamma))).astype(np.float32)
+
+
+def preprocess_like_daemon(im: Image.Image, width: int, device, exposure_target: float = EXPOSURE_TARGET) -> torch.Tensor:
+    """Exactly the daemon's preprocessing: uint8 RGB -> its tone curve (the
+    identity unless the frame is dark: src/exposure.rs) -> bilinear resize
     (align_corners=False, antialias=False) to width x (width*H/W) -> /255 ->
     ImageNet mean/std.  Returns 1,3,h,w."""
     W, H = im.size
     h = int(round(width * H / W))
-    x = torch.from_numpy(np.array(im)).permute(2, 0, 1).unsqueeze(0).float().to(device)
+    a = np.array(im)
+    curve = exposure_curve(a, exposure_target)
+    x = torch.from_numpy(a if curve is None else curve[a]).permute(2, 0, 1).unsqueeze(0).float().to(device)
     if (h, width) != (H, W):
         x = F.interpolate(x, size=(h, width), mode="bilinear", align_corners=False,
                           antialias=False)

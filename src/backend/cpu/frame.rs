@@ -6,7 +6,8 @@
 use std::time::Instant;
 
 use super::postprocess::{PostprocessSpec, Postprocessor};
-use super::preprocess::preprocess;
+use super::preprocess::preprocess_toned;
+use crate::exposure::ToneCurve;
 use crate::backend::{BackendError, FrameOutDims, HostPhases, OpResult};
 use crate::frame::{FrameError, FrameGeometry, FrameRef, Segmentation};
 
@@ -14,6 +15,8 @@ pub struct CpuFrameSlot {
     geometry: FrameGeometry,
     /// The staged frame's bytes (up to the end of its last row).
     pixels: Vec<u8>,
+    /// The staged frame's tone curve (`crate::exposure`).
+    tone: ToneCurve,
     road_classes: Vec<usize>,
     postprocessor: Postprocessor,
     /// Written by `frame_from_logits`, swapped out by `collect`.
@@ -26,6 +29,7 @@ impl CpuFrameSlot {
         CpuFrameSlot {
             geometry,
             pixels: Vec::with_capacity(geometry.bytes()),
+            tone: ToneCurve::IDENTITY,
             road_classes: road_classes.to_vec(),
             postprocessor: Postprocessor::default(),
             segmentation: Segmentation::default(),
@@ -33,13 +37,14 @@ impl CpuFrameSlot {
         }
     }
 
-    pub(super) fn stage(&mut self, frame: &FrameRef<'_>) -> OpResult {
+    pub(super) fn stage(&mut self, frame: &FrameRef<'_>, tone: &ToneCurve) -> OpResult {
         frame.validate()?;
         if frame.geometry() != self.geometry {
             return Err(FrameError(format!("frame {:?} staged into a slot for {:?}", frame.geometry(), self.geometry)).into());
         }
         self.pixels.clear();
         self.pixels.extend_from_slice(&frame.data[..frame.data.len().min(self.geometry.bytes())]);
+        self.tone.clone_from(tone);
         Ok(())
     }
 
@@ -50,7 +55,7 @@ impl CpuFrameSlot {
 
     pub(super) fn preprocess_into(&mut self, input: &mut [f32], w: usize, h: usize) -> OpResult {
         let t0 = Instant::now();
-        preprocess(&self.frame(), w, h, input)?;
+        preprocess_toned(&self.frame(), &self.tone, w, h, input)?;
         self.phases.preprocess_ms += ms_since(t0);
         Ok(())
     }

@@ -20,12 +20,13 @@ use super::check_len as check;
 use super::{
     Affine, AttnDims, Backend, BackendError, ConvDims, DwConvDims, FrameOutDims, GemmDims, HostPhases, NormDims, OpResult, Precision, ResizeDims,
 };
+use crate::exposure::ToneCurve;
 use crate::frame::{FrameGeometry, FrameRef, Segmentation};
 
 pub use frame::CpuFrameSlot;
 pub use kernels::bilinear_source;
 pub use postprocess::{PostprocessSpec, Postprocessor};
-pub use preprocess::{MEAN, STD, preprocess};
+pub use preprocess::{MEAN, STD, preprocess, preprocess_toned};
 
 /// Bilinear resize of host memory (multi-scale averaging, input rescaling).
 pub fn resize_host(x: &[f32], y: &mut [f32], dims: ResizeDims, accumulate: bool) {
@@ -258,8 +259,8 @@ impl Backend for CpuBackend {
         Ok(CpuFrameSlot::new(geometry, road_classes))
     }
 
-    fn stage_frame(&self, slot: &mut CpuFrameSlot, frame: &FrameRef<'_>) -> OpResult {
-        slot.stage(frame)
+    fn stage_frame(&self, slot: &mut CpuFrameSlot, frame: &FrameRef<'_>, tone: &ToneCurve) -> OpResult {
+        slot.stage(frame, tone)
     }
 
     fn frame_to_input(&self, slot: &mut CpuFrameSlot, input: &mut Self::Tensor, image: usize, w: usize, h: usize) -> OpResult {

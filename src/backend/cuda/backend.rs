@@ -21,6 +21,7 @@ use crate::backend::{
     Affine, AttnDims, Backend, BackendError, ConvDims, DecodeDims, DwConvDims, FrameOutDims, GemmDims, HostPhases, NormDims, OpResult, Precision,
     ResizeDims, StageMap, check_len, decode_tail_unfused,
 };
+use crate::exposure::ToneCurve;
 use crate::frame::{FrameGeometry, FrameOverlay, FrameRef, Segmentation};
 
 /// A recorded forward; only touched by its worker's thread (under the mutex).
@@ -498,8 +499,8 @@ where
         Ok(FrameArena::new(&self.stream, geometry, road_classes)?)
     }
 
-    fn stage_frame(&self, slot: &mut FrameArena, frame: &FrameRef<'_>) -> OpResult {
-        slot.upload(&self.stream, frame)
+    fn stage_frame(&self, slot: &mut FrameArena, frame: &FrameRef<'_>, tone: &ToneCurve) -> OpResult {
+        slot.upload(&self.stream, frame, tone)
     }
 
     fn frame_to_input(&self, slot: &mut FrameArena, input: &mut Self::Tensor, image: usize, w: usize, h: usize) -> OpResult {

@@ -15,6 +15,7 @@ use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, De
 use super::error::CudaError;
 use super::launch::{Queue, grid_for, launch};
 use crate::backend::{BackendError, FrameOutDims};
+use crate::exposure::ToneCurve;
 use crate::frame::{FrameError, FrameGeometry, FrameOverlay, FrameRef, PixelFormat, Segmentation};
 
 /// Buffers for one frame geometry; pinned ends for asynchronous copies.
@@ -25,6 +26,12 @@ pub struct FrameArena {
     /// Frame in, write-combined: the CPU only writes it, the GPU reads it fast.
     staging: Pinned<u8>,
     frame: CudaSlice<u8>,
+    /// The frame's tone curve (kernels/frame.cu's `tone`, 256 floats), its
+    /// pinned staging, and the gamma of the table on the device: a new table
+    /// goes up only when the curve changes (most frames keep the identity).
+    tone: CudaSlice<f32>,
+    tone_in: Pinned<f32>,
+    tone_on_device: f32,
     road_is: CudaSlice<u8>,
     classes: CudaSlice<u8>,
     confidence: CudaSlice<f32>,
@@ -222,6 +229,9 @@ impl FrameArena {
             totals_out: Pinned::new(stream, 2, false)?,
             overlay: None,
             frame: stream.alloc_zeros::<u8>(bytes.max(1))?,
+            tone: stream.clone_htod(&ToneCurve::IDENTITY.table()[..])?,
+            tone_in: Pinned::new(stream, 256, true)?,
+            tone_on_device: ToneCurve::IDENTITY.gamma_value(),
             road_is: stream.clone_htod(&road)?,
             classes: stream.alloc_zeros::<u8>(pixels.max(1))?,
             confidence: stream.alloc_zeros::<f32>(pixels.max(1))?,
@@ -232,9 +242,10 @@ impl FrameArena {
 
     /// Takes the frame and queues its copy to the device (outside any graph:
     /// the source address changes from frame to frame when it is the ring's
-    /// pinned buffer). The caller's frame must stay untouched until the
-    /// frame's work is synchronised, as the engine's does.
-    pub(super) fn upload(&mut self, stream: &Arc<CudaStream>, frame: &FrameRef<'_>) -> Result<(), BackendError> {
+    /// pinned buffer), and its tone curve's when that changed. The caller's
+    /// frame must stay untouched until the frame's work is synchronised, as
+    /// the engine's does.
+    pub(super) fn upload(&mut self, stream: &Arc<CudaStream>, frame: &FrameRef<'_>, tone: &ToneCurve) -> Result<(), BackendError> {
         let arena = self;
         let src = arena.stage(frame)?;
         let cu = stream.cu_stream();
@@ -242,10 +253,21 @@ impl FrameArena {
         // SAFETY: `src` is pinned and holds the frame's `bytes` (checked in
         // `stage`), as does the device buffer.
         unsafe { result::memcpy_htod_async(dst, std::slice::from_raw_parts(src, arena.bytes), cu)? };
+        if tone.gamma_value() != arena.tone_on_device {
+            // SAFETY: tone_in holds 256 floats and no copy from it is in
+            // flight (the previous frame's work was synchronised); the
+            // device table holds 256 floats.
+            unsafe {
+                std::slice::from_raw_parts_mut(arena.tone_in.ptr, 256).copy_from_slice(tone.table());
+                let (table, _) = arena.tone.device_ptr(stream);
+                result::memcpy_htod_async(table, std::slice::from_raw_parts(arena.tone_in.ptr as *const f32, 256), cu)?;
+            }
+            arena.tone_on_device = tone.gamma_value();
+        }
         Ok(())
     }
 
-    /// Enqueues: uploaded frame -> model input `[h, w, 3]`.
+    /// Enqueues: uploaded frame, through its tone curve -> model input `[h, w, 3]`.
     pub(super) fn enqueue_in<T: DeviceRepr>(&self, q: &Queue<'_>, input: &mut CudaViewMut<'_, T>, w: usize, h: usize) -> Result<(), BackendError> {
         let arena = self;
         if input.len() < w * h * 3 {
@@ -253,7 +275,7 @@ impl FrameArena {
         }
         let g = arena.geometry;
         let (fw, fh, stride, fmt, w_i, h_i) = (g.width as i32, g.height as i32, g.stride as i32, format_code(g.format), w as i32, h as i32);
-        launch!(q, &q.ops.preprocess, grid_for(w * h), &arena.frame, &fw, &fh, &stride, &fmt, input, &w_i, &h_i)
+        launch!(q, &q.ops.preprocess, grid_for(w * h), &arena.frame, &fw, &fh, &stride, &fmt, &arena.tone, input, &w_i, &h_i)
     }
 
     /// Enqueues: logits `[lh, lw, labels]` -> classes/confidence at frame

@@ -69,6 +69,10 @@ impl Summary {
             writeln!(f, "  cached at {}", hub.dir.display())?;
         }
         writeln!(f, "  road classes {:?}, confidence threshold {}", m.road_classes, m.confidence_threshold)?;
+        match m.exposure_target {
+            t if t > 0.0 => writeln!(f, "  frames darker than mean luma {t} brightened before inference")?,
+            _ => writeln!(f, "  exposure: off (frames go to the model as they come)")?,
+        }
         let count = match c.workers.count {
             WorkerCount::Auto => format!("auto: {AUTO_WORKERS_PER_GPU} a GPU (at most one a CPU core), 1 on the CPU"),
             WorkerCount::Fixed(n) => n.to_string(),

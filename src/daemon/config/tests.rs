@@ -284,6 +284,8 @@ fn validation_rules_for_global_sections() {
     check(|c| c.model.height = 100, "model.height", "multiple of 32");
     check(|c| c.model.confidence_threshold = 1.5, "model.confidence_threshold", "0..=1");
     check(|c| c.model.confidence_threshold = f32::NAN, "model.confidence_threshold", "0..=1");
+    check(|c| c.model.exposure_target = 1.0, "model.exposure_target", "below 1");
+    check(|c| c.model.exposure_target = -0.5, "model.exposure_target", "0 (off)");
     check(|c| c.model.road_classes.clear(), "model.road_classes", "at least one");
     check(|c| c.annotate.road_alpha = -0.1, "annotate.road_alpha", "0..=1");
     check(|c| c.workers.count = WorkerCount::Fixed(0), "workers.count", "1..=64");

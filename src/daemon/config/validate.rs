@@ -132,6 +132,8 @@ fn model(c: &mut Collector, config: &DaemonConfig) {
     });
     let t = m.confidence_threshold;
     c.check((0.0..=1.0).contains(&t), "model.confidence_threshold", || format!("{t} is outside 0..=1"));
+    let e = m.exposure_target;
+    c.check((0.0..1.0).contains(&e), "model.exposure_target", || format!("{e} must be 0 (off) or a mean luma below 1, e.g. 0.25"));
     c.check(!m.road_classes.is_empty(), "model.road_classes", || "must name at least one class, e.g. [\"road\"]".into());
     for (i, class) in m.road_classes.iter().enumerate() {
         c.check(!class.trim().is_empty(), format!("model.road_classes[{i}]"), || "must not be empty".into());

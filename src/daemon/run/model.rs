@@ -80,6 +80,7 @@ pub(super) fn start_pool(
                 m.mean_confidence.set(f64::from(stats.mean_confidence));
                 m.hood_coverage.set(f64::from(stats.hood_coverage));
                 m.road_cut.set(f64::from(stats.road_cut));
+                m.exposure_gamma.set(f64::from(stats.brightened.unwrap_or(1.0)));
                 m.last_inferred.set(metrics::unix_now());
             }
         })

@@ -232,7 +232,7 @@ mod tests {
     fn test_model_engine_with(road: &str, preset: Preset, max_batch: usize) -> Result<AnyEngine, crate::engine::LoadError> {
         let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/odd-bf16-203x141");
         let road = [road.to_string()];
-        let spec = ModelSpec { path: &model, size: (96, 64), preset, road_classes: &road, confidence_threshold: 0.3, cuda_graphs: false, max_batch };
+        let spec = ModelSpec { path: &model, size: (96, 64), preset, road_classes: &road, confidence_threshold: 0.3, cuda_graphs: false, max_batch, exposure: crate::exposure::Exposure::DEFAULT };
         let (engines, _) = load_cpu_engines(&spec, CpuBackend::new(), 1)?;
         Ok(AnyEngine::from(engines.into_iter().next().expect("one engine")))
     }

@@ -54,8 +54,13 @@ pub fn load<B: Backend>(dir: &Path, b: &B) -> Arc<SegformerWeights<B>> {
 }
 
 pub fn engine<B: Backend>(b: Arc<B>, dir: &Path, width: usize, height: usize, scales: Vec<f32>) -> Engine<B> {
+    engine_exposed(b, dir, width, height, scales, roadseg::exposure::Exposure::OFF)
+}
+
+/// As [`engine`], brightening dark frames as `exposure` says.
+pub fn engine_exposed<B: Backend>(b: Arc<B>, dir: &Path, width: usize, height: usize, scales: Vec<f32>, exposure: roadseg::exposure::Exposure) -> Engine<B> {
     let weights = load(dir, &*b);
-    let options = EngineOptions { width, height, scales, road_classes: vec![], ego_class: None, confidence_threshold: 0.0 };
+    let options = EngineOptions { width, height, scales, road_classes: vec![], ego_class: None, confidence_threshold: 0.0, exposure };
     Engine::new(b, weights, options).expect("engine builds")
 }
 

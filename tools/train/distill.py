@@ -277,11 +277,16 @@ def augment_one(im, lab, rng, args, egos, plain=False, road_augment=True):
     rw, rh = min(cw, sw), min(ch, sh)
     box = (x0 * W / sw, y0 * H / sh, (x0 + rw) * W / sw, (y0 + rh) * H / sh)
     im = base.color_jitter(im, rng, 0.3, 0.3, 0.3, 0.05)
+    # The daemon brightens a dark frame before the model sees it (src/exposure.rs),
+    # deciding on the whole frame: so does training, on the whole augmented frame.
+    curve = base.exposure_curve(np.asarray(im), args.exposure_target)
     out_im = np.zeros((ch, cw, 3), np.uint8)
     out_lab = np.full((ch, cw), IGNORE, np.uint8)
     px, py = rng.randint(0, cw - rw), rng.randint(0, ch - rh)
     out_im[py:py + rh, px:px + rw] = np.asarray(im.resize((rw, rh), Image.BILINEAR, box=box))
     out_lab[py:py + rh, px:px + rw] = np.asarray(Image.fromarray(lab).resize((rw, rh), Image.NEAREST, box=box))
+    if curve is not None:
+        out_im = curve[out_im].astype(np.uint8)
     if rng.random() < 0.5:
         out_im, out_lab = out_im[:, ::-1], out_lab[:, ::-1]
     return out_im, out_lab
@@ -534,6 +539,9 @@ def parse_args(argv=None):
                     type=lambda s: {k: int(v) for k, v in (kv.rsplit(":", 1) for kv in s.split(",") if kv)},
                     help="PREFIX:K,...: CamVid training frames whose names start with PREFIX are in the pool K times "
                          "(0001TP:3: the dusk drive, where dark road is read as pavement, three times)")
+    ap.add_argument("--exposure-target", type=float, default=base.EXPOSURE_TARGET,
+                    help="brighten each augmented frame darker than this mean luma as the daemon does "
+                         "([model] exposure_target, src/exposure.rs); 0: off (every run before 2026-11-29 17:00)")
     ap.add_argument("--cutmix", type=float, default=0.15)
     ap.add_argument("--plain", default=[], type=lambda s: [x for x in s.split(",") if x],
                     help="sources (e.g. camvid) whose frames get no pasted bonnet and no CutMix box: their "

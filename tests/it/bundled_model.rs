@@ -29,8 +29,9 @@ const HOOD_IOU_FLOOR: f64 = 0.9;
 const CAMVID_SUBSET_ROAD: f64 = 0.9510;
 const CAMVID_TOLERANCE: f64 = 0.01;
 /// The same on every 4th frame of the IDD drives held out from training
-/// (the product model 0.8461; the CamVid soup before it 0.7349).
-const IDD_SUBSET_ROAD: f64 = 0.8461;
+/// (the product model 0.8461, 0.8463 since dark frames are brightened for
+/// the model, docs/exposure.md; the CamVid soup before it 0.7349).
+const IDD_SUBSET_ROAD: f64 = 0.8463;
 
 /// Renders the drive; returns the clip's path.
 fn synth(dir: &Path, frames: u32, size: &str, seed: u32, truth: Option<&Path>) -> String {
@@ -274,8 +275,9 @@ fn the_bundled_model_keeps_its_held_out_idd_figure() {
 /// model, fast preset: pooled road IoU on ten hand-labelled frames it never
 /// trained on (BDD100K stills, solidWhiteRight frames), as in the model card;
 /// since run 8 they are also the adoption gate between candidates. Issue 20
-/// asks for 0.90; this records where the model is.
-const UNSEEN_ROAD: f64 = 0.8214;
+/// asks for 0.90; this records where the model is (0.8214; 0.8222 since dark
+/// frames are brightened for the model, docs/exposure.md: the night frame).
+const UNSEEN_ROAD: f64 = 0.8222;
 
 #[test]
 fn the_bundled_model_keeps_its_unseen_road_figure() {

@@ -387,6 +387,7 @@ def check_data(dataset: TrainBatches, steps: int, args, device, fh) -> int:
 # gamma curve (no stronger than MIN_GAMMA) before the model sees them.
 EXPOSURE_TARGET = 0.25
 EXPOSURE_MIN_GAMMA = 0.7
+EXPOSURE_UNLIT, EXPOSURE_LIT = 0.04, 0.08  # the curve fades in between (an unlit scene is left alone)
 
 
 def mean_luma(a: np.ndarray) -> float:
@@ -403,10 +404,12 @@ def exposure_curve(a: np.ndarray, target: float = EXPOSURE_TARGET):
     the identity (bright enough, or target 0 = off)."""
     if target <= 0:
         return None
-    luma = mean_luma(a)
-    if luma >= target:
+    luma = np.float32(mean_luma(a))
+    if luma >= target or luma <= EXPOSURE_UNLIT:
         return None
-    gamma = min(max(np.log(np.float32(target)) / np.log(np.float32(max(luma, 1e-3))), EXPOSURE_MIN_GAMMA), 1.0)
+    full = min(max(np.log(np.float32(target)) / np.log(luma), EXPOSURE_MIN_GAMMA), 1.0)
+    strength = min(max((luma - np.float32(EXPOSURE_UNLIT)) / np.float32(EXPOSURE_LIT - EXPOSURE_UNLIT), 0.0), 1.0)
+    gamma = np.float32(1.0 - strength * (1.0 - full))
     if gamma == 1.0:
         return None
     return np.round(255.0 * (np.arange(256) / 255.0) ** float(np.float32(gamma))).astype(np.float32)

@@ -186,12 +186,15 @@ def ego_outlines() -> dict:
     return ego, {k: v for k, v in ego.outlines().items() if v["split"] == "train"}
 
 
-def load_teacher(root: str, width: int) -> list:
+def load_teacher(root: str, width: int, only=(), leave_out=()) -> list:
+    """`only` / `leave_out`: substrings of the frames' source paths to keep / drop."""
     ego, outlines = ego_outlines()
     rows = [l.split("\t") for l in open(os.path.join(root, "index.tsv")).read().splitlines()[1:]]
     out = []
     for name, source, *_ in rows:
         if splits.never_trains(source):  # belt and braces: label.py leaves them out already
+            continue
+        if (only and not any(k in source for k in only)) or any(k in source for k in leave_out):
             continue
         im = Image.open(os.path.join(root, "img", name + ".jpg")).convert("RGB")
         p = Image.open(os.path.join(root, "road", name + ".png")).resize(im.size, Image.BILINEAR)
@@ -539,6 +542,11 @@ def parse_args(argv=None):
                     type=lambda s: {k: int(v) for k, v in (kv.rsplit(":", 1) for kv in s.split(",") if kv)},
                     help="PREFIX:K,...: CamVid training frames whose names start with PREFIX are in the pool K times "
                          "(0001TP:3: the dusk drive, where dark road is read as pavement, three times)")
+    ap.add_argument("--teacher-product-sources", type=lambda s: [x for x in s.split(",") if x], default=[],
+                    help="substrings of teacher frames' source paths (e.g. rainy.mp4,wenig_nacht) whose frames form "
+                         "the mix source teacher_product: scored on the product's own road row even with "
+                         "--teacher-road-channel, and left out of the teacher source (the product row learns the "
+                         "teacher's road where CamVid has no such light or weather)")
     ap.add_argument("--exposure-target", type=float, default=base.EXPOSURE_TARGET,
                     help="brighten each augmented frame darker than this mean luma as the daemon does "
                          "([model] exposure_target, src/exposure.rs); 0: off (every run before 2026-11-29 17:00)")
@@ -581,13 +589,19 @@ def main(argv=None) -> int:
         else os.path.join(SHARED, "data", "idd-lite")
     t0 = time.time()
     mix = {k: int(v) for k, v in (kv.split(":") for kv in args.mix.split(","))}
+    if ("teacher_product" in mix) != bool(args.teacher_product_sources):
+        raise SystemExit("--teacher-product-sources and the mix source teacher_product go together")
     if unknown := sorted(set(args.road_augment_sources) - set(mix)):
         raise SystemExit(f"--road-augment-sources {','.join(unknown)}: not in --mix {args.mix}")
     pools = {}
     loaders = {"camvid": lambda: load_camvid(camvid_root, "train", args.camvid_repeat),
                "idd": lambda: load_idd(idd_root, held_out=False, teacher_dir=os.path.join(args.data, "idd-teacher"),
                                        teacher_min=args.idd_teacher_min),
-               "teacher": lambda: load_teacher(os.path.join(args.data, "teacher"), args.base_width),
+               "teacher": lambda: load_teacher(os.path.join(args.data, "teacher"), args.base_width,
+                                               leave_out=args.teacher_product_sources if "teacher_product" in mix else ()),
+               # the teacher's frames of --teacher-product-sources, scored on the product's road row
+               "teacher_product": lambda: load_teacher(os.path.join(args.data, "teacher"), args.base_width,
+                                                       only=args.teacher_product_sources),
                "synth": lambda: load_synth(os.path.join(args.data, "synth")),
                # the student's temporally agreed labels where the teacher was unsure (tools/teacher/selftrain.py)
                "selftrain": lambda: load_teacher(os.path.join(args.data, "selftrain"), args.base_width)}

@@ -58,7 +58,7 @@ impl<B: Backend> Engine<B> {
         for (i, (frame, &s)) in frames.iter().zip(&slots).enumerate() {
             let tone = self.options.exposure.curve_for(frame);
             b.stage_frame(&mut self.slots[s].slot, frame, &tone)?;
-            brightened.push((!tone.is_identity()).then(|| tone.gamma_value()));
+            brightened.push(tone.brightened());
             if annotate[i] {
                 let overlay = self.overlays[i].as_ref().expect("will_annotate checked it");
                 b.stage_overlay(&mut self.slots[s].slot, overlay)?;

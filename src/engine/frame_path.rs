@@ -90,7 +90,7 @@ impl<B: Backend> Engine<B> {
             }
         }
         let phases = b.collect_frame(&mut self.slots[s].slot, &mut self.segmentation)?;
-        self.segmentation.brightened = (!tone.is_identity()).then(|| tone.gamma_value());
+        self.segmentation.brightened = tone.brightened();
         self.annotated_frames = 0;
         if annotate {
             b.collect_annotated(&mut self.slots[s].slot, &mut self.annotated[0])?;

@@ -89,6 +89,7 @@ KERNEL_CONFIGS=(
   "naive-layer-norm|ROADSEG_CUDA_LAYER_NORM=naive"
   "naive-im2col|ROADSEG_CUDA_IM2COL=naive"
   "before-2026-11-26|ROADSEG_CUDA_SPLIT_ATTENTION=0 ROADSEG_CUDA_FUSED_DECODER=0"
+  "spin-wait|ROADSEG_CUDA_SYNC=spin" # CUDA's spinning wait, the default until 2026-11-29: host CPU per frame
 )
 
 plan() {
@@ -421,21 +422,21 @@ for arch in ("b5", "b0"):
         vs = ""
         if r.get("median_ms") and base.get("median_ms"):
             vs = f"{r['median_ms'] / base['median_ms']:.3f}"
-        rows.append(f"| {arch} | {config} | {r.get('median_ms', '-')} | {r.get('p90_ms', '-')} | {r.get('model_median_ms', '-')} | {r.get('fps', '-')} | {vs} |")
+        rows.append(f"| {arch} | {config} | {r.get('median_ms', '-')} | {r.get('p90_ms', '-')} | {r.get('model_median_ms', '-')} | {r.get('fps', '-')} | {vs} | {r.get('host_cpu_ms_per_frame', '-')} |")
 if rows:
     print("\n## roadseg bench, random checkpoints at 1024x1024, fp16, batch 1, one worker\n")
     print("`x default` < 1 means the configuration is faster than the defaults (a winner: turn it on in `CudaOptions::DEFAULT`, src/backend/cuda/options.rs).\n")
-    print("| model | kernels | frame median ms | p90 ms | model median ms | fps | x default |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print("| model | kernels | frame median ms | p90 ms | model median ms | fps | x default | host CPU ms a frame |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     print("\n".join(rows))
 fast, acc = load(os.path.join(bench, "bundled-fast.json")), load(os.path.join(bench, "bundled-accurate.json"))
 if fast or acc:
     print("\n## Bundled model (models/roadseg-camvid), 1280x720 frames, fp16\n")
-    print("| preset | frame median ms | p90 ms | model median ms | fps |")
-    print("|---|---:|---:|---:|---:|")
+    print("| preset | frame median ms | p90 ms | model median ms | fps | host CPU ms a frame |")
+    print("|---|---:|---:|---:|---:|---:|")
     for name, r in (("fast", fast), ("accurate", acc)):
         r = r or {}
-        print(f"| {name} | {r.get('median_ms', '-')} | {r.get('p90_ms', '-')} | {r.get('model_median_ms', '-')} | {r.get('fps', '-')} |")
+        print(f"| {name} | {r.get('median_ms', '-')} | {r.get('p90_ms', '-')} | {r.get('model_median_ms', '-')} | {r.get('fps', '-')} | {r.get('host_cpu_ms_per_frame', '-')} |")
     if fast and acc and fast.get("median_ms") and acc.get("median_ms"):
         ratio = acc["median_ms"] / fast["median_ms"]
         print(f"\naccurate / fast = **{ratio:.2f}x** (target <= 3.5x: {'met' if ratio <= 3.5 else 'NOT met'})")

@@ -59,6 +59,21 @@ fn rss_mib() -> Option<f64> {
     Some(pages * 4096.0 / (1024.0 * 1024.0))
 }
 
+/// CPU time (user + system) this process has used so far, in milliseconds:
+/// with the wall time, what one frame costs the host's cores (a worker that
+/// spins while the GPU works shows it here, not in the wall time).
+fn process_cpu_ms() -> Option<f64> {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes one rusage into the pointer it is given.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: initialised by the successful call above.
+    let usage = unsafe { usage.assume_init() };
+    let ms = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
+    Some(ms(usage.ru_utime) + ms(usage.ru_stime))
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     let idx = ((sorted.len() - 1) as f64 * p).round() as usize;
     sorted[idx]
@@ -160,6 +175,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let annotator = Annotator { style: Default::default(), show_text: true, show_origin: false };
     let (mut rss_at_10, mut rss_peak) = (None, 0.0f64);
     let started = std::time::Instant::now();
+    let cpu_before = process_cpu_ms();
     for i in 0..batches {
         let t = std::time::Instant::now();
         match &temporal {
@@ -174,6 +190,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         rss_peak = rss_peak.max(rss_mib().unwrap_or(0.0));
     }
     let wall = started.elapsed().as_secs_f64();
+    let host_cpu_ms = cpu_before.zip(process_cpu_ms()).map(|(before, after)| (after - before) / frames as f64);
     let backend = loaded.engine.describe();
     let profile = loaded.engine.cpu_backend().map(|b| b.take_profile()).unwrap_or_default();
     drop(loaded.engine);
@@ -205,6 +222,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "p90_ms": round2(percentile(&total, 0.9)),
         "fps": round2(frames as f64 / wall),
         "model_median_ms": round2(percentile(&model, 0.5)),
+        "host_cpu_ms_per_frame": host_cpu_ms.map(round2),
         "threads": rayon::current_num_threads(),
         "rss_mib_frame10": rss_at_10.map(round2),
         "rss_mib_end": rss_mib().map(round2),

@@ -52,7 +52,7 @@ where
             per_gpu.push(Vec::new().into_iter());
             continue;
         }
-        let device = CudaDevice::open(gpu, info).map_err(fail)?;
+        let device = CudaDevice::open(gpu, info, options.sync_wait).map_err(fail)?;
         // The ring's frame buffers come pinned from now on, so the GPU copies
         // them up by DMA without a host copy into staging first.
         if !std::env::var("ROADSEG_CUDA_PAGEABLE_FRAMES").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true")) && crate::host_memory::install(Arc::new(PinnedFrames::new(&device))) {
@@ -68,7 +68,7 @@ where
         backends.insert(0, Arc::new(first));
         let built: Vec<AnyEngine> = engines_on(spec, &weights, backends)?.into_iter().map(wrap).collect();
         per_gpu.push(built.into_iter());
-        tracing::info!(gpu = gpu.ordinal, name = %gpu.name, engines = here, precision = %T::PRECISION, "model loaded on GPU");
+        tracing::info!(gpu = gpu.ordinal, name = %gpu.name, engines = here, precision = %T::PRECISION, sync = %options.sync_wait, "model loaded on GPU");
     }
     let engines = plan.iter().map(|&g| per_gpu[g].next().expect("one engine per planned worker")).collect();
     Ok((engines, labels))

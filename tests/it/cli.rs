@@ -146,6 +146,8 @@ fn bench_prints_one_json_line_with_timings_and_memory() {
     assert_eq!(json["precision"], "f32");
     assert_eq!(json["size"], serde_json::json!([203, 141]));
     assert!(json["median_ms"].as_f64().unwrap() > 0.0);
+    // The host's cores per frame: on the CPU backend the model itself, so never 0.
+    assert!(json["host_cpu_ms_per_frame"].as_f64().is_some_and(|ms| ms > 0.0), "{stdout}");
 }
 
 #[test]

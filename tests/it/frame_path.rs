@@ -152,7 +152,7 @@ fn cuda_frame_path() {
         Ok(found) => found,
         Err(why) => return roadseg::test_skip::skip(&format!("no usable CUDA GPU here ({why})")),
     };
-    let d = CudaDevice::open(&gpu, &info).unwrap_or_else(|e| panic!("GPU {} is usable but did not open: {e}", gpu.name));
+    let d = CudaDevice::open(&gpu, &info, CudaOptions::DEFAULT.sync_wait).unwrap_or_else(|e| panic!("GPU {} is usable but did not open: {e}", gpu.name));
     let b = Arc::new(CudaBackend::<half::f16>::new(d, CudaOptions::default()).expect("CUDA backend"));
     // The round trip stores the averaged logits back in fp16.
     keeping_or_filtering_logits_changes_nothing(b.clone(), 2e-3);

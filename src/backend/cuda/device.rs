@@ -2,10 +2,11 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::CudaContext;
+use cudarc::driver::{CudaContext, result, sys};
 
 use super::error::CudaError;
 use super::kernels::{self, KernelModule};
+use super::options::SyncWait;
 use super::probe::{self, CudaInfo, CudaUnavailable, GpuInfo};
 
 /// One GPU: its context and compiled kernels, shared by its workers.
@@ -19,8 +20,16 @@ pub struct CudaDevice {
 }
 
 impl CudaDevice {
-    /// Opens GPU `gpu.ordinal` and loads (or compiles) the kernels for it.
-    pub fn open(gpu: &GpuInfo, info: &CudaInfo) -> Result<Arc<Self>, CudaError> {
+    /// Opens GPU `gpu.ordinal` and loads (or compiles) the kernels for it;
+    /// host threads wait for it as `sync` says.
+    pub fn open(gpu: &GpuInfo, info: &CudaInfo, sync: SyncWait) -> Result<Arc<Self>, CudaError> {
+        // The primary context (shared with anything else in the process that
+        // uses this GPU) takes its flags before this retain makes it active;
+        // since CUDA 11 the call is allowed on an active one too.
+        result::init()?;
+        let dev = result::device::get(gpu.ordinal as i32)?;
+        // SAFETY: a plain driver call on a valid device handle.
+        unsafe { sys::cuDevicePrimaryCtxSetFlags_v2(dev, sync.context_flags()) }.result()?;
         let ctx = CudaContext::new(gpu.ordinal)?;
         // Before any allocation: slices made while tracking is on carry events
         // that would be recorded into graphs (cudarc's capture caveat).

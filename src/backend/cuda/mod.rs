@@ -22,7 +22,7 @@ pub mod kernels;
 pub mod probe;
 
 pub use self::backend::{CudaBackend, SplitPlan, plan_split};
-pub use self::options::CudaOptions;
+pub use self::options::{CudaOptions, SyncWait};
 pub use self::device::{CudaDevice, first_gpu};
 pub use self::elem::{CudaElem, GemmElem};
 pub use self::error::CudaError;

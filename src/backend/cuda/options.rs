@@ -32,6 +32,60 @@ pub struct CudaOptions {
     /// The tiled depthwise 3x3 (off: one thread per output);
     /// `ROADSEG_CUDA_DWCONV=tiled|naive`.
     pub tiled_dwconv: bool,
+    /// How a worker waits for its stream; `ROADSEG_CUDA_SYNC=block|spin|yield`.
+    pub sync_wait: SyncWait,
+}
+
+/// How a host thread waits for the GPU (the primary context's scheduling
+/// flag, set before the context is first used).
+///
+/// CUDA's default (`CU_CTX_SCHED_AUTO`) spins whenever the process has fewer
+/// contexts than the machine has cores, which is always the case here: every
+/// worker then burns a whole core for as long as its frame is on the GPU.
+/// With many cameras on one GPU the host cores, not the GPU, ran out first
+/// (docs/scaling.md, "Measured since"), so the daemon blocks by default: the
+/// waiting thread sleeps on an interrupt and the decoders and encoders get
+/// the core, at the cost of a wake-up (tens of microseconds) per wait.
+/// TensorRT's `trtexec` makes the same choice (`--useSpinWait` to opt out).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncWait {
+    /// `CU_CTX_SCHED_BLOCKING_SYNC`: sleep until the GPU signals.
+    Block,
+    /// `CU_CTX_SCHED_SPIN`: poll; the lowest latency for one stream.
+    Spin,
+    /// `CU_CTX_SCHED_YIELD`: poll, yielding the core between polls.
+    Yield,
+}
+
+impl SyncWait {
+    /// The primary context's scheduling flag for this choice.
+    pub fn context_flags(self) -> u32 {
+        use cudarc::driver::sys::CUctx_flags;
+        (match self {
+            SyncWait::Block => CUctx_flags::CU_CTX_SCHED_BLOCKING_SYNC,
+            SyncWait::Spin => CUctx_flags::CU_CTX_SCHED_SPIN,
+            SyncWait::Yield => CUctx_flags::CU_CTX_SCHED_YIELD,
+        }) as u32
+    }
+
+    fn parse(value: &str) -> Option<SyncWait> {
+        match value.to_ascii_lowercase().as_str() {
+            "block" | "blocking" => Some(SyncWait::Block),
+            "spin" => Some(SyncWait::Spin),
+            "yield" => Some(SyncWait::Yield),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for SyncWait {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SyncWait::Block => "block",
+            SyncWait::Spin => "spin",
+            SyncWait::Yield => "yield",
+        })
+    }
 }
 
 impl CudaOptions {
@@ -48,6 +102,7 @@ impl CudaOptions {
         vector_layer_norm: true,
         vector_im2col: true,
         tiled_dwconv: true,
+        sync_wait: SyncWait::Block,
     };
 
     /// The defaults with the environment's overrides (see each field).
@@ -71,6 +126,13 @@ impl CudaOptions {
             vector_layer_norm: switch("ROADSEG_CUDA_LAYER_NORM", "vec", "naive", d.vector_layer_norm),
             vector_im2col: switch("ROADSEG_CUDA_IM2COL", "vec", "naive", d.vector_im2col),
             tiled_dwconv: switch("ROADSEG_CUDA_DWCONV", "tiled", "naive", d.tiled_dwconv),
+            sync_wait: match var("ROADSEG_CUDA_SYNC") {
+                Some(v) => SyncWait::parse(&v).unwrap_or_else(|| {
+                    tracing::warn!(value = %v, default = %d.sync_wait, "ROADSEG_CUDA_SYNC is not block, spin or yield: keeping the default");
+                    d.sync_wait
+                }),
+                None => d.sync_wait,
+            },
         }
     }
 }
@@ -83,7 +145,7 @@ impl Default for CudaOptions {
 
 #[cfg(test)]
 mod tests {
-    use super::CudaOptions;
+    use super::{CudaOptions, SyncWait};
 
     #[test]
     fn the_environment_turns_each_kernel_on_and_off() {
@@ -98,5 +160,17 @@ mod tests {
         let off = with(&[("ROADSEG_CUDA_SPLIT_ATTENTION", "0"), ("ROADSEG_CUDA_NO_FLASH", "0")]);
         assert!(!off.split_attention && off.flash_attention);
         assert_eq!(with(&[("ROADSEG_CUDA_FUSED_DECODER", "maybe")]).fused_decoder, CudaOptions::DEFAULT.fused_decoder, "an unknown value keeps the default");
+    }
+
+    #[test]
+    fn workers_sleep_while_the_gpu_works_unless_told_to_spin() {
+        let sync = |v: &'static str| CudaOptions::with_overrides(move |name| (name == "ROADSEG_CUDA_SYNC").then(|| v.to_string())).sync_wait;
+        assert_eq!(CudaOptions::DEFAULT.sync_wait, SyncWait::Block);
+        assert_eq!(sync("spin"), SyncWait::Spin);
+        assert_eq!(sync("YIELD"), SyncWait::Yield);
+        assert_eq!(sync("blocking"), SyncWait::Block);
+        assert_eq!(sync("sometimes"), SyncWait::Block, "an unknown value keeps the default");
+        // CUDA's CU_CTX_SCHED_* values: the flag word the driver gets.
+        assert_eq!([SyncWait::Spin, SyncWait::Yield, SyncWait::Block].map(SyncWait::context_flags), [1, 2, 4]);
     }
 }

@@ -16,7 +16,7 @@ pub fn gpu_or_skip() -> Option<Arc<CudaDevice>> {
             return None;
         }
     };
-    let d = CudaDevice::open(&gpu, &info).unwrap_or_else(|e| panic!("GPU {} is usable but did not open: {e}", gpu.name));
+    let d = CudaDevice::open(&gpu, &info, CudaOptions::DEFAULT.sync_wait).unwrap_or_else(|e| panic!("GPU {} is usable but did not open: {e}", gpu.name));
     eprintln!("GPU: {} (sm_{}{}), {} SMs", d.gpu.name, d.gpu.compute_capability.0, d.gpu.compute_capability.1, d.sm_count);
     Some(d)
 }

@@ -118,7 +118,8 @@ pub struct Segmentation {
     pub height: usize,
     /// Class index per pixel, or [`UNKNOWN`] where confidence < threshold.
     pub classes: Vec<u8>,
-    /// Max softmax probability per pixel.
+    /// Max softmax probability per pixel; empty unless the engine was asked
+    /// for it (`EngineOptions::pixel_confidence`).
     pub confidence: Vec<f32>,
     /// Share of all pixels confidently classed as road.
     pub road_coverage: f32,

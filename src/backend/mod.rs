@@ -314,8 +314,10 @@ pub trait Backend: Send + Sync + 'static {
     fn run_recorded<E: From<BackendError>>(&self, recording: &Self::Recording, forward: &mut dyn FnMut() -> Result<(), E>) -> Result<(), E>;
 
     /// Buffers for frames of `geometry`; `road_classes` are counted in the
-    /// segmentation's road coverage.
-    fn frame_slot(&self, geometry: FrameGeometry, road_classes: &[usize]) -> Result<Self::FrameSlot, BackendError>;
+    /// segmentation's road coverage. Without `pixel_confidence` the
+    /// segmentation's per-pixel confidence stays empty (a device backend then
+    /// never copies it to the host; the mean is always there).
+    fn frame_slot(&self, geometry: FrameGeometry, road_classes: &[usize], pixel_confidence: bool) -> Result<Self::FrameSlot, BackendError>;
 
     /// Before the recorded work: takes the frame's pixels, which must have
     /// the slot's geometry (a device backend queues their copy to the device,

@@ -140,7 +140,7 @@ impl<B: Backend> Engine<B> {
                 self.batches.forget_slot(gone.key);
             }
             let b = &*self.backend;
-            let slot = b.frame_slot(key.geometry, &self.options.road_classes)?;
+            let slot = b.frame_slot(key.geometry, &self.options.road_classes, self.options.pixel_confidence)?;
             self.slots.push(FrameSlot { key, used: now, slot, whole: b.recording(), annotated: b.recording(), to_logits: b.recording() });
         }
         Ok(keys.iter().map(|k| self.slots.iter().position(|s| s.key == *k).expect("made above")).collect())

@@ -58,6 +58,10 @@ pub struct EngineOptions {
     pub confidence_threshold: f32,
     /// Dark frames brightened before inference (`crate::exposure`).
     pub exposure: crate::exposure::Exposure,
+    /// Fill [`Segmentation::confidence`] per pixel. Nothing the daemon or the
+    /// CLI publishes reads it (the mean is always computed), and on a GPU it
+    /// is the largest copy back, so the commands leave it off.
+    pub pixel_confidence: bool,
 }
 
 impl EngineOptions {

@@ -91,6 +91,7 @@ fn options_for(spec: &ModelSpec<'_>, labels: &[String]) -> EngineOptions {
         ego_class: crate::temporal::EgoClass::from_labels(labels),
         confidence_threshold: spec.confidence_threshold,
         exposure: spec.exposure,
+        pixel_confidence: false,
     }
 }
 

@@ -3,7 +3,8 @@
 //! a filter's rewrite reaches the classes; the kept logits are those of the
 //! preprocessed frame; frames of many geometries each get their own slot;
 //! a dark frame reaches the model through its tone curve, alone or in a
-//! batch, and says so. One body per rule, run on the CPU and, where present, on the GPU.
+//! batch, and says so; leaving the per-pixel confidence out (the commands'
+//! setting) empties it and changes nothing else. One body per rule, run on the CPU and, where present, on the GPU.
 
 use std::sync::Arc;
 
@@ -11,7 +12,7 @@ use crate::common::*;
 use roadseg::backend::Backend;
 use roadseg::backend::cpu::{preprocess, preprocess_toned};
 use roadseg::exposure::Exposure;
-use roadseg::engine::{Engine, FrameRef, PixelFormat, UNKNOWN};
+use roadseg::engine::{Engine, EngineOptions, FrameRef, PixelFormat, UNKNOWN};
 
 /// A 150x94 RGB frame with structure at every scale.
 fn frame_pixels() -> (Vec<u8>, usize, usize) {
@@ -126,6 +127,47 @@ fn dark_frames_reach_the_model_brightened<B: Backend>(b: Arc<B>, tolerance: f32)
     assert_eq!(segs[1].brightened, None);
 }
 
+/// `tolerance`: of the mean confidence, between the engines' separate runs.
+fn pixel_confidence_is_only_there_when_asked<B: Backend>(b: Arc<B>, tolerance: f32) {
+    let (rgb, w, h) = frame_pixels();
+    let (dark, _, _) = frame_pixels();
+    let dark: Vec<u8> = dark.iter().map(|v| v / 5).collect();
+    let frames = [FrameRef::packed(&rgb, w, h, PixelFormat::Rgb), FrameRef::packed(&dark, w, h, PixelFormat::Rgb)];
+    let dir = repo().join("tests/data/odd-bf16-203x141");
+    let options = |pixel_confidence| EngineOptions {
+        width: 96,
+        height: 64,
+        scales: vec![1.0],
+        road_classes: vec![1],
+        ego_class: None,
+        confidence_threshold: 0.4,
+        exposure: Exposure::OFF,
+        pixel_confidence,
+    };
+    let mut with = Engine::new(b.clone(), load(&dir, &*b), options(true)).unwrap();
+    let mut without = Engine::new(b.clone(), load(&dir, &*b), options(false)).unwrap();
+    with.prepare_batches(&[2]).unwrap();
+    without.prepare_batches(&[2]).unwrap();
+    // Twice each, so a reused buffer cannot bring the confidence back.
+    for round in 0..2 {
+        for frame in &frames {
+            let full = with.run_frame(frame).unwrap().clone();
+            let lean = without.run_frame(frame).unwrap().clone();
+            assert_eq!(full.confidence.len(), w * h, "round {round}: asked for, it is there");
+            assert!(lean.confidence.is_empty(), "round {round}: not asked for, it stays empty");
+            assert_eq!(lean.classes, full.classes, "round {round}: the classes (and their threshold) are the same");
+            assert_eq!(lean.road_coverage, full.road_coverage);
+            assert!((lean.mean_confidence - full.mean_confidence).abs() <= tolerance, "the mean is always there: {} vs {}", lean.mean_confidence, full.mean_confidence);
+        }
+        let full: Vec<_> = with.run_batch(&frames, None).unwrap().to_vec();
+        let lean = without.run_batch(&frames, None).unwrap();
+        for (l, f) in lean.iter().zip(&full) {
+            assert!(l.confidence.is_empty() && f.confidence.len() == w * h, "round {round}: in a batch too");
+            assert_eq!(l.classes, f.classes);
+        }
+    }
+}
+
 #[test]
 fn cpu_frame_path() {
     let b = cpu_backend();
@@ -141,6 +183,7 @@ fn cpu_frame_path() {
     a_filter_rewrites_the_classes(b.clone());
     kept_logits_are_the_preprocessed_frames(b.clone(), 0.0);
     dark_frames_reach_the_model_brightened(b.clone(), 0.0);
+    pixel_confidence_is_only_there_when_asked(b.clone(), 0.0);
     many_geometries_each_get_a_slot(b);
 }
 
@@ -160,5 +203,7 @@ fn cuda_frame_path() {
     // Pre-processing on the GPU vs the CPU's, through an fp16 model.
     kept_logits_are_the_preprocessed_frames(b.clone(), 5e-2);
     dark_frames_reach_the_model_brightened(b.clone(), 5e-2);
+    // Two engines, two graphs: the device's atomics may sum in another order.
+    pixel_confidence_is_only_there_when_asked(b.clone(), 1e-4);
     many_geometries_each_get_a_slot(b);
 }

@@ -28,7 +28,7 @@ fn gpu_overlays_equal_the_cpu_annotator_bit_for_bit() {
     let mut confidence = engine(b.clone(), &dir, 224, 160, vec![1.0]).run_frame(&frames[0]).unwrap().confidence.clone();
     confidence.sort_by(f32::total_cmp);
     let threshold = confidence[confidence.len() / 2];
-    let options = EngineOptions { width: 224, height: 160, scales: vec![1.0], road_classes: vec![1], ego_class: None, confidence_threshold: threshold, exposure: roadseg::exposure::Exposure::OFF };
+    let options = EngineOptions { width: 224, height: 160, scales: vec![1.0], road_classes: vec![1], ego_class: None, confidence_threshold: threshold, exposure: roadseg::exposure::Exposure::OFF, pixel_confidence: true };
     let mut e = Engine::new(b.clone(), load(&dir, &*b), options).unwrap();
     assert!(e.annotates_frames());
     let hood = HoodMask::from_tops(fw, fh, (0..fw).map(|x| (fh - 20 + x % 7) as u32).collect());

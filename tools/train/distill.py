@@ -96,6 +96,15 @@ def extra_channels(args) -> list[str]:
             + (["road_teacher"] if getattr(args, "teacher_road_channel", False) else []))
 
 
+def confident_only(lab: np.ndarray, confident: float) -> np.ndarray:
+    """Soft road labels (SOFT_LO + 100 P) whose P is strictly between 1 - `confident` and
+    `confident` become IGNORE: the teacher's unsure band, its road's edges."""
+    soft = (lab >= SOFT_LO) & (lab <= SOFT_HI)
+    p = (lab.astype(np.int32) - SOFT_LO) / 100.0
+    unsure = soft & (p > 1 - confident + 1e-9) & (p < confident - 1e-9)
+    return np.where(unsure, IGNORE, lab).astype(np.uint8)
+
+
 def teacher_codes(lab: np.ndarray) -> np.ndarray:
     """A teacher or synthetic frame's road-or-not labels moved to the teacher channel's codes."""
     out = lab.copy()
@@ -322,6 +331,8 @@ class Batches(torch.utils.data.Dataset):
                     b = np.where(b < N, b + IDD_BASE, b).astype(np.uint8)
                 if name in TEACHER_SOURCES and self.args.teacher_road_channel:
                     b = teacher_codes(b)
+                if name == "teacher_product" and self.args.teacher_product_confident:
+                    b = confident_only(b, self.args.teacher_product_confident)
                 ims.append(a)
                 labs.append(b)
                 plain.append(is_plain)
@@ -547,6 +558,10 @@ def parse_args(argv=None):
                          "the mix source teacher_product: scored on the product's own road row even with "
                          "--teacher-road-channel, and left out of the teacher source (the product row learns the "
                          "teacher's road where CamVid has no such light or weather)")
+    ap.add_argument("--teacher-product-confident", type=float, default=0.0,
+                    help="C in (0.5, 1): teacher_product pixels whose teacher P(road) lies strictly between 1-C "
+                         "and C are unscored, so the product row learns the teacher's road interior and its "
+                         "clear non-road but not its edges (p20 lost CamVid val to them); 0: every pixel")
     ap.add_argument("--exposure-target", type=float, default=base.EXPOSURE_TARGET,
                     help="brighten each augmented frame darker than this mean luma as the daemon does "
                          "([model] exposure_target, src/exposure.rs); 0: off (every run before 2026-11-29 17:00)")
@@ -591,6 +606,8 @@ def main(argv=None) -> int:
     mix = {k: int(v) for k, v in (kv.split(":") for kv in args.mix.split(","))}
     if ("teacher_product" in mix) != bool(args.teacher_product_sources):
         raise SystemExit("--teacher-product-sources and the mix source teacher_product go together")
+    if args.teacher_product_confident and not 0.5 < args.teacher_product_confident < 1:
+        raise SystemExit(f"--teacher-product-confident {args.teacher_product_confident}: must be in (0.5, 1), or 0")
     if unknown := sorted(set(args.road_augment_sources) - set(mix)):
         raise SystemExit(f"--road-augment-sources {','.join(unknown)}: not in --mix {args.mix}")
     pools = {}

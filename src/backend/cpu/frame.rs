@@ -18,6 +18,9 @@ pub struct CpuFrameSlot {
     /// The staged frame's tone curve (`crate::exposure`).
     tone: ToneCurve,
     road_classes: Vec<usize>,
+    /// Hand the per-pixel confidence out (else it stays in the slot, as
+    /// the postprocessing's scratch, and the caller's is left empty).
+    pixel_confidence: bool,
     postprocessor: Postprocessor,
     /// Written by `frame_from_logits`, swapped out by `collect`.
     segmentation: Segmentation,
@@ -25,12 +28,13 @@ pub struct CpuFrameSlot {
 }
 
 impl CpuFrameSlot {
-    pub(super) fn new(geometry: FrameGeometry, road_classes: &[usize]) -> Self {
+    pub(super) fn new(geometry: FrameGeometry, road_classes: &[usize], pixel_confidence: bool) -> Self {
         CpuFrameSlot {
             geometry,
             pixels: Vec::with_capacity(geometry.bytes()),
             tone: ToneCurve::IDENTITY,
             road_classes: road_classes.to_vec(),
+            pixel_confidence,
             postprocessor: Postprocessor::default(),
             segmentation: Segmentation::default(),
             phases: HostPhases::default(),
@@ -80,6 +84,11 @@ impl CpuFrameSlot {
 
     pub(super) fn collect(&mut self, out: &mut Segmentation) -> Result<Option<HostPhases>, BackendError> {
         std::mem::swap(out, &mut self.segmentation);
+        if !self.pixel_confidence {
+            // This frame's confidence buffer goes back to be written next time.
+            std::mem::swap(&mut out.confidence, &mut self.segmentation.confidence);
+            out.confidence.clear();
+        }
         Ok(Some(std::mem::take(&mut self.phases)))
     }
 }

@@ -255,8 +255,8 @@ impl Backend for CpuBackend {
         forward()
     }
 
-    fn frame_slot(&self, geometry: FrameGeometry, road_classes: &[usize]) -> Result<CpuFrameSlot, BackendError> {
-        Ok(CpuFrameSlot::new(geometry, road_classes))
+    fn frame_slot(&self, geometry: FrameGeometry, road_classes: &[usize], pixel_confidence: bool) -> Result<CpuFrameSlot, BackendError> {
+        Ok(CpuFrameSlot::new(geometry, road_classes, pixel_confidence))
     }
 
     fn stage_frame(&self, slot: &mut CpuFrameSlot, frame: &FrameRef<'_>, tone: &ToneCurve) -> OpResult {

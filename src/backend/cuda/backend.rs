@@ -7,13 +7,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::cublaslt::{CudaBlasLT, Matmul, MatmulConfig};
-use cudarc::driver::{CudaFunction, CudaGraph, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg, sys};
+use cudarc::driver::{CudaFunction, CudaGraph, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg, sys};
 
 use super::busy::BusyClock;
 use super::device::CudaDevice;
 use super::elem::GemmElem;
 use super::error::CudaError;
-use super::frame::FrameArena;
+use super::frame::{FrameArena, Pinned};
 use super::kernels::Ops;
 use super::launch::{BLOCK, Queue, grid_for, launch};
 use super::options::CudaOptions;
@@ -57,6 +57,11 @@ where
     recordings: Graphs,
     next_recording: AtomicUsize,
     busy: BusyClock,
+    /// Host end of `read` and `write` (the logits' round trip to the
+    /// temporal filters, every frame of a smoothed stream): pinned, so the
+    /// copies are DMA with no staging copy inside the driver, and kept,
+    /// grown to the longest tensor asked for, so no frame allocates it.
+    host_staging: Mutex<Option<Pinned<T>>>,
     _elem: PhantomData<T>,
 }
 
@@ -152,7 +157,18 @@ where
         let stream = device.ctx.new_stream()?;
         let blas = CudaBlasLT::new(stream.clone())?;
         let ops = Ops::resolve(&device.module, T::SUFFIX, T::HAS_FLASH && options.flash_attention, options.split_attention)?;
-        Ok(CudaBackend { device, stream, blas, ops, options, recordings: Graphs::default(), next_recording: AtomicUsize::new(0), busy: BusyClock::default(), _elem: PhantomData })
+        Ok(CudaBackend {
+            device,
+            stream,
+            blas,
+            ops,
+            options,
+            recordings: Graphs::default(),
+            next_recording: AtomicUsize::new(0),
+            busy: BusyClock::default(),
+            host_staging: Mutex::new(None),
+            _elem: PhantomData,
+        })
     }
 
     /// Another worker on the same GPU (weights made by `self` stay usable).
@@ -162,6 +178,21 @@ where
 
     pub fn device(&self) -> &Arc<CudaDevice> {
         &self.device
+    }
+
+    /// The first `len` elements of the pinned staging, grown (never shrunk)
+    /// to hold them. Its previous copies were all waited for.
+    fn staging_for<'a>(&self, staging: &'a mut Option<Pinned<T>>, len: usize) -> Result<&'a mut [T], CudaError> {
+        if staging.as_ref().is_none_or(|s| s.len < len) {
+            // Cached (not write-combined): the CPU reads what comes back.
+            *staging = Some(Pinned::new(&self.stream, len, false)?);
+        }
+        let s = staging.as_mut().expect("made above");
+        // SAFETY: the allocation holds s.len >= len plain-bits elements; both
+        // callers write every element of the view (the conversion, the DMA)
+        // before reading it, and the &mut borrow of the staging makes this
+        // view the only one.
+        Ok(unsafe { std::slice::from_raw_parts_mut(s.ptr, len) })
     }
 
     pub fn stream(&self) -> &Arc<CudaStream> {
@@ -297,21 +328,27 @@ where
 
     fn write(&self, dst: &mut Self::Tensor, src: &[f32]) -> OpResult {
         check_len("write", src.len(), dst.len())?;
-        let mut host = vec![T::default(); src.len()];
-        T::slice_from_f32(src, &mut host);
-        let mut view = dst.slice_mut(..host.len());
-        self.stream.memcpy_htod(&host, &mut view)?;
-        // `host` is pageable and dropped on return: wait for the copy.
+        let mut staging = self.host_staging.lock().unwrap_or_else(|e| e.into_inner());
+        let host = self.staging_for(&mut staging, src.len())?;
+        T::slice_from_f32(src, host);
+        let (dst_ptr, _guard) = dst.device_ptr_mut(&self.stream);
+        // SAFETY: `host` holds src.len() elements and `dst` at least as many;
+        // the staging is not touched again before the copy is waited for.
+        unsafe { cudarc::driver::result::memcpy_htod_async(dst_ptr, &*host, self.stream.cu_stream()) }?;
+        // The staging is reused by the next call: wait for the copy.
         self.stream.synchronize()?;
         Ok(())
     }
 
     fn read(&self, src: &Self::Tensor, dst: &mut [f32]) -> OpResult {
         check_len("read", dst.len(), src.len())?;
-        let mut host = vec![T::default(); dst.len()];
-        self.stream.memcpy_dtoh(&src.slice(..dst.len()), &mut host)?;
+        let mut staging = self.host_staging.lock().unwrap_or_else(|e| e.into_inner());
+        let host = self.staging_for(&mut staging, dst.len())?;
+        let (src_ptr, _guard) = src.device_ptr(&self.stream);
+        // SAFETY: `host` holds dst.len() elements and `src` at least as many.
+        unsafe { cudarc::driver::result::memcpy_dtoh_async(&mut *host, src_ptr, self.stream.cu_stream()) }?;
         self.stream.synchronize()?;
-        T::slice_to_f32(&host, dst);
+        T::slice_to_f32(host, dst);
         Ok(())
     }
 
@@ -495,8 +532,8 @@ where
         Ok(())
     }
 
-    fn frame_slot(&self, geometry: FrameGeometry, road_classes: &[usize]) -> Result<FrameArena, BackendError> {
-        Ok(FrameArena::new(&self.stream, geometry, road_classes)?)
+    fn frame_slot(&self, geometry: FrameGeometry, road_classes: &[usize], pixel_confidence: bool) -> Result<FrameArena, BackendError> {
+        Ok(FrameArena::new(&self.stream, geometry, road_classes, pixel_confidence)?)
     }
 
     fn stage_frame(&self, slot: &mut FrameArena, frame: &FrameRef<'_>, tone: &ToneCurve) -> OpResult {

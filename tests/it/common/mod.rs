@@ -60,7 +60,7 @@ pub fn engine<B: Backend>(b: Arc<B>, dir: &Path, width: usize, height: usize, sc
 /// As [`engine`], brightening dark frames as `exposure` says.
 pub fn engine_exposed<B: Backend>(b: Arc<B>, dir: &Path, width: usize, height: usize, scales: Vec<f32>, exposure: roadseg::exposure::Exposure) -> Engine<B> {
     let weights = load(dir, &*b);
-    let options = EngineOptions { width, height, scales, road_classes: vec![], ego_class: None, confidence_threshold: 0.0, exposure };
+    let options = EngineOptions { width, height, scales, road_classes: vec![], ego_class: None, confidence_threshold: 0.0, exposure, pixel_confidence: true };
     Engine::new(b, weights, options).expect("engine builds")
 }
 

@@ -77,5 +77,10 @@ for scene in "${scenes[@]}"; do
   rows+=("-i" "$tmp/row-$r.png")
   r=$((r + 1))
 done
-ffmpeg -nostdin -v error -y "${rows[@]}" -filter_complex "vstack=inputs=$r" -q:v 3 "$out"
+[ "$r" -gt 0 ] || { echo "no scene matches LOOK_ONLY=${LOOK_ONLY:-}" >&2; exit 2; }
+if [ "$r" -gt 1 ]; then
+  ffmpeg -nostdin -v error -y "${rows[@]}" -filter_complex "vstack=inputs=$r" -q:v 3 "$out"
+else # vstack takes two inputs at least
+  ffmpeg -nostdin -v error -y "${rows[@]}" -q:v 3 "$out"
+fi
 echo "$out: $r scenes x $# models"

@@ -180,6 +180,15 @@ where
         &self.device
     }
 
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Number of recorded graphs alive (one per handle that has run).
+    pub fn recordings(&self) -> usize {
+        self.recordings.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     /// The first `len` elements of the pinned staging, grown (never shrunk)
     /// to hold them. Its previous copies were all waited for.
     fn staging_for<'a>(&self, staging: &'a mut Option<Pinned<T>>, len: usize) -> Result<&'a mut [T], CudaError> {
@@ -193,15 +202,6 @@ where
         // before reading it, and the &mut borrow of the staging makes this
         // view the only one.
         Ok(unsafe { std::slice::from_raw_parts_mut(s.ptr, len) })
-    }
-
-    pub fn stream(&self) -> &Arc<CudaStream> {
-        &self.stream
-    }
-
-    /// Number of recorded graphs alive (one per handle that has run).
-    pub fn recordings(&self) -> usize {
-        self.recordings.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     fn gemm(&self, x: &CudaSlice<T>, w: &CudaSlice<T>, bias: Option<&CudaSlice<T>>, y: &mut CudaSlice<T>, d: GemmDims, accumulate: bool) -> OpResult {

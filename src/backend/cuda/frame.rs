@@ -135,16 +135,13 @@ impl FrameArena {
         out.width = width;
         out.height = height;
         out.classes.resize(pixels, 0);
-        match &self.confidence_out {
-            Some(_) => out.confidence.resize(pixels, 0.0),
-            None => out.confidence.clear(),
-        }
+        out.confidence.clear();
         // SAFETY: the out buffers hold `pixels` elements, written by the
         // finished copies; nothing writes them concurrently.
         unsafe {
             out.classes.copy_from_slice(std::slice::from_raw_parts(self.classes_out.ptr, pixels));
             if let Some(confidence) = &self.confidence_out {
-                out.confidence.copy_from_slice(std::slice::from_raw_parts(confidence.ptr, pixels));
+                out.confidence.extend_from_slice(std::slice::from_raw_parts(confidence.ptr, pixels));
             }
             let totals = std::slice::from_raw_parts(self.totals_out.ptr, 2);
             let p = pixels.max(1) as f64;

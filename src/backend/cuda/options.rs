@@ -68,23 +68,25 @@ impl SyncWait {
         }) as u32
     }
 
-    fn parse(value: &str) -> Option<SyncWait> {
-        match value.to_ascii_lowercase().as_str() {
-            "block" | "blocking" => Some(SyncWait::Block),
-            "spin" => Some(SyncWait::Spin),
-            "yield" => Some(SyncWait::Yield),
-            _ => None,
+    /// The name `ROADSEG_CUDA_SYNC` takes and the log shows.
+    pub fn name(self) -> &'static str {
+        match self {
+            SyncWait::Block => "block",
+            SyncWait::Spin => "spin",
+            SyncWait::Yield => "yield",
         }
+    }
+
+    fn parse(value: &str) -> Option<SyncWait> {
+        let value = value.to_ascii_lowercase();
+        let value = if value == "blocking" { "block" } else { value.as_str() };
+        [SyncWait::Block, SyncWait::Spin, SyncWait::Yield].into_iter().find(|s| s.name() == value)
     }
 }
 
 impl std::fmt::Display for SyncWait {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            SyncWait::Block => "block",
-            SyncWait::Spin => "spin",
-            SyncWait::Yield => "yield",
-        })
+        f.write_str(self.name())
     }
 }
 

@@ -46,10 +46,33 @@ pub struct BenchArgs {
     /// (in the daemon on the source's thread), the overlay staged (on a
     /// backend that draws it), the logits smoothed and cut to grounded road on
     /// the host. Reports the host's part
-    /// ("temporal_median_ms": observing and filtering) and where the frame's
-    /// time went ("worker_phases_median_ms").
+    /// ("temporal_median_ms": observing and filtering; "temporal_cpu_median_ms":
+    /// the same in the thread's CPU time) and where the frame's time went
+    /// ("worker_phases_median_ms").
     #[arg(long)]
     pub temporal: bool,
+    /// Pixel format of the frames handed in: decoders hand the daemon NV12
+    /// (what the host's per-frame work on a GPU box sees); rgb is what the
+    /// figures recorded before 2026-11-29 used.
+    #[arg(long, value_enum, default_value_t = BenchPixels::Rgb)]
+    pub pixel_format: BenchPixels,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchPixels {
+    Rgb,
+    Rgba,
+    Nv12,
+}
+
+impl BenchPixels {
+    fn format(self) -> PixelFormat {
+        match self {
+            BenchPixels::Rgb => PixelFormat::Rgb,
+            BenchPixels::Rgba => PixelFormat::Rgba,
+            BenchPixels::Nv12 => PixelFormat::Nv12,
+        }
+    }
 }
 
 /// Resident set size in MiB, from /proc (None where that is not available).
@@ -79,19 +102,44 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[idx]
 }
 
-/// A deterministic road-like test frame (gradients and stripes, no file needed).
-fn test_frame(w: usize, h: usize) -> Vec<u8> {
-    let mut px = vec![0u8; w * h * 3];
-    for y in 0..h {
-        for x in 0..w {
-            let i = (y * w + x) * 3;
-            let road = y > h / 2;
-            px[i] = if road { 90 + (x * 7 % 13) as u8 } else { (120 + y * 100 / h) as u8 };
-            px[i + 1] = if road { 90 } else { (160 + x * 60 / w) as u8 };
-            px[i + 2] = if road { 95 } else { 230 };
+/// Distinct frames a `--temporal` run cycles through: its road texture
+/// moves from one to the next while the sky stays, so the hood and edge
+/// estimators work as they do on a moving car, not on a still picture.
+const MOVING_FRAMES: usize = 4;
+
+/// A deterministic road-like test frame (gradients and stripes, no file
+/// needed); `shift` moves the road's texture sideways.
+fn test_frame(w: usize, h: usize, shift: usize, format: PixelFormat) -> Vec<u8> {
+    let rgb: Vec<[u8; 3]> = (0..w * h)
+        .map(|i| {
+            let (x, y) = (i % w, i / w);
+            if y > h / 2 { [90 + ((x + shift) * 7 % 13) as u8, 90, 95] } else { [(120 + y * 100 / h) as u8, (160 + x * 60 / w) as u8, 230] }
+        })
+        .collect();
+    match format {
+        PixelFormat::Rgb => rgb.concat(),
+        PixelFormat::Rgba => rgb.iter().flat_map(|&[r, g, b]| [r, g, b, 255]).collect(),
+        PixelFormat::Nv12 => nv12_of(&rgb, w, h),
+    }
+}
+
+/// BT.601 limited-range NV12 of packed RGB (`w`, `h` even), as a decoder hands it over.
+fn nv12_of(rgb: &[[u8; 3]], w: usize, h: usize) -> Vec<u8> {
+    let yuv = |[r, g, b]: [u8; 3]| {
+        let (r, g, b) = (r as f32, g as f32, b as f32);
+        let y = 16.0 + 0.257 * r + 0.504 * g + 0.098 * b;
+        let u = 128.0 - 0.148 * r - 0.291 * g + 0.439 * b;
+        let v = 128.0 + 0.439 * r - 0.368 * g - 0.071 * b;
+        [y, u, v].map(|c| c.round().clamp(0.0, 255.0) as u8)
+    };
+    let mut out: Vec<u8> = rgb.iter().map(|&p| yuv(p)[0]).collect();
+    for y in (0..h).step_by(2) {
+        for x in (0..w).step_by(2) {
+            let [_, u, v] = yuv(rgb[y * w + x]);
+            out.extend([u, v]);
         }
     }
-    px
+    out
 }
 
 /// Where one frame's time goes on a stream worker's path (ms): `observe`
@@ -105,13 +153,27 @@ struct WorkerPhases {
     to_logits: f64,
     filter: f64,
     after_filter: f64,
+    /// CPU time of the calling thread in `observe` and in `filter`: what the
+    /// host's share costs a core, whatever else competes for the cores.
+    observe_cpu: f64,
+    filter_cpu: f64,
+}
+
+/// CPU time this thread has used, in milliseconds.
+fn thread_cpu_ms() -> f64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into the pointer it is given.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } == 0;
+    if ok { t.tv_sec as f64 * 1e3 + t.tv_nsec as f64 / 1e6 } else { f64::NAN }
 }
 
 /// One frame as a live stream's worker runs it (`pool.rs`), timed by phase.
 fn worker_step(engine: &mut AnyEngine, temporal: &StreamTemporal, annotator: &Annotator, frame: &FrameRef<'_>, seq: u64) -> Result<WorkerPhases> {
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     let started = std::time::Instant::now();
+    let cpu_started = thread_cpu_ms();
     let unseen = temporal.observe(seq, Some(seq * 40_000_000), frame).hood;
+    let observe_cpu = thread_cpu_ms() - cpu_started;
     if engine.annotates_frames() {
         engine.set_overlays(&[annotator.overlay(&unseen, frame.width, frame.height)]);
     }
@@ -123,18 +185,20 @@ fn worker_step(engine: &mut AnyEngine, temporal: &StreamTemporal, annotator: &An
     engine.run_frame_filtered(
         frame,
         Some(&mut |logits: &mut [f32]| {
-            let at = std::time::Instant::now();
+            let (at, cpu_at) = (std::time::Instant::now(), thread_cpu_ms());
             temporal.filter_logits(seq, logits, grid, &road, ego, &unseen);
-            filtered = Some((at, std::time::Instant::now()));
+            filtered = Some((at, std::time::Instant::now(), thread_cpu_ms() - cpu_at));
         }),
     )?;
     let done = std::time::Instant::now();
-    let (filter_start, filter_end) = filtered.unwrap_or((done, done));
+    let (filter_start, filter_end, filter_cpu) = filtered.unwrap_or((done, done, 0.0));
     Ok(WorkerPhases {
         observe: ms(observed - started),
         to_logits: ms(filter_start - observed),
         filter: ms(filter_end - filter_start),
         after_filter: ms(done - filter_end),
+        observe_cpu,
+        filter_cpu,
     })
 }
 
@@ -159,8 +223,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let backend = if args.profile_ops { CpuBackend::with_profiling() } else { CpuBackend::new() };
     let mut loaded = load_engine_with(&args.model, args.size, args.model.threshold, backend)?;
     let (fw, fh) = args.frame;
-    let pixels = test_frame(fw, fh);
-    let frame = FrameRef::packed(&pixels, fw, fh, PixelFormat::Rgb);
+    let format = args.pixel_format.format();
+    if format == PixelFormat::Nv12 && (fw % 2 != 0 || fh % 2 != 0) {
+        bail!("--pixel-format nv12 needs an even --frame size, not {fw}x{fh}");
+    }
+    let moving: Vec<Vec<u8>> = (0..if args.temporal { MOVING_FRAMES } else { 1 }).map(|i| test_frame(fw, fh, 3 * i, format)).collect();
+    let frames_in: Vec<FrameRef<'_>> = moving.iter().map(|p| FrameRef::packed(p, fw, fh, format)).collect();
+    let frame = frames_in[0];
     let copies = vec![frame; args.batch];
     for _ in 0..args.warmup {
         step(&mut loaded.engine, &copies)?;
@@ -179,7 +248,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     for i in 0..batches {
         let t = std::time::Instant::now();
         match &temporal {
-            Some(temporal) => phases.push(worker_step(&mut loaded.engine, temporal, &annotator, &frame, i as u64)?),
+            Some(temporal) => phases.push(worker_step(&mut loaded.engine, temporal, &annotator, &frames_in[i % frames_in.len()], i as u64)?),
             None => step(&mut loaded.engine, &copies)?,
         }
         total.push(t.elapsed().as_secs_f64() * 1e3);
@@ -191,6 +260,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     let wall = started.elapsed().as_secs_f64();
     let host_cpu_ms = cpu_before.zip(process_cpu_ms()).map(|(before, after)| (after - before) / frames as f64);
+    let observe_alone = args.temporal.then(|| observe_alone_cpu_ms(&frames_in));
     let backend = loaded.engine.describe();
     let profile = loaded.engine.cpu_backend().map(|b| b.take_profile()).unwrap_or_default();
     drop(loaded.engine);
@@ -210,11 +280,18 @@ pub fn run(args: BenchArgs) -> Result<()> {
             "after_filter": phase(|p| p.after_filter),
         })
     });
+    let temporal_cpu = (!phases.is_empty()).then(|| {
+        serde_json::json!({
+            "observe": phase(|p| p.observe_cpu),
+            "filter": phase(|p| p.filter_cpu),
+        })
+    });
     let out = serde_json::json!({
         "device": loaded.device,
         "precision": loaded.precision.to_string(),
         "size": [args.size.0, args.size.1],
         "frame": [fw, fh],
+        "pixel_format": format!("{:?}", args.pixel_format).to_lowercase(),
         "preset": args.model.preset,
         "frames": frames,
         "batch": args.batch,
@@ -233,12 +310,34 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "fps_all_workers": concurrent.map(round2),
         "temporal_median_ms": (!phases.is_empty()).then(|| phase(|p| p.observe + p.filter)),
         "worker_phases_median_ms": worker_phases,
+        "temporal_cpu_median_ms": temporal_cpu,
+        "observe_alone_cpu_median_ms": observe_alone.map(round2),
     });
     for (op, ms, calls) in profile {
         eprintln!("{op:<12} {:>9.2} ms/frame {:>6} calls/batch", ms / frames as f64, calls / batches as u64);
     }
     println!("{out}");
     Ok(())
+}
+
+/// Frames observed alone by [`observe_alone_cpu_ms`].
+const OBSERVE_ALONE_FRAMES: usize = 120;
+
+/// Median thread CPU time of `StreamTemporal::observe` on a fresh stream,
+/// over frames cycling through `frames` with nothing else running between
+/// them: the intake thread's cost per frame, without the noise that the
+/// model's passes leave in the caches and on the memory bus.
+fn observe_alone_cpu_ms(frames: &[FrameRef<'_>]) -> f64 {
+    let temporal = StreamTemporal::new(TemporalSettings { smoothing: Some(DEFAULT_WEIGHT), hood: true, connected_road: true });
+    let mut ms: Vec<f64> = (0..OBSERVE_ALONE_FRAMES)
+        .map(|i| {
+            let start = thread_cpu_ms();
+            temporal.observe(i as u64, Some(i as u64 * 40_000_000), &frames[i % frames.len()]);
+            thread_cpu_ms() - start
+        })
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    percentile(&ms, 0.5)
 }
 
 /// Frames per second of `args.workers` engines each running `batches`

@@ -20,6 +20,7 @@
 use std::sync::Arc;
 
 use super::hood::HoodMask;
+use super::luma::{add_row, sum_cells};
 
 /// Grid cells at most this many across / down: a 720p or 1080p frame gives
 /// 320 x 180 cells, enough to place the edge within a few pixels.
@@ -83,8 +84,12 @@ pub struct StillEdge {
     ready_at: Option<u32>,
     /// The path found after the last moving frame.
     candidate: Option<Arc<HoodMask>>,
-    /// Scratch: one grid row's per-column luma sums.
-    sums: Vec<u32>,
+    /// Scratch: one grid row's luma summed down its pixel rows, per pixel
+    /// column (`cell_h * 255` fits a u16: cell_h <= 257 for any frame
+    /// under 46,000 rows).
+    column_sums: Vec<u16>,
+    /// Scratch: one grid row's cell sums.
+    cell_sums: Vec<u32>,
 }
 
 impl StillEdge {
@@ -114,7 +119,8 @@ impl StillEdge {
             moving_ns: 0,
             ready_at: None,
             candidate: None,
-            sums: vec![0; cols],
+            column_sums: vec![0; cols * cell_w],
+            cell_sums: vec![0; cols],
         }
     }
 
@@ -181,18 +187,20 @@ impl StillEdge {
     fn cell_means(&mut self, luma: &[u8]) {
         let (w, cw, ch, cols) = (self.width, self.cell_w, self.cell_h, self.cols);
         let scale = 1.0 / (cw * ch) as f32;
-        let sums = &mut self.sums;
+        let span = cols * cw;
+        let sums = &mut self.column_sums;
         for r in 0..self.rows - self.first_step {
+            // Down each pixel column first (a flat loop that vectorises),
+            // then across each cell's columns: the same integer sums as cell
+            // by cell, at a fraction of the cost.
             sums.fill(0);
             let top = self.offset + (self.first_step + r) * ch;
             for y in top..top + ch {
-                let row = &luma[y * w..y * w + cols * cw];
-                for (sum, cell) in sums.iter_mut().zip(row.chunks_exact(cw)) {
-                    *sum += cell.iter().map(|&v| v as u32).sum::<u32>();
-                }
+                add_row(sums, &luma[y * w..y * w + span]);
             }
-            for (m, &s) in self.means[r * cols..(r + 1) * cols].iter_mut().zip(sums.iter()) {
-                *m = s as f32 * scale;
+            sum_cells(&mut self.cell_sums, sums, cw);
+            for (m, &cell) in self.means[r * cols..(r + 1) * cols].iter_mut().zip(&self.cell_sums) {
+                *m = cell as f32 * scale;
             }
         }
     }
@@ -273,6 +281,24 @@ mod tests {
 
     const FRAME_30FPS: u64 = 33_333_333;
     const FRAME_6FPS: u64 = 166_666_667;
+
+    #[test]
+    fn cell_means_are_the_plain_mean_of_each_cell() {
+        // Sizes that leave rows above the grid and columns right of it.
+        for (w, h) in [(1283usize, 721usize), (1920, 1080), (97, 61)] {
+            let luma: Vec<u8> = (0..w * h).map(|i| (i.wrapping_mul(2_654_435_761) >> 7) as u8).collect();
+            let mut edge = StillEdge::new(w, h);
+            edge.cell_means(&luma);
+            let (cw, ch, cols) = (edge.cell_w, edge.cell_h, edge.cols);
+            for r in 0..edge.rows - edge.first_step {
+                let top = edge.offset + (edge.first_step + r) * ch;
+                for c in 0..cols {
+                    let sum: u32 = (top..top + ch).flat_map(|y| &luma[y * w + c * cw..y * w + (c + 1) * cw]).map(|&v| v as u32).sum();
+                    assert_eq!(edge.means[r * cols + c], sum as f32 * (1.0 / (cw * ch) as f32), "{w}x{h} cell ({r}, {c})");
+                }
+            }
+        }
+    }
 
     #[test]
     fn a_slow_camera_proposes_the_edge_after_half_a_second_of_moving_frames() {

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use super::bars::Bars;
-use crate::frame::{FrameRef, PixelFormat};
+use super::luma::{add_abs_diff, sum_cells};
 
 /// Grid cells are at most this many per row / column: enough to place the
 /// hood edge within a pixel or two at 720p while keeping the per-frame work
@@ -227,9 +227,25 @@ impl HoodEstimator {
     /// per-pixel change from the previous frame (None for the first frame),
     /// which callers also use to spot scene cuts.
     pub fn observe(&mut self, luma: &[u8]) -> Option<f32> {
+        let motion = self.compare(luma);
+        self.prev_luma.copy_from_slice(luma);
+        motion
+    }
+
+    /// As [`HoodEstimator::observe`], but keeps `luma` as the previous frame
+    /// by swapping buffers instead of copying the frame (2 MB at 1080p, on
+    /// every frame of every stream): `luma` comes back holding an older
+    /// frame of the same size, to be overwritten.
+    pub fn observe_taking(&mut self, luma: &mut Vec<u8>) -> Option<f32> {
+        let motion = self.compare(luma);
+        std::mem::swap(&mut self.prev_luma, luma);
+        motion
+    }
+
+    /// Everything `observe` does but keep the frame.
+    fn compare(&mut self, luma: &[u8]) -> Option<f32> {
         assert_eq!(luma.len(), self.width * self.height, "luma of the estimator's frame size");
         if !self.have_prev {
-            self.prev_luma.copy_from_slice(luma);
             self.have_prev = true;
             return None;
         }
@@ -253,17 +269,12 @@ impl HoodEstimator {
             self.column_change.fill(0);
             for y in top..top + cell_h {
                 let (cur, prev) = row(y);
-                for ((sum, &a), &b) in self.column_change.iter_mut().zip(cur).zip(prev) {
-                    *sum += a.abs_diff(b) as u16;
-                }
+                add_abs_diff(&mut self.column_change, cur, prev);
             }
             let cells = &mut self.change[grid_row * cols..(grid_row + 1) * cols];
-            for (cell, columns) in cells.iter_mut().zip(self.column_change.chunks(self.cell_w)) {
-                *cell = columns.iter().map(|&v| v as u32).sum();
-                total += *cell as u64;
-            }
+            sum_cells(cells, &self.column_change, self.cell_w);
+            total += cells.iter().map(|&c| c as u64).sum::<u64>();
         }
-        self.prev_luma.copy_from_slice(luma);
         let frame_motion = total as f32 / (w * h) as f32;
         if self.samples > 0 && frame_motion < MOVING_SHARE * self.typical_motion {
             return Some(frame_motion);
@@ -282,9 +293,10 @@ impl HoodEstimator {
 
     /// Still-cell runs from the bottom, median-smoothed across columns.
     fn current_mask(&self) -> HoodMask {
-        let mut sorted = self.motion.clone();
-        sorted.sort_unstable_by(f32::total_cmp);
-        let median = sorted[sorted.len() / 2];
+        // The middle value, without sorting all 115,000 cells on every moving frame.
+        let mut cells = self.motion.clone();
+        let middle = cells.len() / 2;
+        let median = *cells.select_nth_unstable_by(middle, f32::total_cmp).1;
         let still = (STILL_SHARE * median).max(STILL_FLOOR);
         let max_rows = ((MAX_HEIGHT_SHARE * self.height as f32) as usize / self.cell_h).min(self.rows);
         // A bonnet's edge is a step from still to clearly moving scene. A run
@@ -399,40 +411,6 @@ fn fill_interior_gaps(heights: &mut [usize], max_gap: usize) {
     }
 }
 
-pub fn rgba_luma(rgba: &[u8], out: &mut Vec<u8>) {
-    out.clear();
-    out.extend(rgba.chunks_exact(4).map(|p| ((p[0] as u32 * 77 + p[1] as u32 * 150 + p[2] as u32 * 29) >> 8) as u8));
-}
-
-/// Full-range luma of any frame into `out` (`width * height`): NV12's Y
-/// plane stretched from video range (16..=235), so the estimator's
-/// thresholds mean the same whatever the decoder hands over.
-pub fn frame_luma(frame: &FrameRef<'_>, out: &mut Vec<u8>) {
-    let (w, h) = (frame.width, frame.height);
-    out.clear();
-    out.resize(w * h, 0);
-    let rows = out.chunks_exact_mut(w.max(1)).enumerate().map(|(y, dst)| (dst, &frame.data[y * frame.stride..]));
-    match frame.format {
-        PixelFormat::Nv12 => {
-            let full: [u8; 256] = std::array::from_fn(|y| ((y as i32 - 16) * 255 / 219).clamp(0, 255) as u8);
-            for (dst, row) in rows {
-                dst.iter_mut().zip(&row[..w]).for_each(|(d, &y)| *d = full[y as usize]);
-            }
-        }
-        PixelFormat::Rgba => rows.for_each(|(dst, row)| luma_row::<4>(dst, &row[..w * 4])),
-        PixelFormat::Rgb => rows.for_each(|(dst, row)| luma_row::<3>(dst, &row[..w * 3])),
-    }
-}
-
-/// One row of packed RGB(A) to luma, the pixel size a constant so that the
-/// loop vectorises.
-#[inline(always)]
-fn luma_row<const N: usize>(dst: &mut [u8], row: &[u8]) {
-    for (d, p) in dst.iter_mut().zip(row.chunks_exact(N)) {
-        *d = ((p[0] as u32 * 77 + p[1] as u32 * 150 + p[2] as u32 * 29) >> 8) as u8;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -452,7 +430,7 @@ mod tests {
         for i in 0..frames {
             drive.render(i, &mut rgb, &mut mask).unwrap();
             let rgba: Vec<u8> = rgb.chunks(3).flat_map(|p| [p[0], p[1], p[2], 255]).collect();
-            rgba_luma(&rgba, &mut luma);
+            super::super::luma::rgba_luma(&rgba, &mut luma);
             est.observe(&luma);
         }
         (est.estimate().as_ref().clone(), drive)

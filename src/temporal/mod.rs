@@ -13,6 +13,7 @@ mod bars;
 mod edge;
 mod ego;
 mod hood;
+mod luma;
 mod reach;
 mod smooth;
 
@@ -22,7 +23,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 pub use bars::{Bars, BarsEstimator};
 pub use edge::StillEdge;
 pub use ego::{EGO_CLASS_NAMES, EgoClass, LearnedHood, VEHICLE_CLASS_NAMES, ego_class_id, ego_heights};
-pub use hood::{HoodEstimator, HoodMask, frame_luma, rgba_luma};
+pub use hood::{HoodEstimator, HoodMask};
+pub use luma::{frame_luma, rgba_luma};
 pub use reach::{LogitsGrid, keep_grounded_road};
 pub use smooth::{DEFAULT_WEIGHT, LogitSmoother};
 
@@ -266,11 +268,12 @@ impl StreamTemporal {
                 edge.restart();
             }
             frame_luma(frame, &mut st.luma);
-            let motion = estimator.observe(&st.luma);
             if self.settings.hood {
                 st.bars.as_mut().expect("made with the hood estimator").observe(&st.luma);
                 edge.observe(&st.luma, interval_ns);
             }
+            // Last: it keeps this frame's luma, handing an older buffer back.
+            let motion = estimator.observe_taking(&mut st.luma);
             if resized || gap || motion.is_some_and(|m| m > CUT_MOTION) {
                 if st.restarts.len() == MAX_CUTS {
                     st.restarts.pop_front();

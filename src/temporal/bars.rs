@@ -253,9 +253,8 @@ impl ColumnScan {
         let mut n = 0u32;
         for y in (0..h).step_by(RULES.sample) {
             let row = &luma[y * w..(y + 1) * w];
-            for r in &ranges {
+            for r in ranges.iter().cloned() {
                 let ColumnScan { lo, hi, sum, detail, before, last } = self;
-                let r = r.clone();
                 scan_row(&row[r.clone()], &mut lo[r.clone()], &mut hi[r.clone()], &mut sum[r.clone()], &mut detail[r.clone()], &mut before[r.clone()], &mut last[r], n >= 2);
             }
             n += 1;

@@ -102,6 +102,11 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[idx]
 }
 
+/// What a `--temporal` stream runs: the daemon's defaults.
+const STREAM_DEFAULTS: TemporalSettings = TemporalSettings { smoothing: Some(DEFAULT_WEIGHT), hood: true, connected_road: true };
+/// Timestamp step of the benchmark's frames (25 fps).
+const FRAME_NS: u64 = 40_000_000;
+
 /// Distinct frames a `--temporal` run cycles through: its road texture
 /// moves from one to the next while the sky stays, so the hood and edge
 /// estimators work as they do on a moving car, not on a still picture.
@@ -172,7 +177,7 @@ fn worker_step(engine: &mut AnyEngine, temporal: &StreamTemporal, annotator: &An
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     let started = std::time::Instant::now();
     let cpu_started = thread_cpu_ms();
-    let unseen = temporal.observe(seq, Some(seq * 40_000_000), frame).hood;
+    let unseen = temporal.observe(seq, Some(seq * FRAME_NS), frame).hood;
     let observe_cpu = thread_cpu_ms() - cpu_started;
     if engine.annotates_frames() {
         engine.set_overlays(&[annotator.overlay(&unseen, frame.width, frame.height)]);
@@ -240,7 +245,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let mut total = Vec::with_capacity(batches);
     let mut model = Vec::with_capacity(batches);
     let mut phases: Vec<WorkerPhases> = Vec::with_capacity(frames);
-    let temporal = args.temporal.then(|| StreamTemporal::new(TemporalSettings { smoothing: Some(DEFAULT_WEIGHT), hood: true, connected_road: true }));
+    let temporal = args.temporal.then(|| StreamTemporal::new(STREAM_DEFAULTS));
     let annotator = Annotator { style: Default::default(), show_text: true, show_origin: false };
     let (mut rss_at_10, mut rss_peak) = (None, 0.0f64);
     let started = std::time::Instant::now();
@@ -328,11 +333,11 @@ const OBSERVE_ALONE_FRAMES: usize = 120;
 /// them: the intake thread's cost per frame, without the noise that the
 /// model's passes leave in the caches and on the memory bus.
 fn observe_alone_cpu_ms(frames: &[FrameRef<'_>]) -> f64 {
-    let temporal = StreamTemporal::new(TemporalSettings { smoothing: Some(DEFAULT_WEIGHT), hood: true, connected_road: true });
+    let temporal = StreamTemporal::new(STREAM_DEFAULTS);
     let mut ms: Vec<f64> = (0..OBSERVE_ALONE_FRAMES)
         .map(|i| {
             let start = thread_cpu_ms();
-            temporal.observe(i as u64, Some(i as u64 * 40_000_000), &frames[i % frames.len()]);
+            temporal.observe(i as u64, Some(i as u64 * FRAME_NS), &frames[i % frames.len()]);
             thread_cpu_ms() - start
         })
         .collect();

@@ -226,17 +226,11 @@ impl HoodEstimator {
     /// Takes the next frame's luma (`width * height`); returns the mean
     /// per-pixel change from the previous frame (None for the first frame),
     /// which callers also use to spot scene cuts.
-    pub fn observe(&mut self, luma: &[u8]) -> Option<f32> {
-        let motion = self.compare(luma);
-        self.prev_luma.copy_from_slice(luma);
-        motion
-    }
-
-    /// As [`HoodEstimator::observe`], but keeps `luma` as the previous frame
-    /// by swapping buffers instead of copying the frame (2 MB at 1080p, on
-    /// every frame of every stream): `luma` comes back holding an older
-    /// frame of the same size, to be overwritten.
-    pub fn observe_taking(&mut self, luma: &mut Vec<u8>) -> Option<f32> {
+    ///
+    /// `luma` is kept as the previous frame by swapping buffers rather than
+    /// copying the frame (2 MB at 1080p, on every frame of every stream): it
+    /// comes back holding an older frame of the same size, to be overwritten.
+    pub fn observe(&mut self, luma: &mut Vec<u8>) -> Option<f32> {
         let motion = self.compare(luma);
         std::mem::swap(&mut self.prev_luma, luma);
         motion
@@ -430,8 +424,8 @@ mod tests {
         for i in 0..frames {
             drive.render(i, &mut rgb, &mut mask).unwrap();
             let rgba: Vec<u8> = rgb.chunks(3).flat_map(|p| [p[0], p[1], p[2], 255]).collect();
-            super::super::luma::rgba_luma(&rgba, &mut luma);
-            est.observe(&luma);
+            crate::temporal::rgba_luma(&rgba, &mut luma);
+            est.observe(&mut luma);
         }
         (est.estimate().as_ref().clone(), drive)
     }
@@ -474,13 +468,13 @@ mod tests {
     #[test]
     fn a_fixed_camera_has_no_hood() {
         let mut est = HoodEstimator::new(160, 90);
-        for luma in fixed_camera_frames(60) {
-            est.observe(&luma);
+        for mut luma in fixed_camera_frames(60) {
+            est.observe(&mut luma);
         }
         assert!(est.estimate().is_empty(), "still road of a fixed camera taken for a hood: {:.3}", est.estimate().coverage());
         let mut frozen = HoodEstimator::new(160, 90);
         for _ in 0..30 {
-            frozen.observe(&vec![120u8; 160 * 90]);
+            frozen.observe(&mut vec![120u8; 160 * 90]);
         }
         assert!(frozen.estimate().is_empty(), "a frozen picture taken for a hood");
     }

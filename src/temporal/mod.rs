@@ -273,7 +273,7 @@ impl StreamTemporal {
                 edge.observe(&st.luma, interval_ns);
             }
             // Last: it keeps this frame's luma, handing an older buffer back.
-            let motion = estimator.observe_taking(&mut st.luma);
+            let motion = estimator.observe(&mut st.luma);
             if resized || gap || motion.is_some_and(|m| m > CUT_MOTION) {
                 if st.restarts.len() == MAX_CUTS {
                     st.restarts.pop_front();

@@ -10,6 +10,11 @@
 # Steps, each under `timeout` (its limit capped by what is left of BUDGET_S):
 #   header   nvidia-smi, the bundle's MANIFEST, host glibc
 #   synth    roadseg synth: a FRAMES-frame 1280x720 H.264 clip
+#   cudamem  issue 36's open half, asked of the bundle's own GStreamer: does
+#            nvh264dec hand the clip's frames over in CUDA memory
+#            (memory:CUDAMemory caps, to a fakesink, gst-launch-1.0 -v), and
+#            which CUDA elements (cudaupload, cudascale, ...) it registers
+#            (DEVICE=cpu: the same launch with openh264dec, system memory)
 #   bench    roadseg bench --frame 1280x720 --size SIZE --device DEVICE: the
 #            model alone (preprocess + model + postprocess), frames/s; then
 #            the same with --temporal: a stream worker's whole path (hood
@@ -96,8 +101,8 @@ export ROADSEG_LOG=${ROADSEG_LOG:-info}
 KILL_AFTER_S=10
 DAEMON_GRACE_S=30 # the daemon's shutdown_timeout_s (20) and some
 SUMMARY_RESERVE_S=15
-declare -A LIMITS=([header]=20 [synth]=60 [bench]=60 [process]=120 [daemon]=$((RUN_S + 90)))
-ORDER=(header synth bench process daemon)
+declare -A LIMITS=([header]=20 [synth]=60 [cudamem]=20 [bench]=60 [process]=120 [daemon]=$((RUN_S + 90)))
+ORDER=(header synth cudamem bench process daemon)
 worst_case() {
   local n s=$SUMMARY_RESERVE_S
   for n in "${ORDER[@]}"; do s=$((s + LIMITS[$n] + KILL_AFTER_S)); done
@@ -197,6 +202,28 @@ s_synth() {
     2>"$WORK/synth.err"
   local rc=$?
   grep -v -iE 'nvenc|nvcodec' "$WORK/synth.err" | tail -n 5
+  return "$rc"
+}
+
+s_cudamem() {
+  local inspect="$BUNDLE/bin/gst-inspect-1.0" launch="$BUNDLE/bin/gst-launch-1.0" e dec=nvh264dec
+  local caps='video/x-raw(memory:CUDAMemory),format=NV12'
+  [ -x "$launch" ] || { echo "no gst-launch-1.0 in the bundle (made before 2026-11-30): rebuild it"; return 1; }
+  if [ "$DEVICE" = cpu ]; then dec=openh264dec caps='video/x-raw,format=I420'; fi
+  "$R" --bundle-exec "$inspect" --version | head -n 2
+  for e in $dec nvh265dec cudaupload cudadownload cudaconvert cudascale; do
+    if "$R" --bundle-exec "$inspect" --exists "$e"; then echo "element $e: registered"; else echo "element $e: absent"; fi
+  done
+  "$R" --bundle-exec "$inspect" "$dec" 2>&1 | sed -n '/Pad Templates/,/^Element has no clocking/p' | grep -E 'SRC|SINK|video/x-raw|format:' | head -n 12
+  "$R" --bundle-exec "$launch" -v filesrc location="$WORK/clip.mp4" ! qtdemux ! h264parse ! "$dec" ! "$caps" \
+    ! fakesink num-buffers=60 >"$WORK/cudamem.log" 2>&1
+  local rc=$?
+  grep -E "$dec[0-9]*\.GstPad:src: caps|ERROR|WARNING|Execution ended" "$WORK/cudamem.log" | cut -c1-300 | head -n 6
+  if grep -q "$dec[0-9]*\.GstPad:src: caps = video/x-raw(memory:CUDAMemory)" "$WORK/cudamem.log"; then
+    echo "cudamem: $dec hands decoded frames over in CUDA memory"
+  else
+    echo "cudamem: $dec did not negotiate CUDA memory here (exit $rc)"
+  fi
   return "$rc"
 }
 
@@ -387,6 +414,12 @@ write_summary() {
       grep . || echo "(nvcodec said nothing about NVENC: the plugin is not loaded here)"
     echo '```'
     echo
+    echo "Decoded frames in CUDA memory (issue 36; the \`cudamem\` step, \`$DEVICE\`):"
+    echo
+    echo '```'
+    grep -E '^(cudamem:|element )|GstPad:src: caps' "$OUT/pipeline-gpu.log" 2>/dev/null | cut -c1-200 | tail -n 9 | grep . || echo "(not run)"
+    echo '```'
+    echo
     echo "GPU busy during \`roadseg process\` (CUDA events around its forwards / wall time; target >= 80%): ${process_gpu:-n/a}"
     echo
     echo "GStreamer elements of \`process\` (decoder, encoder, ...): ${elements:-n/a}"
@@ -430,6 +463,8 @@ step header s_header
 write_summary
 step synth s_synth && [ -s "$WORK/clip.mp4" ]
 have_clip=$?
+write_summary
+if [ "$have_clip" = 0 ]; then step cudamem s_cudamem; else STEPS+=("cudamem|0|0|skipped (no clip)"); fi
 write_summary
 step bench s_bench
 write_summary

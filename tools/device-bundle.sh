@@ -18,6 +18,10 @@
 #   lib/gstreamer-1.0/       the plugins roadseg's pipelines use (PLUGINS below)
 #   lib/gio/modules/         glib-networking's TLS module (https:// sources)
 #   libexec/gst-plugin-scanner
+#   bin/gst-inspect-1.0, bin/gst-launch-1.0   GStreamer's own tools, for the
+#                            device calls' probes (`roadseg --bundle-exec
+#                            bin/gst-launch-1.0 ...`); left out with a warning
+#                            where gstreamer1.0-tools is not installed
 #   share/roadseg/models/roadseg-camvid   the bundled model, only with
 #                            WITH_MODEL=1 (found beside the binary as
 #                            bin/../share/roadseg/models/...): a device call
@@ -131,6 +135,15 @@ out=$(cd "$out" && pwd)
 cp "$bin" "$out/bin/roadseg"
 strip --strip-debug "$out/bin/roadseg"
 cp "$scanner" "$out/libexec/gst-plugin-scanner"
+tools=()
+for t in gst-inspect-1.0 gst-launch-1.0; do
+  if p=$(command -v "$t"); then
+    cp "$p" "$out/bin/$t"
+    tools+=("$out/bin/$t")
+  else
+    echo "warning: $t not found (apt install gstreamer1.0-tools): left out of the bundle" >&2
+  fi
+done
 
 plugins=()
 for p in "${required[@]}"; do
@@ -157,7 +170,7 @@ done
 declare -A seen=()
 missing=()
 compat_libs=()
-queue=("$out/bin/roadseg" "$out/libexec/gst-plugin-scanner" "$out"/lib/gstreamer-1.0/*.so "$out"/lib/gio/modules/*.so)
+queue=("$out/bin/roadseg" "${tools[@]}" "$out/libexec/gst-plugin-scanner" "$out"/lib/gstreamer-1.0/*.so "$out"/lib/gio/modules/*.so)
 for l in "${dlopened_libs[@]}"; do [ -f "$out/lib/$(basename "$l")" ] && queue+=("$out/lib/$(basename "$l")"); done
 while [ ${#queue[@]} -gt 0 ]; do
   file=${queue[0]}
@@ -189,7 +202,7 @@ fi
 glibc_of() { objdump -T "$1" 2>/dev/null | { grep -o 'GLIBC_[0-9][0-9.]*' || true; } | sed 's/GLIBC_//' | sort -u -V | tail -1; }
 host_replaceable=(libstdc++.so.6 libgcc_s.so.1 libexpat.so.1)
 floor=0
-for f in "$out/bin/roadseg" "$out/libexec/gst-plugin-scanner" "$out"/lib/*.so* "$out"/lib/gstreamer-1.0/*.so "$out"/lib/gio/modules/*.so; do
+for f in "$out"/bin/* "$out/libexec/gst-plugin-scanner" "$out"/lib/*.so* "$out"/lib/gstreamer-1.0/*.so "$out"/lib/gio/modules/*.so; do
   case " ${host_replaceable[*]} " in *" $(basename "$f") "*) continue ;; esac
   v=$(glibc_of "$f")
   if [ -n "$v" ]; then floor=$(printf '%s\n%s\n' "$floor" "$v" | sort -V | tail -1); fi
@@ -318,7 +331,7 @@ bytes() { du -sb "$@" | awk '{ s += $1 } END { print s + 0 }'; }
   echo "H.264/H.265 decoders registered here: $decoders(nvh264dec/nvh265dec register only where an NVIDIA GPU is, vah264dec where VA-API is)"
   echo
   printf '%-46s %12s\n' "part" "bytes"
-  printf '%-46s %12s\n' "bin/roadseg (debug info stripped)" "$(bytes "$out/bin")"
+  printf '%-46s %12s\n' "bin/ (roadseg, debug info stripped; gst tools)" "$(bytes "$out/bin")"
   printf '%-46s %12s\n' "libexec/gst-plugin-scanner" "$(bytes "$out/libexec")"
   printf '%-46s %12s\n' "lib/gstreamer-1.0 (${#plugins[@]} plugins)" "$(bytes "$out/lib/gstreamer-1.0")"
   printf '%-46s %12s\n' "lib/gio/modules (TLS for https)" "$(bytes "$out/lib/gio")"

@@ -3,7 +3,7 @@
 
   python3 tools/teacher/label.py [--out target/train-data/teacher] [--every 8]
   python3 tools/teacher/label.py --relabel DIR [--device cuda]   # DIR/img + DIR/index.tsv -> DIR/road
-  python3 tools/teacher/label.py --idd DIR                        # IDD train frames' P(road) -> DIR/<frame>.png
+  python3 tools/teacher/label.py --idd DIR [--idd-images IMAGES]  # IDD train frames' P(road) -> DIR/<frame>.png
 
 Frames: every clip and still of ../shared/data/clips, the Udacity bonnet
 stills, and IDD Lite's unlabelled frames, less those that judge the model
@@ -112,12 +112,14 @@ def relabel(teacher: Teacher, root: str) -> int:
     return 0
 
 
-def label_idd(teacher: Teacher, out: str) -> int:
-    """P(road) for IDD Lite's labelled training frames (held-out drives left
-    out), one PNG a frame named as the frame, for distill.py --idd-teacher-min."""
+def label_idd(teacher: Teacher, out: str, images: str) -> int:
+    """P(road) for IDD Lite's labelled training frames in `images` (held-out
+    drives left out), one PNG a frame named as the frame, for distill.py
+    --idd-teacher-min."""
     os.makedirs(out, exist_ok=True)
-    frames = [p for p in sorted(glob.glob(os.path.join(SHARED, "data", "idd-lite", "train", "images", "*.jpg")))
-              if not splits.never_trains(p)]
+    frames = [p for p in sorted(glob.glob(os.path.join(images, "*.jpg"))) if not splits.never_trains(p)]
+    if not frames:
+        raise SystemExit(f"no IDD Lite frames in {images}")
     for p in frames:
         road = teacher.road(Image.open(p).convert("RGB"))
         Image.fromarray(road).save(os.path.join(out, os.path.splitext(os.path.basename(p))[0] + ".png"))
@@ -131,13 +133,15 @@ def main() -> int:
     ap.add_argument("--every", type=int, default=8, help="every Nth frame of a video")
     ap.add_argument("--relabel", metavar="DIR", help="label the frames already in DIR/img (a staged copy)")
     ap.add_argument("--idd", metavar="DIR", help="label IDD Lite's training frames into DIR (their real labels' disputed road)")
+    ap.add_argument("--idd-images", metavar="DIR", default=os.path.join(SHARED, "data", "idd-lite", "train", "images"),
+                    help="with --idd: where the frames are (a staged copy's idd-lite/train/images on a GPU machine)")
     ap.add_argument("--device", help="run the torch port on this device (cuda, cpu) instead of OpenVINO")
     args = ap.parse_args()
     teacher = Teacher(args.device)
     if args.relabel:
         return relabel(teacher, args.relabel)
     if args.idd:
-        return label_idd(teacher, args.idd)
+        return label_idd(teacher, args.idd, args.idd_images)
     os.makedirs(os.path.join(args.out, "img"), exist_ok=True)
     os.makedirs(os.path.join(args.out, "road"), exist_ok=True)
     rows = []

@@ -4,7 +4,20 @@
 # first (the torch port of its IR, on the GPU), then tools/train/distill.py
 # trains from the bundled model for the rest of the call, and the last two
 # validated exports come back, each with its running average of the weights
-# (--ema, the candidate that lost least CamVid in the CPU runs p8-p10). With TESTS=1 (and target/device carried too,
+# (--ema, the candidate that lost least CamVid in the CPU runs p8-p10).
+#
+# RECIPE (default p21): what distill.py trains. p21 is the recipe of the CPU
+# runs p15-p25 that kept CamVid's road border (tools/train/logs/p21-plan.md:
+# IDD's drivable on its own output channel and kept off the shared rows, the
+# teacher's road on its own channel, the teacher's rain and night frames on
+# the product's road, IDD's drivable unscored where the teacher says P(road)
+# < 0.2), at twice p21's batch (20) for the GPU's thousands of steps; the
+# IDD frames' teacher labels it needs are made here first, on the GPU, like
+# the clips'. RECIPE=p2 is the recipe every GPU call ran before 2026-11-30
+# (p2's: every source on the product's rows, the scene augmentations, LR
+# 4e-4). MIX, LR, STEPS and EMA override either; TRAIN_EXTRA is appended last
+# (argparse: a later flag wins). The run is judged by tools/train/logs/gpu3-plan.md.
+# With TESTS=1 (and target/device carried too,
 # which then does not fit beside target/gpu-train: use it only with a
 # smaller stage) the CUDA tests run first (docs/gpu-check.md call 1).
 #
@@ -12,7 +25,8 @@
 #   device run, carry ["target/gpu-train"], timeout 600:
 #     OUT=$OUT bash tools/train/gpu-tests-then-train.sh
 #   a dry run here (CPU, a few steps; relabelling alone takes ~265 s on 2 AVX2 cores, so give
-#   it 600): OUT=/tmp/o TRAIN_DEVICE=cpu TRAIN_WORKERS=0 TRAIN_EXTRA="--steps 4 --val-every 2 --limit-val 2" CALL_S=600 bash tools/train/gpu-tests-then-train.sh
+#   it 600, and the IDD labels another ~300 s): OUT=/tmp/o TRAIN_DEVICE=cpu TRAIN_WORKERS=0 \
+#   TRAIN_EXTRA="--steps 4 --val-every 2 --limit-val 2" CALL_S=900 bash tools/train/gpu-tests-then-train.sh
 #
 # This is the one place the GPU training line lives (tools/train/README.md
 # and docs/gpu-check.md point here).
@@ -42,6 +56,23 @@ ROADSEG_TEACHER_DIR=$DATA/teacher-ir python3 tools/teacher/label.py --relabel "$
   --device "${TRAIN_DEVICE:-cuda}" >"$OUT/label.out" 2>&1
 echo "teacher labels: rc $? after $((SECONDS - START)) s: $(tail -n 1 "$OUT/label.out")"
 
+RECIPE=${RECIPE:-p21}
+case $RECIPE in
+  p21)
+    # The IDD frames' teacher labels are 57 MB: made here, not carried.
+    ROADSEG_TEACHER_DIR=$DATA/teacher-ir python3 tools/teacher/label.py --idd "$DATA/idd-teacher" \
+      --idd-images "$DATA/idd-lite/train/images" --device "${TRAIN_DEVICE:-cuda}" >>"$OUT/label.out" 2>&1
+    echo "IDD teacher labels: rc $? after $((SECONDS - START)) s: $(tail -n 1 "$OUT/label.out")"
+    mix_default=camvid:8,idd:4,teacher:4,teacher_product:2,synth:2 lr_default=1e-4 ema_default=0.998
+    recipe=(--teacher-product-sources rainy.mp4,wenig_nacht --teacher-product-confident 0.9 --warmup 100
+      --road-augment 0 --cutmix 0 --scale-min 0.9 --scale-max 1.2 --ego-paste 0.3 --ego-weight 1.5
+      --plain camvid --idd-teacher-min 0.2 --idd-road-channel --teacher-road-channel
+      --aux-detach --aux-detach-sources idd)
+    ;;
+  p2) mix_default=camvid:4,idd:4,teacher:6,synth:2 lr_default=4e-4 ema_default=0.999 recipe=() ;;
+  *) echo "RECIPE=$RECIPE: use p21 or p2"; exit 2 ;;
+esac
+
 # python start, the last validation and the tarring after it: 40 s;
 # distill.py's budget covers its own start, validations and exports.
 budget_s=$((CALL_S - (SECONDS - START) - 40))
@@ -50,14 +81,14 @@ if [ "$budget_s" -lt "$TRAIN_MIN_S" ]; then
   exit 0
 fi
 budget_min=$(awk -v s="$budget_s" 'BEGIN { printf "%.2f", s / 60 }')
-echo "train: budget ${budget_min} min"
+echo "train: recipe $RECIPE, budget ${budget_min} min"
 rm -rf /tmp/gpu-run
 PYTHONUNBUFFERED=1 timeout -k 5 $((budget_s + 30)) python3 tools/train/distill.py \
   --data "$DATA" --out /tmp/gpu-run --init-from "${INIT_FROM:-models/roadseg-camvid}" \
   --device "${TRAIN_DEVICE:-cuda}" --workers "${TRAIN_WORKERS:-12}" --threads 4 \
-  --mix "${MIX:-camvid:4,idd:4,teacher:6,synth:2}" --lr "${LR:-4e-4}" --steps "${STEPS:-20000}" \
+  --mix "${MIX:-$mix_default}" --lr "${LR:-$lr_default}" --steps "${STEPS:-20000}" \
   --val-every "${VAL_EVERY:-500}" --time-budget-min "$budget_min" --save-every-min 1000 \
-  --ema "${EMA:-0.999}" ${TRAIN_EXTRA:-} >"$OUT/train.out" 2>&1
+  --ema "${EMA:-$ema_default}" "${recipe[@]}" ${TRAIN_EXTRA:-} >"$OUT/train.out" 2>&1
 echo "train: rc $? after $((SECONDS - START)) s"
 cp /tmp/gpu-run/train.log "$OUT/train.log" 2>/dev/null
 grep -E 'step [0-9]+:' "$OUT/train.log" | tail -n 3

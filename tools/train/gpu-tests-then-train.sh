@@ -25,7 +25,8 @@
 #   device run, carry ["target/gpu-train"], timeout 600:
 #     OUT=$OUT bash tools/train/gpu-tests-then-train.sh
 #   a dry run here (CPU, a few steps; relabelling alone takes ~265 s on 2 AVX2 cores, so give
-#   it 600, and the IDD labels another ~300 s): OUT=/tmp/o TRAIN_DEVICE=cpu TRAIN_WORKERS=0 \
+#   it 600; the IDD frames' labels take longer still, so copy them in first:
+#   cp -r target/train-data/idd-teacher target/gpu-train/): OUT=/tmp/o TRAIN_DEVICE=cpu TRAIN_WORKERS=0 \
 #   TRAIN_EXTRA="--steps 4 --val-every 2 --limit-val 2" CALL_S=900 bash tools/train/gpu-tests-then-train.sh
 #
 # This is the one place the GPU training line lives (tools/train/README.md
@@ -59,10 +60,13 @@ echo "teacher labels: rc $? after $((SECONDS - START)) s: $(tail -n 1 "$OUT/labe
 RECIPE=${RECIPE:-p21}
 case $RECIPE in
   p21)
-    # The IDD frames' teacher labels are 57 MB: made here, not carried.
-    ROADSEG_TEACHER_DIR=$DATA/teacher-ir python3 tools/teacher/label.py --idd "$DATA/idd-teacher" \
-      --idd-images "$DATA/idd-lite/train/images" --device "${TRAIN_DEVICE:-cuda}" >>"$OUT/label.out" 2>&1
-    echo "IDD teacher labels: rc $? after $((SECONDS - START)) s: $(tail -n 1 "$OUT/label.out")"
+    # The IDD frames' teacher labels are 57 MB: made here, not carried
+    # (stage-gpu.sh never stages them; a dry run here may copy them in).
+    if [ ! -d "$DATA/idd-teacher" ]; then
+      ROADSEG_TEACHER_DIR=$DATA/teacher-ir python3 tools/teacher/label.py --idd "$DATA/idd-teacher" \
+        --idd-images "$DATA/idd-lite/train/images" --device "${TRAIN_DEVICE:-cuda}" >>"$OUT/label.out" 2>&1
+      echo "IDD teacher labels: rc $? after $((SECONDS - START)) s: $(tail -n 1 "$OUT/label.out")"
+    fi
     mix_default=camvid:8,idd:4,teacher:4,teacher_product:2,synth:2 lr_default=1e-4 ema_default=0.998
     recipe=(--teacher-product-sources rainy.mp4,wenig_nacht --teacher-product-confident 0.9 --warmup 100
       --road-augment 0 --cutmix 0 --scale-min 0.9 --scale-max 1.2 --ego-paste 0.3 --ego-weight 1.5

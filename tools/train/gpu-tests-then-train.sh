@@ -28,8 +28,8 @@
 #   it 600; the IDD frames' labels take longer still, so copy them in first:
 #   cp -r target/train-data/idd-teacher target/gpu-train/): OUT=/tmp/o TRAIN_DEVICE=cpu TRAIN_WORKERS=0 \
 #   TRAIN_EXTRA="--steps 4 --val-every 2 --limit-val 2" CALL_S=900 bash tools/train/gpu-tests-then-train.sh
-#   and remove target/gpu-train/idd-teacher afterwards, or run stage-gpu.sh again: carried, it
-#   would take the call over its 64 MiB.
+#   then run stage-gpu.sh again before a call: the labels a dry run leaves in the stage
+#   (teacher/road, 24 MB; idd-teacher, 57 MB) would take the carry over its 64 MiB.
 #
 # This is the one place the GPU training line lives (tools/train/README.md
 # and docs/gpu-check.md point here).

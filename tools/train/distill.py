@@ -572,6 +572,9 @@ def parse_args(argv=None):
     ap.add_argument("--ema", type=float, default=0.0,
                     help="also keep an exponential moving average of the weights with this decay per step "
                          "(0: off), validated and exported beside the raw weights as step-NNNNNN-ema")
+    ap.add_argument("--train-only", choices=["all", "decoder"], default="all",
+                    help="decoder: the encoder stays as --init-from gave it (frozen, in eval mode: no drop-path), "
+                         "only the decode head learns (run p27)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--workers", type=int, default=0)
@@ -635,8 +638,14 @@ def main(argv=None) -> int:
         + ", ".join(f"{k} {len(v)}" for k, v in val.items()) + f" ({time.time() - t0:.0f} s)", fh)
 
     model = build_model(args).to(device)
-    decay = [p for n, p in model.named_parameters() if p.ndim > 1]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim <= 1]
+    if args.train_only == "decoder":
+        # Fine-tuning moves the features that carry a model to streets it never saw
+        # (Kumar et al. 2022, "Fine-tuning can distort pretrained features"): here
+        # only the head that draws the classes' borders learns.
+        model.segformer.requires_grad_(False)
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    decay = [p for n, p in trainable if p.ndim > 1]
+    no_decay = [p for n, p in trainable if p.ndim <= 1]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=args.lr)
     # A running average of the trajectory: a soup that costs no extra run
@@ -735,6 +744,8 @@ def main(argv=None) -> int:
             break
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
+        if args.train_only == "decoder":
+            model.segformer.eval()  # every step: validation hands the model back in train mode
         x = base.normalize(xb.to(device, non_blocking=True).float())
         y = yb.to(device, non_blocking=True).long()
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):

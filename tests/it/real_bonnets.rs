@@ -3,7 +3,11 @@
 //! is cut from its BDD100K frame along the drawn outline and pasted, still,
 //! onto the moving real highway clip, which has no bonnet of its own; the
 //! estimate `roadseg process --hood-out` writes must match the pasted outline,
-//! after the clip's first two seconds and after all of it (8.8 s).
+//! after the clip's first two seconds and after all of it (8.8 s), at the
+//! model input the daemon uses by default (1024 wide). At 320x192 the
+//! product model's ego class reaches up into the road above three of these
+//! bonnets (hood IoU 0.41-0.74, 2026-11-30): the hood is held where users
+//! run it, not at a size the model was never trained for.
 
 use std::path::Path;
 
@@ -13,15 +17,6 @@ use crate::common::*;
 
 /// Issue 20's bar for real bonnets.
 const HOOD_IOU_FLOOR: f64 = 0.8;
-/// Bonnets the shipped model's hood misses that bar on, with the floor held
-/// for each instead (measured 2026-11-27, the lower of 2 s and the whole
-/// clip, less 0.05). The CamVid model before it had no ego class and the
-/// motion estimate alone found all seven at 0.948-0.988; the product model's
-/// ego class (at this test's 320x192 input) leaves these three short: a
-/// regression on pasted bonnets, stated in the model card, kept visible here
-/// rather than hidden by a lower bar for all.
-const BELOW_THE_BAR: [(&str, f64); 3] =
-    [("caec69a1-75429ccd.jpg", 0.35), ("cb22c820-f094952f.jpg", 0.58), ("cc73b69d-b31c28dc.jpg", 0.67)];
 const CLIP_W: u32 = 960;
 const CLIP_H: u32 = 540;
 
@@ -62,17 +57,8 @@ fn the_hood_estimate_follows_seven_real_bonnets() {
         "mean hood IoU (the lower of 2 s and the whole clip) over {} real bonnets: {mean:.4}",
         results.len()
     );
-    let below: Vec<_> = results
-        .iter()
-        .filter(|(name, iou)| {
-            let floor = BELOW_THE_BAR.iter().find(|(n, _)| n == name).map_or(HOOD_IOU_FLOOR, |&(_, f)| f);
-            *iou < floor
-        })
-        .collect();
-    assert!(
-        below.is_empty(),
-        "hood IoU under {HOOD_IOU_FLOOR} (or the floor BELOW_THE_BAR holds): {below:?}"
-    );
+    let below: Vec<_> = results.iter().filter(|(_, iou)| *iou < HOOD_IOU_FLOOR).collect();
+    assert!(below.is_empty(), "hood IoU under {HOOD_IOU_FLOOR}: {below:?}");
 }
 
 fn share(mask: &[u8]) -> f64 {
@@ -143,8 +129,6 @@ fn estimate_on_composite(
         out.to_str().unwrap(),
         "--device",
         "cpu",
-        "--size",
-        "320x192",
         "--hood-out",
         hood_png.to_str().unwrap(),
     ]);

@@ -643,9 +643,9 @@ def main(argv=None) -> int:
         # (Kumar et al. 2022, "Fine-tuning can distort pretrained features"): here
         # only the head that draws the classes' borders learns.
         model.segformer.requires_grad_(False)
-    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    decay = [p for n, p in trainable if p.ndim > 1]
-    no_decay = [p for n, p in trainable if p.ndim <= 1]
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in trainable if p.ndim > 1]
+    no_decay = [p for p in trainable if p.ndim <= 1]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=args.lr)
     # A running average of the trajectory: a soup that costs no extra run

@@ -356,6 +356,32 @@ class Batches(torch.utils.data.Dataset):
 # model, loss, validation
 # ----------------------------------------------------------------------------
 
+def freeze_for(model, train_only):
+    """Freezes what --train-only keeps; returns the encoder modules that still learn.
+
+    Fine-tuning moves the features that carry a model to streets it never saw
+    (Kumar et al. 2022, "Fine-tuning can distort pretrained features"): p27 let only
+    the head that draws the classes' borders learn. The coarsest stages see whole
+    scenes (tunnels, night) at 1/32 and 1/16 of the frame, where the teacher's
+    knowledge of other streets may live; the finer stages keep their edges."""
+    if train_only == "all":
+        return []
+    model.segformer.requires_grad_(False)
+    learning = [encoder_stage(model, k) for k in {"decoder": [], "stage4": [3], "stage34": [2, 3]}[train_only]]
+    for module in learning:
+        module.requires_grad_(True)
+    return learning
+
+
+def encoder_stage(model, k):
+    """Stage k's modules (patch embedding, blocks, norm), under either transformers layout."""
+    segformer = model.segformer
+    if hasattr(segformer, "stages"):  # transformers >= 5
+        return segformer.stages[k]
+    enc = segformer.encoder  # transformers 4: one list per kind of module
+    return torch.nn.ModuleList([enc.patch_embeddings[k], enc.block[k], enc.layer_norm[k]])
+
+
 def build_model(args):
     from transformers import SegformerForSemanticSegmentation
     cfg = base.build_config(args.arch, args.drop_path)
@@ -572,9 +598,10 @@ def parse_args(argv=None):
     ap.add_argument("--ema", type=float, default=0.0,
                     help="also keep an exponential moving average of the weights with this decay per step "
                          "(0: off), validated and exported beside the raw weights as step-NNNNNN-ema")
-    ap.add_argument("--train-only", choices=["all", "decoder"], default="all",
+    ap.add_argument("--train-only", choices=["all", "decoder", "stage4", "stage34"], default="all",
                     help="decoder: the encoder stays as --init-from gave it (frozen, in eval mode: no drop-path), "
-                         "only the decode head learns (run p27)")
+                         "only the decode head learns (run p27); stage4 / stage34: the encoder's last stage / last "
+                         "two stages learn too (run p29)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--workers", type=int, default=0)
@@ -638,11 +665,7 @@ def main(argv=None) -> int:
         + ", ".join(f"{k} {len(v)}" for k, v in val.items()) + f" ({time.time() - t0:.0f} s)", fh)
 
     model = build_model(args).to(device)
-    if args.train_only == "decoder":
-        # Fine-tuning moves the features that carry a model to streets it never saw
-        # (Kumar et al. 2022, "Fine-tuning can distort pretrained features"): here
-        # only the head that draws the classes' borders learns.
-        model.segformer.requires_grad_(False)
+    learning_stages = freeze_for(model, args.train_only)
     trainable = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in trainable if p.ndim > 1]
     no_decay = [p for p in trainable if p.ndim <= 1]
@@ -744,8 +767,11 @@ def main(argv=None) -> int:
             break
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
-        if args.train_only == "decoder":
-            model.segformer.eval()  # every step: validation hands the model back in train mode
+        if args.train_only != "all":
+            # Every step: validation hands the model back in train mode.
+            model.segformer.eval()
+            for module in learning_stages:
+                module.train()
         x = base.normalize(xb.to(device, non_blocking=True).float())
         y = yb.to(device, non_blocking=True).long()
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):

@@ -362,8 +362,8 @@ def freeze_for(model, train_only):
     Fine-tuning moves the features that carry a model to streets it never saw
     (Kumar et al. 2022, "Fine-tuning can distort pretrained features"): p27 let only
     the head that draws the classes' borders learn. The coarsest stages see whole
-    scenes (tunnels, night) at 1/32 and 1/16 of the frame, where the teacher's
-    knowledge of other streets may live; the finer stages keep their edges."""
+    scenes (tunnels, night, dashboards) at 1/32 and 1/16 of the frame, while the
+    finer ones, which draw the edges, stay as they were (p29-p34)."""
     if train_only == "all":
         return []
     model.segformer.requires_grad_(False)

@@ -52,7 +52,9 @@ Each takes and returns (image: PIL RGB, label: uint8 HxW, rng):
   (issue 20);
 - `hood`: an ego-vehicle bonnet along the bottom (random height 6-22%,
   curved edge, paint colour, sky reflection, dashboard band), labelled car,
-  so that a bonnet is never road;
+  so that a bonnet is never road; with `HOOD_MIRROR` > 0, that share of
+  them also mirror the scene in front (the road and cars upside down,
+  squeezed, blurred), as glossy paint does;
 - `dashboard`: the inside of the car along the bottom (10-30% of the
   height) where a camera behind the windscreen sees no bonnet: dark grained
   plastic (grey 12-65) with a lit rim, strong blotches and vents, and its
@@ -309,6 +311,36 @@ def sky(im, lab, rng):
     return _img(a * (1 - m) + new * m), lab
 
 
+# Probability that the drawn bonnet mirrors the scene in front of it
+# (`_mirror_scene`); 0 draws bonnets as before it existed (tools/train/distill.py
+# --hood-mirror sets it).
+HOOD_MIRROR = 0.0
+
+
+def _mirror_scene(scene, body, top, sag, paint, g):
+    """A glossy bonnet shows what is in front of the car upside down: the
+    road, the cars ahead and parked ones, trees and sky, squeezed by its
+    slope and bent by its curve. Without it the drawn bonnets were flat
+    paint, and real ones (dark paint in the city above all) that carry the
+    street's picture were read as more street (issue 35)."""
+    h, w = scene.shape[:2]
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    edge = top + sag * (2 * xx / w - 1) ** 2  # the bonnet's rim, per column
+    depth = np.clip(yy - edge, 0, None)
+    squeeze = g.uniform(1.5, 4.0)  # a sloping bonnet shows a long stretch of road in a short band
+    wobble = g.uniform(0, 0.02) * h * np.sin(xx / w * np.pi * g.uniform(1, 4) + g.uniform(0, 6.3))
+    src_y = np.clip(edge - 1 - depth * squeeze + wobble, 0, h - 1).astype(int)
+    src_x = np.clip(xx + g.uniform(-0.05, 0.05) * (xx - w / 2) * depth / max(h - top, 1), 0, w - 1).astype(int)
+    picture = scene[src_y, src_x]
+    picture = np.asarray(Image.fromarray(picture.astype(np.uint8)).filter(
+        ImageFilter.GaussianBlur(g.uniform(0.5, 2.5))), np.float32)
+    # Dark paint shows the picture clearly; white paint washes it out.
+    lightness = float(np.mean(paint)) / 255.0
+    strength = g.uniform(0.35, 0.8) * (1 - 0.6 * lightness)
+    fade = np.clip(1 - depth / max(h - top, 1) * g.uniform(0.3, 1.0), 0, 1)[..., None]
+    return body * (1 - strength * fade) + picture * np.maximum(paint / 255.0, 0.5) * strength * fade * 1.2
+
+
 def hood(im, lab, rng):
     w, h = im.size
     height = h * rng.uniform(0.06, 0.22)
@@ -325,6 +357,12 @@ def hood(im, lab, rng):
     sky = _arr(im)[: max(int(top), 1)].mean(axis=(0, 1))  # the sky's colour, reflected
     reflect = rng.uniform(0.05, 0.35)
     body = body * (1 - reflect) + sky * reflect
+    if HOOD_MIRROR > 0:
+        # Its own randomness, seeded from a value already drawn, so that
+        # HOOD_MIRROR 0 leaves every later draw (and every earlier run) as it was.
+        g = np.random.default_rng(int(reflect * 1e9))
+        if g.random() < HOOD_MIRROR:
+            body = _mirror_scene(_arr(im), body, top, sag, paint, g)
     a = _arr(im) * (1 - m) + body * m
     if rng.random() < 0.3:  # a dashboard band under the windscreen instead of paint near the bottom
         band = int(height * rng.uniform(0.2, 0.5))
@@ -562,8 +600,16 @@ def _selftest():
         assert out.size == im.size and out.mode == "RGB", fn.__name__
         assert out_lab.shape == lab.shape and out_lab.dtype == np.uint8, fn.__name__
         assert set(np.unique(out_lab)) <= {ROAD, CAR, IGNORE, BUILDING}, fn.__name__
-    _, hl = hood(im, lab, random.Random(1))
+    plain_hood, hl = hood(im, lab, random.Random(1))
     assert (hl[-1] == CAR).all() and (hl[0] == ROAD).all(), "the bonnet is car at the bottom, the top untouched"
+    global HOOD_MIRROR
+    HOOD_MIRROR = 1.0
+    mirrored, ml = hood(im, lab, random.Random(1))
+    HOOD_MIRROR = 0.0
+    assert (ml == hl).all(), "a mirrored scene keeps the bonnet's labels"
+    bonnet = hl == CAR
+    assert (np.asarray(mirrored)[bonnet] != np.asarray(plain_hood)[bonnet]).any(), "the bonnet shows the scene"
+    assert (np.asarray(mirrored)[~bonnet] == np.asarray(plain_hood)[~bonnet]).all(), "nothing else changes"
     out, sl = surface(im, lab, random.Random(7))
     assert (sl == lab).all() and (np.asarray(out) != np.asarray(im)).any(), "a new surface tone keeps the labels"
     sky_lab = lab.copy()

@@ -354,7 +354,8 @@ def hood(im, lab, rng):
     yy = np.mgrid[0:h, 0:w][0].astype(np.float32)
     shade = 0.7 + 0.5 * np.clip((yy - top) / max(height, 1), 0, 1)[..., None]  # darker towards the car
     body = paint * shade
-    sky = _arr(im)[: max(int(top), 1)].mean(axis=(0, 1))  # the sky's colour, reflected
+    scene = _arr(im)
+    sky = scene[: max(int(top), 1)].mean(axis=(0, 1))  # the sky's colour, reflected
     reflect = rng.uniform(0.05, 0.35)
     body = body * (1 - reflect) + sky * reflect
     if HOOD_MIRROR > 0:
@@ -362,8 +363,8 @@ def hood(im, lab, rng):
         # HOOD_MIRROR 0 leaves every later draw (and every earlier run) as it was.
         g = np.random.default_rng(int(reflect * 1e9))
         if g.random() < HOOD_MIRROR:
-            body = _mirror_scene(_arr(im), body, top, sag, paint, g)
-    a = _arr(im) * (1 - m) + body * m
+            body = _mirror_scene(scene, body, top, sag, paint, g)
+    a = scene * (1 - m) + body * m
     if rng.random() < 0.3:  # a dashboard band under the windscreen instead of paint near the bottom
         band = int(height * rng.uniform(0.2, 0.5))
         a[h - band:] = np.array([25, 25, 28], np.float32) + rng.uniform(0, 20)

@@ -21,10 +21,13 @@ Sources, each a share of every batch (--mix):
   synth    `roadseg synth` frames: road, not road, and its bonnet as ego
   selftrain  teacher frames relabelled where a trained student's five neighbouring
            frames agree and the teacher was unsure (tools/teacher/selftrain.py)
+  egoframes  the training cameras' frames with their drawn bonnets in place, scored on
+           ego vehicle or not only (NOT_EGO elsewhere)
 
 Label maps are uint8 in that set, plus 100..200 = the teacher's P(road) in
-percent (class otherwise unknown), 254 = not road (class unknown), 255 =
-not scored. Real labels win: a labelled frame never takes the teacher's.
+percent (class otherwise unknown), 253 = not the ego vehicle (class
+unknown), 254 = not road (class unknown), 255 = not scored. Real labels
+win: a labelled frame never takes the teacher's.
 The loss is cross-entropy on class labels, and on the road-or-not split of
 the softmax for soft and not-road pixels (binary cross-entropy against the
 teacher's probability).
@@ -78,6 +81,9 @@ ROAD, SIDEWALK, VEHICLE, PERSON, SKY, EGO, OTHER = range(7)
 N = len(CLASSES)
 SOFT_LO, SOFT_HI = 100, 200
 NOT_ROAD, IGNORE = 254, 255
+# The egoframes source: a real camera's frame with its bonnet in place, scored only on
+# ego vehicle or not (binary_ego_loss); its street carries no class.
+NOT_EGO = 253
 # --idd-road-channel: IDD's pixels carry IDD_BASE + class after augmentation, and their
 # cross-entropy reads road from an extra output channel ("road_idd", at N), so that
 # IDD's wider "drivable" does not pull the product's road border (CamVid's) outward.
@@ -241,6 +247,28 @@ def load_egos(root: str) -> list:
         m = np.asarray(Image.open(mask_path)) == ego.EGO
         for f in sorted(glob.glob(os.path.join(root, name, "*.jpg")))[::4]:
             out.append((Image.open(f).convert("RGB"), m))
+    return out
+
+
+def load_ego_frames(root: str, width: int) -> list:
+    """Every frame of every training camera with its drawn ego vehicle in place:
+    EGO on it, NOT_EGO elsewhere, mounts and bars unscored. Pasted bonnets carry
+    a seam and another street's light; these teach the bonnet under its own sky
+    (p39-plan.md: stage 4 unlearned the Udacity clip's bonnet with pasted ones only)."""
+    ego, outlines = ego_outlines()
+    out = []
+    for name in outlines:
+        mask_path = os.path.join(root, name + ".png")
+        if not os.path.exists(mask_path):
+            continue
+        m = np.asarray(Image.open(mask_path))
+        lab = np.where(m == ego.EGO, EGO, np.where(m == ego.BARS, IGNORE, NOT_EGO)).astype(np.uint8)
+        for f in sorted(glob.glob(os.path.join(root, name, "*.jpg"))):
+            im = Image.open(f).convert("RGB")
+            if im.size[::-1] != lab.shape:
+                raise SystemExit(f"{f}: {im.size[0]}x{im.size[1]}, but its camera's mask {mask_path} is "
+                                 f"{lab.shape[1]}x{lab.shape[0]}: rerun tools/train/stage-data.sh")
+            out.append(shrink(im, lab, width))
     return out
 
 
@@ -430,10 +458,16 @@ def binary_road_loss(logits, mask, target):
     return (-(target * log_road + (1 - target) * log_rest))[mask].sum()
 
 
+def binary_ego_loss(logits, mask):
+    """Summed -log(1 - P(ego)) where `mask`: not the ego vehicle, and nothing said of what it is."""
+    p_ego = F.softmax(logits, dim=1)[:, EGO]
+    return -torch.log1p(-p_ego.clamp(max=1 - 1e-6))[mask].sum()
+
+
 def loss_fn(logits, y, class_weight=None, idd_channel=None, teacher_channel=None, idd_detach=(),
             teacher_detach=()):
     """Class CE on class labels (weighted per class when given); road-or-not
-    BCE on soft and not-road labels. With an IDD road channel, IDD's pixels
+    BCE on soft and not-road labels; not-ego BCE on NOT_EGO. With an IDD road channel, IDD's pixels
     (IDD_BASE + class) are scored on the softmax whose road is that channel;
     with a teacher road channel, the teacher's codes (TEACHER_LO..
     TEACHER_NOT_ROAD) likewise; every other pixel on channels 0..N-1.
@@ -456,6 +490,10 @@ def loss_fn(logits, y, class_weight=None, idd_channel=None, teacher_channel=None
         t = torch.where(soft, (y.float() - SOFT_LO) / 100, torch.zeros_like(y, dtype=torch.float32))
         total = total + binary_road_loss(own, binary, t)
         count = count + binary.sum()
+    not_ego = y == NOT_EGO
+    if not_ego.any():
+        total = total + binary_ego_loss(own, not_ego)
+        count = count + not_ego.sum()
     teacher = (y >= TEACHER_LO) & (y <= TEACHER_NOT_ROAD)
     if teacher_channel is not None and teacher.any():
         t = torch.where(y <= TEACHER_HI, (y.float() - TEACHER_LO) / (TEACHER_HI - TEACHER_LO),
@@ -654,6 +692,8 @@ def main(argv=None) -> int:
                "teacher_product": lambda: load_teacher(os.path.join(args.data, "teacher"), args.base_width,
                                                        only=args.teacher_product_sources),
                "synth": lambda: load_synth(os.path.join(args.data, "synth")),
+               # real bonnets in place, scored on ego or not only (load_ego_frames)
+               "egoframes": lambda: load_ego_frames(os.path.join(args.data, "ego"), args.base_width),
                # the student's temporally agreed labels where the teacher was unsure (tools/teacher/selftrain.py)
                "selftrain": lambda: load_teacher(os.path.join(args.data, "selftrain"), args.base_width)}
     for name in list(mix):

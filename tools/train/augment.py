@@ -61,6 +61,12 @@ Each takes and returns (image: PIL RGB, label: uint8 HxW, rng):
   faint mirror image in the glass above (labels there unchanged); labelled car. On the unseen BDD
   frames the bundled model painted such textured dark-grey dashboards as
   road and left the lighter road beyond them unpainted (issue 20);
+- `cast_shadows` (probability `CAST_SHADOWS`, default 0): shadows of
+  trees (dappled, from value noise) or of a building or sign (a slanted
+  band) across the road and pavement below a random horizon, darkened to 30-65% and
+  bluer (skylight), labels unchanged. On the Udacity clip the bundled model
+  leaves the shadowed road of a sunny highway unpainted, where Intel's
+  model covers it (p41-plan.md).
 `random_road_augment` applies each with its probability.
 """
 import argparse
@@ -277,13 +283,14 @@ def surface(im, lab, rng):
     return _img(a), lab
 
 
-def _noise(h, w, rng, octaves=4):
+def _noise(h, w, rng, octaves=4, finest_first=0):
     """Smooth value noise in 0..1 over HxW: random grids of 4, 8, 16, ...
-    cells across, upsampled bicubically and summed with halving weights."""
+    cells across (from 4 << `finest_first`), upsampled bicubically and summed
+    with halving weights."""
     g = np.random.default_rng(rng.randrange(1 << 30))
     total, weight = np.zeros((h, w), np.float32), 0.0
     for i in range(octaves):
-        cells = 4 << i
+        cells = 4 << (i + finest_first)
         grid = (g.random((max(2, cells * h // w), cells)) * 255).astype(np.uint8)
         total += 0.5 ** i * np.asarray(Image.fromarray(grid).resize((w, h), Image.BICUBIC), np.float32) / 255.0
         weight += 0.5 ** i
@@ -516,6 +523,32 @@ def overpass(im, lab, rng):
     return _img(a), lab
 
 
+# Probability of `cast_shadows`, applied after `sky` (tools/train/distill.py
+# --cast-shadows sets it). 0 draws no random number for it, so every run
+# before it reproduces.
+CAST_SHADOWS = 0.0
+
+
+def cast_shadows(im, lab, rng):
+    a = _arr(im)
+    h, w = lab.shape
+    top = int(h * rng.uniform(0.3, 0.6))  # shadows lie on the ground, below the horizon
+    if rng.random() < 0.65:  # dappled: the shadow of trees
+        n = _noise(h, w, rng, octaves=3, finest_first=rng.choice([1, 2, 3]))
+        m = n < np.quantile(n[top:], rng.uniform(0.3, 0.7))
+    else:  # a slanted band: a building's, a sign's or a pole's shadow across the road
+        yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+        centre = rng.uniform(top, h) + rng.uniform(-0.4, 0.4) * (xx - w / 2)
+        m = np.abs(yy - centre) < rng.uniform(0.04, 0.3) * h / 2
+    m[:top] = False
+    m &= _road(lab) | (lab == PAVEMENT)  # on the ground; what stands on it keeps the sun
+    shade = _soft(m, radius=rng.uniform(1.0, 4.0))[..., None]
+    depth = rng.uniform(0.3, 0.65)  # the share of the sunlight left in the shadow
+    blue = rng.uniform(0.0, 0.15)  # lit by the sky alone
+    gain = np.array([depth * (1 - blue / 2), depth, depth * (1 + blue)], np.float32)
+    return _img(a * (1 - shade * (1 - gain))), lab
+
+
 def reflection(im, lab, rng):
     a = _arr(im)
     h, w = lab.shape
@@ -563,6 +596,9 @@ def random_road_augment(im, lab, rng, strength=1.0, skip=()):
     for fn, p in AUGMENTS:
         if rng.random() < p * strength and fn.__name__ not in skip:
             im, lab = fn(im, lab, rng)
+        if fn is sky and CAST_SHADOWS > 0:
+            if rng.random() < CAST_SHADOWS * strength and "cast_shadows" not in skip:
+                im, lab = cast_shadows(im, lab, rng)
     return im, lab
 
 
@@ -592,6 +628,15 @@ def _preview(data, out, n_frames, seed):
     print(f"{out}: {len(tiles)} frames x (original + {', '.join(fn.__name__ for fn, _ in AUGMENTS)})")
 
 
+def _draws_without_shadows(im, lab, seed):
+    """The rng state after the augmentations' own draws alone (as before cast_shadows existed)."""
+    rng = random.Random(seed)
+    for fn, p in AUGMENTS:
+        if rng.random() < p:
+            im, lab = fn(im, lab, rng)
+    return rng.getstate()
+
+
 def _selftest():
     rng = random.Random(0)
     im = Image.fromarray(np.random.default_rng(0).integers(0, 255, (90, 120, 3), dtype=np.uint8))
@@ -611,6 +656,17 @@ def _selftest():
     bonnet = hl == CAR
     assert (np.asarray(mirrored)[bonnet] != np.asarray(plain_hood)[bonnet]).any(), "the bonnet shows the scene"
     assert (np.asarray(mirrored)[~bonnet] == np.asarray(plain_hood)[~bonnet]).all(), "nothing else changes"
+    out, shl = cast_shadows(im, lab, random.Random(9))
+    darker = np.asarray(out, np.float32).mean(axis=2) < np.asarray(im, np.float32).mean(axis=2) - 1
+    assert (shl == lab).all() and darker.any() and not darker[:27].any(), "shadows darken the ground only"
+    global CAST_SHADOWS
+    state = random.Random(10)
+    random_road_augment(im, lab, state)
+    assert state.getstate() == _draws_without_shadows(im, lab, 10), "CAST_SHADOWS 0 draws nothing for it"
+    CAST_SHADOWS = 1.0
+    out, shl = random_road_augment(im, lab, random.Random(10), skip=[fn.__name__ for fn, _ in AUGMENTS])
+    CAST_SHADOWS = 0.0
+    assert (np.asarray(out) != np.asarray(im)).any(), "CAST_SHADOWS 1 always casts one"
     out, sl = surface(im, lab, random.Random(7))
     assert (sl == lab).all() and (np.asarray(out) != np.asarray(im)).any(), "a new surface tone keeps the labels"
     sky_lab = lab.copy()

@@ -587,6 +587,9 @@ def parse_args(argv=None):
     ap.add_argument("--hood-mirror", type=float, default=0.0,
                     help="share of augment.py's drawn bonnets that mirror the scene in front of the car "
                          "(glossy paint; p37). 0 draws them as every run before p37 did")
+    ap.add_argument("--cast-shadows", type=float, default=0.0,
+                    help="probability of augment.py's cast_shadows (trees', buildings' shadows on the ground); "
+                         "0 draws none, as every run before it")
     ap.add_argument("--road-augment-sources", type=lambda s: [x for x in s.split(",") if x], default=[],
                     help="only these sources (e.g. teacher) get --road-augment's scene augmentations; "
                          "default every source. The teacher labelled the clean frame, so its night is "
@@ -670,6 +673,7 @@ def main(argv=None) -> int:
     augment.use_labels(sky=SKY, building=OTHER, car=VEHICLE, road=ROAD, pavement=SIDEWALK,
                        ignore=IGNORE, ego=EGO, soft_road_min=SOFT_LO + 50)
     augment.HOOD_MIRROR = args.hood_mirror
+    augment.CAST_SHADOWS = args.cast_shadows
     camvid_root = os.path.join(args.data, "camvid") if os.path.isdir(os.path.join(args.data, "camvid")) \
         else os.path.join(SHARED, "data", "camvid")
     idd_root = os.path.join(args.data, "idd-lite") if os.path.isdir(os.path.join(args.data, "idd-lite")) \

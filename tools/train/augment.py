@@ -527,6 +527,7 @@ def overpass(im, lab, rng):
 # --cast-shadows sets it). 0 draws no random number for it, so every run
 # before it reproduces.
 CAST_SHADOWS = 0.0
+SHADOWS_ON_EGO = False
 
 
 def cast_shadows(im, lab, rng):
@@ -541,7 +542,10 @@ def cast_shadows(im, lab, rng):
         centre = rng.uniform(top, h) + rng.uniform(-0.4, 0.4) * (xx - w / 2)
         m = np.abs(yy - centre) < rng.uniform(0.04, 0.3) * h / 2
     m[:top] = False
-    m &= _road(lab) | (lab == PAVEMENT)  # on the ground; what stands on it keeps the sun
+    # On the ground, and on the camera car's own bonnet when SHADOWS_ON_EGO: the same
+    # shadow falls across both (p41 cast them on the road alone, and the dark
+    # bottom of the frame became road: the Udacity bonnet 0.856 -> 0.606).
+    m &= _road(lab) | (lab == PAVEMENT) | ((lab == EGO) & SHADOWS_ON_EGO)
     shade = _soft(m, radius=rng.uniform(1.0, 4.0))[..., None]
     depth = rng.uniform(0.3, 0.65)  # the share of the sunlight left in the shadow
     blue = rng.uniform(0.0, 0.15)  # lit by the sky alone
@@ -596,7 +600,7 @@ def random_road_augment(im, lab, rng, strength=1.0, skip=()):
     for fn, p in AUGMENTS:
         if rng.random() < p * strength and fn.__name__ not in skip:
             im, lab = fn(im, lab, rng)
-        if fn is sky and CAST_SHADOWS > 0:
+        if fn is sky and CAST_SHADOWS > 0:  # skipped or not, it draws once CAST_SHADOWS is on
             if rng.random() < CAST_SHADOWS * strength and "cast_shadows" not in skip:
                 im, lab = cast_shadows(im, lab, rng)
     return im, lab
@@ -659,6 +663,12 @@ def _selftest():
     out, shl = cast_shadows(im, lab, random.Random(9))
     darker = np.asarray(out, np.float32).mean(axis=2) < np.asarray(im, np.float32).mean(axis=2) - 1
     assert (shl == lab).all() and darker.any() and not darker[:27].any(), "shadows darken the ground only"
+    global SHADOWS_ON_EGO
+    car = np.full_like(lab, CAR)
+    assert (np.asarray(cast_shadows(im, car, random.Random(9))[0]) == np.asarray(im)).all(), "a car keeps the sun"
+    SHADOWS_ON_EGO = True  # EGO is CAR in this label set
+    assert (np.asarray(cast_shadows(im, car, random.Random(9))[0]) != np.asarray(im)).any(), "the ego car is shaded"
+    SHADOWS_ON_EGO = False
     global CAST_SHADOWS
     state = random.Random(10)
     random_road_augment(im, lab, state)

@@ -295,12 +295,13 @@ def paste_ego(im: Image.Image, lab: np.ndarray, egos: list, rng: random.Random):
     return Image.fromarray(a.clip(0, 255).astype(np.uint8)), lab
 
 
-def augment_one(im, lab, rng, args, egos, plain=False, road_augment=True):
+def augment_one(im, lab, rng, args, egos, plain=False, road_augment=True, shadows=True):
     """`plain`: the source's own labelled border is what is taught, so no
     bonnet or dashboard, real or drawn, covers its near road (the geometry
     and light augmentations still apply). `road_augment` False: none of
     augment.py's scene augmentations (the source is not in
-    --road-augment-sources)."""
+    --road-augment-sources); `shadows` False: not its cast shadows (the source
+    is not in --cast-shadows-sources)."""
     has_ego = (lab == EGO).any()
     if egos and not plain and not has_ego and rng.random() < args.ego_paste:
         im, lab = paste_ego(im, lab, egos, rng)
@@ -308,6 +309,8 @@ def augment_one(im, lab, rng, args, egos, plain=False, road_augment=True):
         skip = set(args.road_augment_skip)
         if plain or has_ego or (lab == EGO).any():  # one ego vehicle a frame
             skip |= {"hood", "dashboard"}
+        if not shadows:
+            skip |= {"cast_shadows"}
         im, lab = augment.random_road_augment(im, lab, rng, args.road_augment, skip)
     W, H = im.size
     cw, ch = args.crop_w, args.crop_h
@@ -354,7 +357,8 @@ class Batches(torch.utils.data.Dataset):
             scene = not self.args.road_augment_sources or name in self.args.road_augment_sources
             for _ in range(count):
                 im, lab = pool[rng.randrange(len(pool))]
-                a, b = augment_one(im, lab, rng, self.args, self.egos, is_plain, scene)
+                shadows = not self.args.cast_shadows_sources or name in self.args.cast_shadows_sources
+                a, b = augment_one(im, lab, rng, self.args, self.egos, is_plain, scene, shadows)
                 if name == "idd" and self.args.idd_road_channel:
                     b = np.where(b < N, b + IDD_BASE, b).astype(np.uint8)
                 if name in TEACHER_SOURCES and self.args.teacher_road_channel:
@@ -590,6 +594,10 @@ def parse_args(argv=None):
     ap.add_argument("--cast-shadows", type=float, default=0.0,
                     help="probability of augment.py's cast_shadows (trees', buildings' shadows on the ground); "
                          "0 draws none, as every run before it")
+    ap.add_argument("--cast-shadows-sources", type=lambda s: [x for x in s.split(",") if x], default=[],
+                    help="the sources whose frames get the cast shadows (default: all)")
+    ap.add_argument("--shadows-on-ego", action="store_true",
+                    help="cast shadows fall on the ego vehicle's bonnet too, not on the ground alone")
     ap.add_argument("--road-augment-sources", type=lambda s: [x for x in s.split(",") if x], default=[],
                     help="only these sources (e.g. teacher) get --road-augment's scene augmentations; "
                          "default every source. The teacher labelled the clean frame, so its night is "
@@ -674,6 +682,7 @@ def main(argv=None) -> int:
                        ignore=IGNORE, ego=EGO, soft_road_min=SOFT_LO + 50)
     augment.HOOD_MIRROR = args.hood_mirror
     augment.CAST_SHADOWS = args.cast_shadows
+    augment.SHADOWS_ON_EGO = args.shadows_on_ego
     camvid_root = os.path.join(args.data, "camvid") if os.path.isdir(os.path.join(args.data, "camvid")) \
         else os.path.join(SHARED, "data", "camvid")
     idd_root = os.path.join(args.data, "idd-lite") if os.path.isdir(os.path.join(args.data, "idd-lite")) \
@@ -684,6 +693,8 @@ def main(argv=None) -> int:
         raise SystemExit("--teacher-product-sources and the mix source teacher_product go together")
     if args.teacher_product_confident and not 0.5 < args.teacher_product_confident < 1:
         raise SystemExit(f"--teacher-product-confident {args.teacher_product_confident}: must be in (0.5, 1), or 0")
+    if unknown := sorted(set(args.cast_shadows_sources) - set(mix)):
+        raise SystemExit(f"--cast-shadows-sources {','.join(unknown)}: not in --mix {args.mix}")
     if unknown := sorted(set(args.road_augment_sources) - set(mix)):
         raise SystemExit(f"--road-augment-sources {','.join(unknown)}: not in --mix {args.mix}")
     pools = {}

@@ -67,6 +67,8 @@ Each takes and returns (image: PIL RGB, label: uint8 HxW, rng):
   bluer (skylight), labels unchanged. On the Udacity clip the bundled model
   leaves the shadowed road of a sunny highway unpainted, where Intel's
   model covers it (p41-plan.md).
+- `car_paint` (probability `CAR_PAINT`, default 0): the other vehicles
+  repainted white, silver or light grey, texture kept, labels unchanged.
 `random_road_augment` applies each with its probability.
 """
 import argparse
@@ -235,15 +237,15 @@ def _soft(mask, radius=1.5):
     return np.asarray(Image.fromarray((mask * 255).astype(np.uint8)).filter(ImageFilter.GaussianBlur(radius)), np.float32) / 255.0
 
 
-def _retone(a, region, rng, darkest=35):
+def _retone(a, region, rng, darkest=35, brightest=190):
     """Gives the pixels of `region` (soft mask, HxW in 0..1) a new mean tone
-    (grey `darkest`-190) and contrast, keeping their texture."""
+    (grey `darkest`-`brightest`) and contrast, keeping their texture."""
     m = region[..., None]
     if m.sum() < 16:
         return a
     mean = (a * m).sum(axis=(0, 1)) / m.sum()
     lum = float(mean.mean())
-    target = rng.uniform(darkest, 190)  # fresh asphalt to sun-washed concrete
+    target = rng.uniform(darkest, brightest)  # fresh asphalt to sun-washed concrete
     tint = np.array([rng.uniform(-3, 3) for _ in range(3)], np.float32) + rng.uniform(-3, 6) * np.array([1, 0.6, -0.4], np.float32)
     contrast = rng.uniform(0.6, 1.4)
     grey = a.mean(axis=2, keepdims=True)
@@ -528,6 +530,32 @@ def overpass(im, lab, rng):
 # before it reproduces.
 CAST_SHADOWS = 0.0
 SHADOWS_ON_EGO = False
+# Probability of `car_paint`, drawn just before the cast shadows; 0 draws nothing
+# (tools/train/distill.py --car-paint sets it).
+CAR_PAINT = 0.0
+
+
+def car_paint(im, lab, rng):
+    """The frame's other vehicles repainted white, silver or light grey (their
+    texture, windows and lights kept by `_retone`; labels unchanged). On the
+    Udacity clip's sunny highway the bundled model paints the side and boot of
+    a white car as road (p43-plan.md); CamVid's cars are mostly dark or red."""
+    region = lab == CAR
+    if EGO != CAR:
+        region &= lab != EGO
+    if region.sum() < 16:
+        return im, lab
+    a = _arr(im)
+    grey = a.mean(axis=2)
+    lo, hi = np.percentile(grey[region], [2, 98])
+    # The body's shades spread over a light range and pushed up (gamma < 1), so
+    # windows, tyres and shadows stay the darkest parts, as on a real white car.
+    v = np.clip((grey - lo) / max(hi - lo, 1.0), 0, 1) ** rng.uniform(0.3, 0.6)
+    dark, light = rng.uniform(20, 50), rng.uniform(215, 250)
+    tint = np.array([rng.uniform(-4, 4) for _ in range(3)], np.float32)
+    painted = (dark + v * (light - dark))[..., None] + tint + 0.2 * (a - grey[..., None])
+    m = _soft(region)[..., None]
+    return _img(a * (1 - m) + painted * m), lab
 
 
 def cast_shadows(im, lab, rng):
@@ -600,6 +628,9 @@ def random_road_augment(im, lab, rng, strength=1.0, skip=()):
     for fn, p in AUGMENTS:
         if rng.random() < p * strength and fn.__name__ not in skip:
             im, lab = fn(im, lab, rng)
+        if fn is sky and CAR_PAINT > 0:  # skipped or not, it draws once CAR_PAINT is on
+            if rng.random() < CAR_PAINT * strength and "car_paint" not in skip:
+                im, lab = car_paint(im, lab, rng)
         if fn is sky and CAST_SHADOWS > 0:  # skipped or not, it draws once CAST_SHADOWS is on
             if rng.random() < CAST_SHADOWS * strength and "cast_shadows" not in skip:
                 im, lab = cast_shadows(im, lab, rng)
@@ -677,6 +708,12 @@ def _selftest():
     out, shl = random_road_augment(im, lab, random.Random(10), skip=[fn.__name__ for fn, _ in AUGMENTS])
     CAST_SHADOWS = 0.0
     assert (np.asarray(out) != np.asarray(im)).any(), "CAST_SHADOWS 1 always casts one"
+    left_car = lab.copy()
+    left_car[:, :60] = CAR
+    out, pl = car_paint(im, left_car, random.Random(11))
+    diff = (np.asarray(out) != np.asarray(im)).any(axis=2)
+    assert (pl == left_car).all() and diff[:, :55].mean() > 0.9 and not diff[:, 66:].any(), "only the cars are repainted"
+    assert np.asarray(out)[:, :55].mean() > np.asarray(im)[:, :55].mean(), "light paint"
     out, sl = surface(im, lab, random.Random(7))
     assert (sl == lab).all() and (np.asarray(out) != np.asarray(im)).any(), "a new surface tone keeps the labels"
     sky_lab = lab.copy()

@@ -594,6 +594,9 @@ def parse_args(argv=None):
     ap.add_argument("--cast-shadows", type=float, default=0.0,
                     help="probability of augment.py's cast_shadows (trees', buildings' shadows on the ground); "
                          "0 draws none, as every run before it")
+    ap.add_argument("--car-paint", type=float, default=0.0,
+                    help="probability of augment.py's car_paint (other vehicles repainted white or silver); "
+                         "0 draws none, as every run before it")
     ap.add_argument("--cast-shadows-sources", type=lambda s: [x for x in s.split(",") if x], default=[],
                     help="the sources whose frames get the cast shadows (default: all)")
     ap.add_argument("--shadows-on-ego", action="store_true",
@@ -683,6 +686,7 @@ def main(argv=None) -> int:
     augment.HOOD_MIRROR = args.hood_mirror
     augment.CAST_SHADOWS = args.cast_shadows
     augment.SHADOWS_ON_EGO = args.shadows_on_ego
+    augment.CAR_PAINT = args.car_paint
     camvid_root = os.path.join(args.data, "camvid") if os.path.isdir(os.path.join(args.data, "camvid")) \
         else os.path.join(SHARED, "data", "camvid")
     idd_root = os.path.join(args.data, "idd-lite") if os.path.isdir(os.path.join(args.data, "idd-lite")) \

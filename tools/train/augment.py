@@ -628,12 +628,12 @@ def random_road_augment(im, lab, rng, strength=1.0, skip=()):
     for fn, p in AUGMENTS:
         if rng.random() < p * strength and fn.__name__ not in skip:
             im, lab = fn(im, lab, rng)
-        if fn is sky and CAR_PAINT > 0:  # skipped or not, it draws once CAR_PAINT is on
-            if rng.random() < CAR_PAINT * strength and "car_paint" not in skip:
-                im, lab = car_paint(im, lab, rng)
-        if fn is sky and CAST_SHADOWS > 0:  # skipped or not, it draws once CAST_SHADOWS is on
-            if rng.random() < CAST_SHADOWS * strength and "cast_shadows" not in skip:
-                im, lab = cast_shadows(im, lab, rng)
+        if fn is sky:
+            # Added later with their own probabilities: at 0 they draw nothing, so runs
+            # from before they existed reproduce; once on, skipped or not, they draw.
+            for extra, q in ((car_paint, CAR_PAINT), (cast_shadows, CAST_SHADOWS)):
+                if q > 0 and rng.random() < q * strength and extra.__name__ not in skip:
+                    im, lab = extra(im, lab, rng)
     return im, lab
 
 

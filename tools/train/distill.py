@@ -236,18 +236,20 @@ def load_synth(root: str) -> list:
     return out
 
 
-def load_egos(root: str) -> list:
-    """(frame, mask of the ego pixels) of every camera, to paste."""
+def ego_cameras(root: str):
+    """(tools/teacher/ego.py, the drawn mask, its mask file, its frames) of every
+    training camera staged in `root` (tools/teacher/ego.py --out)."""
     ego, outlines = ego_outlines()
-    out = []
     for name in outlines:
         mask_path = os.path.join(root, name + ".png")
-        if not os.path.exists(mask_path):
-            continue
-        m = np.asarray(Image.open(mask_path)) == ego.EGO
-        for f in sorted(glob.glob(os.path.join(root, name, "*.jpg")))[::4]:
-            out.append((Image.open(f).convert("RGB"), m))
-    return out
+        if os.path.exists(mask_path):
+            yield ego, np.asarray(Image.open(mask_path)), mask_path, sorted(glob.glob(os.path.join(root, name, "*.jpg")))
+
+
+def load_egos(root: str) -> list:
+    """(frame, mask of the ego pixels) of every camera, to paste."""
+    return [(Image.open(f).convert("RGB"), m == ego.EGO)
+            for ego, m, _, frames in ego_cameras(root) for f in frames[::4]]
 
 
 def load_ego_frames(root: str, width: int) -> list:
@@ -255,15 +257,10 @@ def load_ego_frames(root: str, width: int) -> list:
     EGO on it, NOT_EGO elsewhere, mounts and bars unscored. Pasted bonnets carry
     a seam and another street's light; these teach the bonnet under its own sky
     (p39-plan.md: stage 4 unlearned the Udacity clip's bonnet with pasted ones only)."""
-    ego, outlines = ego_outlines()
     out = []
-    for name in outlines:
-        mask_path = os.path.join(root, name + ".png")
-        if not os.path.exists(mask_path):
-            continue
-        m = np.asarray(Image.open(mask_path))
+    for ego, m, mask_path, frames in ego_cameras(root):
         lab = np.where(m == ego.EGO, EGO, np.where(m == ego.BARS, IGNORE, NOT_EGO)).astype(np.uint8)
-        for f in sorted(glob.glob(os.path.join(root, name, "*.jpg"))):
+        for f in frames:
             im = Image.open(f).convert("RGB")
             if im.size[::-1] != lab.shape:
                 raise SystemExit(f"{f}: {im.size[0]}x{im.size[1]}, but its camera's mask {mask_path} is "

@@ -596,6 +596,9 @@ def parse_args(argv=None):
                          "0 draws none, as every run before it")
     ap.add_argument("--cast-shadows-sources", type=lambda s: [x for x in s.split(",") if x], default=[],
                     help="the sources whose frames get the cast shadows (default: all)")
+    ap.add_argument("--shade-exposure", type=float, default=0.0,
+                    help="share of the cast shadows seen by a camera exposed for the shade (the sunlit flecks "
+                         "blown out); 0 draws nothing, as every run before it")
     ap.add_argument("--shadows-on-ego", action="store_true",
                     help="cast shadows fall on the ego vehicle's bonnet too, not on the ground alone")
     ap.add_argument("--road-augment-sources", type=lambda s: [x for x in s.split(",") if x], default=[],
@@ -683,6 +686,7 @@ def main(argv=None) -> int:
     augment.HOOD_MIRROR = args.hood_mirror
     augment.CAST_SHADOWS = args.cast_shadows
     augment.SHADOWS_ON_EGO = args.shadows_on_ego
+    augment.SHADE_EXPOSURE = args.shade_exposure
     augment.CAR_PAINT = args.car_paint
     camvid_root = os.path.join(args.data, "camvid") if os.path.isdir(os.path.join(args.data, "camvid")) \
         else os.path.join(SHARED, "data", "camvid")

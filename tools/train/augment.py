@@ -66,7 +66,9 @@ Each takes and returns (image: PIL RGB, label: uint8 HxW, rng):
   band) across the road and pavement below a random horizon, darkened to 30-65% and
   bluer (skylight), labels unchanged. On the Udacity clip the bundled model
   leaves the shadowed road of a sunny highway unpainted, where Intel's
-  model covers it (p41-plan.md).
+  model covers it (p41-plan.md). A share `SHADE_EXPOSURE` (default 0) is
+  seen by a camera exposed for the shade: the frame brightened by what the
+  shade took, the sunlit ground clipped towards white (p48-plan.md).
 - `car_paint` (probability `CAR_PAINT`, default 0): the other vehicles
   repainted white, silver or light grey, texture kept, labels unchanged.
 `random_road_augment` applies each with its probability.
@@ -237,15 +239,15 @@ def _soft(mask, radius=1.5):
     return np.asarray(Image.fromarray((mask * 255).astype(np.uint8)).filter(ImageFilter.GaussianBlur(radius)), np.float32) / 255.0
 
 
-def _retone(a, region, rng, darkest=35, brightest=190):
+def _retone(a, region, rng, darkest=35):
     """Gives the pixels of `region` (soft mask, HxW in 0..1) a new mean tone
-    (grey `darkest`-`brightest`) and contrast, keeping their texture."""
+    (grey `darkest`-190) and contrast, keeping their texture."""
     m = region[..., None]
     if m.sum() < 16:
         return a
     mean = (a * m).sum(axis=(0, 1)) / m.sum()
     lum = float(mean.mean())
-    target = rng.uniform(darkest, brightest)  # fresh asphalt to sun-washed concrete
+    target = rng.uniform(darkest, 190)  # fresh asphalt to sun-washed concrete
     tint = np.array([rng.uniform(-3, 3) for _ in range(3)], np.float32) + rng.uniform(-3, 6) * np.array([1, 0.6, -0.4], np.float32)
     contrast = rng.uniform(0.6, 1.4)
     grey = a.mean(axis=2, keepdims=True)
@@ -544,7 +546,7 @@ SHADE_EXPOSURE = 0.0
 
 def car_paint(im, lab, rng):
     """The frame's other vehicles repainted white, silver or light grey (their
-    texture, windows and lights kept by `_retone`; labels unchanged). On the
+    texture, windows and lights kept the darkest; labels unchanged). On the
     Udacity clip's sunny highway the bundled model paints the side and boot of
     a white car as road (p43-plan.md); CamVid's cars are mostly dark or red."""
     region = lab == CAR

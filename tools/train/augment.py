@@ -71,6 +71,11 @@ Each takes and returns (image: PIL RGB, label: uint8 HxW, rng):
   shade took, the sunlit ground clipped towards white (p48-plan.md).
 - `car_paint` (probability `CAR_PAINT`, default 0): the other vehicles
   repainted white, silver or light grey, texture kept, labels unchanged.
+- `tunnel` (probability `TUNNEL`, default 0): the street seen from inside
+  a tunnel: all beside and above the road becomes textured wall and ceiling
+  (labelled building) whose joints run to the road's far end, lamps along
+  the ceiling, the inside dimmed, the exit overexposed. The unseen tunnel
+  frame's lit stone walls were painted as road (p51-plan.md).
 `random_road_augment` applies each with its probability.
 """
 import argparse
@@ -89,16 +94,18 @@ PAVEMENT = 4
 # What the ego vehicle's bonnet and dashboard are labelled: CamVid's set has
 # no such class, so car; a label set with one (tools/train/distill.py) sets it.
 EGO = CAR
+PERSONS = (9, 10)  # pedestrian, bicyclist
 # Label values from this up to 200 carry a teacher's road probability
 # (tools/train/distill.py: value - 100 in percent); >= 150 counts as road
 # where an augmentation picks the road's pixels. None: no soft labels.
 SOFT_ROAD_MIN = None
 
 
-def use_labels(sky, building, car, road, pavement, ignore, ego, soft_road_min=None):
+def use_labels(sky, building, car, road, pavement, ignore, ego, soft_road_min=None, persons=()):
     """Label ids of another label set (tools/train/distill.py)."""
-    global SKY, BUILDING, CAR, ROAD, PAVEMENT, IGNORE, EGO, SOFT_ROAD_MIN
+    global SKY, BUILDING, CAR, ROAD, PAVEMENT, IGNORE, EGO, SOFT_ROAD_MIN, PERSONS
     SKY, BUILDING, CAR, ROAD, PAVEMENT, IGNORE, EGO = sky, building, car, road, pavement, ignore, ego
+    PERSONS = tuple(persons)
     SOFT_ROAD_MIN = soft_road_min
 
 
@@ -593,6 +600,68 @@ def cast_shadows(im, lab, rng):
     return _img(out), lab
 
 
+# Probability of `tunnel`, drawn after the cast shadows; 0 draws nothing
+# (tools/train/distill.py --tunnel sets it).
+TUNNEL = 0.0
+WALL_TONES = [(118, 92, 68), (96, 80, 64), (125, 122, 115), (80, 78, 74), (165, 158, 140), (140, 110, 80)]
+
+
+def tunnel(im, lab, rng):
+    """The frame seen from inside a tunnel: everything beside and above the
+    road (not the road, its vehicles, people or the ego car) becomes wall and ceiling,
+    textured stone, concrete or tiles whose joints run to the road's far end,
+    lit by a row of lamps; the inside dimmed, a bright exit around the far
+    end. Walls and ceiling are labelled building. On the unseen tunnel frame
+    the bundled model paints the lit stone walls as road (a fifth of the
+    frame, p50-plan.md); a drawn overpass that taught it otherwise cost the
+    night street, by drawing a dark band across the road (p35-plan.md), which
+    this does not draw."""
+    h, w = lab.shape
+    road = _road(lab)
+    rows = np.nonzero(road.sum(axis=1) > 2)[0]
+    if road.sum() < 0.05 * h * w or len(rows) == 0 or rows[0] > 0.8 * h:
+        return im, lab
+    vy = int(rows[0])  # the road's far end
+    far = road[vy:vy + max(2, h // 40)]
+    vx = float(np.nonzero(far.any(axis=0))[0].mean())
+    a = _arr(im)
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    ew, eh = w * rng.uniform(0.06, 0.2), h * rng.uniform(0.06, 0.16)
+    exit_ = (np.abs(xx - vx) < ew / 2) & (yy > vy - eh) & (yy < vy + h * 0.02)
+    keep = road | (lab == CAR) | (lab == EGO) | np.isin(lab, PERSONS)
+    wall = ~keep & ~exit_
+    # Joints: lines from the far end (panel edges, cables) and rings that recede
+    # towards it (panel seams, ribs), their spacing shrinking with distance.
+    angle = np.arctan2(yy - vy, xx - vx)
+    dist = np.sqrt((xx - vx) ** 2 + (yy - vy) ** 2) + 1.0
+    rays = np.abs(np.sin(angle * rng.uniform(8, 30))) ** rng.uniform(8, 30)
+    rings = np.abs(np.sin(np.log(dist) * rng.uniform(4, 12) + rng.uniform(0, 6.3))) ** rng.uniform(10, 40)
+    joints = 1 - rng.uniform(0.1, 0.4) * np.maximum(rays * (rng.random() < 0.7), rings)
+    tone = np.array(rng.choice(WALL_TONES), np.float32) * rng.uniform(0.6, 1.3)
+    grain = 0.75 + 0.5 * _noise(h, w, rng, octaves=4, finest_first=rng.choice([1, 2, 3]))
+    # Lamps along the ceiling on a ray from the far end, nearer ones further apart.
+    lamp_angle = -np.pi / 2 + rng.uniform(-0.9, 0.9)
+    lamps = np.zeros((h, w, 1), np.float32)
+    for k in range(rng.randint(0, 6)):
+        d = min(h, w) * (0.08 * 1.6 ** k)
+        cx, cy = vx + d * math.cos(lamp_angle), vy + d * math.sin(lamp_angle)
+        lamps += _glow(h, w, cx, cy, 3 + d * 0.05, rng.uniform(60, 160))
+    lamp_tint = np.array(rng.choice([(1.0, 0.75, 0.4), (1.0, 0.95, 0.85), (0.9, 0.95, 1.0)]), np.float32)
+    # Light falls off away from the lamps and the exit; the near walls are lit too.
+    light = rng.uniform(0.35, 0.8) + 0.4 * np.exp(-dist / (0.15 * w))
+    # The ceiling darker than the walls, blending in above the far end.
+    ceiling = 1 - rng.uniform(0.1, 0.6) * np.clip((vy - yy) / max(vy, 1), 0, 1)
+    walls = tone * (grain * joints * light * ceiling)[..., None] + lamps * lamp_tint
+    inside = rng.uniform(0.35, 0.85) * lamp_tint ** rng.uniform(0, 0.6)
+    out = a * inside
+    out[exit_] = a[exit_] * rng.uniform(1.4, 3.0)  # the daylight outside, overexposed
+    m = _soft(wall, radius=1.0)[..., None]
+    out = out * (1 - m) + walls * m
+    lab = lab.copy()
+    lab[wall] = BUILDING
+    return _img(out), lab
+
+
 def reflection(im, lab, rng):
     a = _arr(im)
     h, w = lab.shape
@@ -643,7 +712,7 @@ def random_road_augment(im, lab, rng, strength=1.0, skip=()):
         if fn is sky:
             # Added later with their own probabilities: at 0 they draw nothing, so runs
             # from before they existed reproduce; once on, skipped or not, they draw.
-            for extra, q in ((car_paint, CAR_PAINT), (cast_shadows, CAST_SHADOWS)):
+            for extra, q in ((car_paint, CAR_PAINT), (cast_shadows, CAST_SHADOWS), (tunnel, TUNNEL)):
                 if q > 0 and rng.random() < q * strength and extra.__name__ not in skip:
                     im, lab = extra(im, lab, rng)
     return im, lab
@@ -728,6 +797,20 @@ def _selftest():
     out, shl = random_road_augment(im, lab, random.Random(10), skip=[fn.__name__ for fn, _ in AUGMENTS])
     CAST_SHADOWS = 0.0
     assert (np.asarray(out) != np.asarray(im)).any(), "CAST_SHADOWS 1 always casts one"
+    street = lab.copy()
+    street[:40] = SKY
+    street[40:, :30] = PAVEMENT
+    street[60:70, 70:90] = CAR
+    out, tl = tunnel(im, street, random.Random(12))
+    assert (tl[street == ROAD] == ROAD).all() and (tl[street == CAR] == CAR).all(), "the road and its cars stay"
+    assert (tl[street == PAVEMENT] == BUILDING).all() and (tl == BUILDING).sum() > (street == SKY).sum() * 0.7, \
+        "beside and above the road: wall and ceiling"
+    assert tunnel(im, np.full_like(lab, SKY), random.Random(12))[0] is im, "no road: unchanged"
+    global TUNNEL
+    TUNNEL = 1.0
+    out, tl = random_road_augment(im, street, random.Random(10), skip=[fn.__name__ for fn, _ in AUGMENTS])
+    TUNNEL = 0.0
+    assert (tl == BUILDING).any(), "TUNNEL 1 always draws one"
     left_car = lab.copy()
     left_car[:, :60] = CAR
     out, pl = car_paint(im, left_car, random.Random(11))

@@ -292,13 +292,14 @@ def paste_ego(im: Image.Image, lab: np.ndarray, egos: list, rng: random.Random):
     return Image.fromarray(a.clip(0, 255).astype(np.uint8)), lab
 
 
-def augment_one(im, lab, rng, args, egos, plain=False, road_augment=True, shadows=True):
+def augment_one(im, lab, rng, args, egos, plain=False, road_augment=True, shadows=True, tunnel=True):
     """`plain`: the source's own labelled border is what is taught, so no
     bonnet or dashboard, real or drawn, covers its near road (the geometry
     and light augmentations still apply). `road_augment` False: none of
     augment.py's scene augmentations (the source is not in
     --road-augment-sources); `shadows` False: not its cast shadows (the source
-    is not in --cast-shadows-sources)."""
+    is not in --cast-shadows-sources); `tunnel` False: no drawn tunnel (not in
+    --tunnel-sources)."""
     has_ego = (lab == EGO).any()
     if egos and not plain and not has_ego and rng.random() < args.ego_paste:
         im, lab = paste_ego(im, lab, egos, rng)
@@ -308,6 +309,8 @@ def augment_one(im, lab, rng, args, egos, plain=False, road_augment=True, shadow
             skip |= {"hood", "dashboard"}
         if not shadows:
             skip |= {"cast_shadows"}
+        if not tunnel:
+            skip |= {"tunnel"}
         im, lab = augment.random_road_augment(im, lab, rng, args.road_augment, skip)
     W, H = im.size
     cw, ch = args.crop_w, args.crop_h
@@ -355,7 +358,8 @@ class Batches(torch.utils.data.Dataset):
             for _ in range(count):
                 im, lab = pool[rng.randrange(len(pool))]
                 shadows = not self.args.cast_shadows_sources or name in self.args.cast_shadows_sources
-                a, b = augment_one(im, lab, rng, self.args, self.egos, is_plain, scene, shadows)
+                tunnel = not self.args.tunnel_sources or name in self.args.tunnel_sources
+                a, b = augment_one(im, lab, rng, self.args, self.egos, is_plain, scene, shadows, tunnel)
                 if name == "idd" and self.args.idd_road_channel:
                     b = np.where(b < N, b + IDD_BASE, b).astype(np.uint8)
                 if name in TEACHER_SOURCES and self.args.teacher_road_channel:
@@ -599,6 +603,11 @@ def parse_args(argv=None):
     ap.add_argument("--shade-exposure", type=float, default=0.0,
                     help="share of the cast shadows seen by a camera exposed for the shade (the sunlit flecks "
                          "blown out); 0 draws nothing, as every run before it")
+    ap.add_argument("--tunnel", type=float, default=0.0,
+                    help="probability of augment.py's tunnel (the street seen from inside a tunnel, its walls "
+                         "labelled other); 0 draws none, as every run before it")
+    ap.add_argument("--tunnel-sources", type=lambda s: [x for x in s.split(",") if x], default=[],
+                    help="the sources whose frames get the drawn tunnel (default: all)")
     ap.add_argument("--shadows-on-ego", action="store_true",
                     help="cast shadows fall on the ego vehicle's bonnet too, not on the ground alone")
     ap.add_argument("--road-augment-sources", type=lambda s: [x for x in s.split(",") if x], default=[],
@@ -682,12 +691,13 @@ def main(argv=None) -> int:
     fh = open(os.path.join(args.out, "train.log"), "a")
     log(f"distill.py {' '.join(sys.argv[1:])} on {device}", fh)
     augment.use_labels(sky=SKY, building=OTHER, car=VEHICLE, road=ROAD, pavement=SIDEWALK,
-                       ignore=IGNORE, ego=EGO, soft_road_min=SOFT_LO + 50)
+                       ignore=IGNORE, ego=EGO, soft_road_min=SOFT_LO + 50, persons=(PERSON,))
     augment.HOOD_MIRROR = args.hood_mirror
     augment.CAST_SHADOWS = args.cast_shadows
     augment.SHADOWS_ON_EGO = args.shadows_on_ego
     augment.SHADE_EXPOSURE = args.shade_exposure
     augment.CAR_PAINT = args.car_paint
+    augment.TUNNEL = args.tunnel
     camvid_root = os.path.join(args.data, "camvid") if os.path.isdir(os.path.join(args.data, "camvid")) \
         else os.path.join(SHARED, "data", "camvid")
     idd_root = os.path.join(args.data, "idd-lite") if os.path.isdir(os.path.join(args.data, "idd-lite")) \
@@ -700,6 +710,8 @@ def main(argv=None) -> int:
         raise SystemExit(f"--teacher-product-confident {args.teacher_product_confident}: must be in (0.5, 1), or 0")
     if unknown := sorted(set(args.cast_shadows_sources) - set(mix)):
         raise SystemExit(f"--cast-shadows-sources {','.join(unknown)}: not in --mix {args.mix}")
+    if unknown := sorted(set(args.tunnel_sources) - set(mix)):
+        raise SystemExit(f"--tunnel-sources {','.join(unknown)}: not in --mix {args.mix}")
     if unknown := sorted(set(args.road_augment_sources) - set(mix)):
         raise SystemExit(f"--road-augment-sources {','.join(unknown)}: not in --mix {args.mix}")
     pools = {}

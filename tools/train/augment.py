@@ -603,6 +603,13 @@ def cast_shadows(im, lab, rng):
 # Probability of `tunnel`, drawn after the cast shadows; 0 draws nothing
 # (tools/train/distill.py --tunnel sets it).
 TUNNEL = 0.0
+# Whether the tunnel keeps a strip of the ground beside the road (a walkway or
+# verge: its pixels and labels kept, dimmed with the inside) and raises its
+# walls from lines that run to the road's far end. Without, the walls come down
+# to the road's edge, and a frame's bottom corners beside the road become wall:
+# p51 then lost the night street's dark near corners (p52-plan.md).
+# --tunnel-walkways sets it.
+TUNNEL_WALKWAYS = False
 WALL_TONES = [(118, 92, 68), (96, 80, 64), (125, 122, 115), (80, 78, 74), (165, 158, 140), (140, 110, 80)]
 
 
@@ -629,6 +636,15 @@ def tunnel(im, lab, rng):
     ew, eh = w * rng.uniform(0.06, 0.2), h * rng.uniform(0.06, 0.16)
     exit_ = (np.abs(xx - vx) < ew / 2) & (yy > vy - eh) & (yy < vy + h * 0.02)
     keep = road | (lab == CAR) | (lab == EGO) | np.isin(lab, PERSONS)
+    if TUNNEL_WALKWAYS and vy < h - 2:
+        # The walls' foot: from the far end to the bottom edge, a walkway's width
+        # outside the road's bottom corners (the nearest road rows).
+        near = np.nonzero(road[h - max(2, h // 20):].any(axis=0))[0]
+        lo, hi = (near.min(), near.max()) if len(near) else (vx, vx)
+        t = np.clip((yy - vy) / (h - vy), 0, 1)
+        left = vx + (lo - w * rng.uniform(0.05, 0.35) - vx) * t
+        right = vx + (hi + w * rng.uniform(0.05, 0.35) - vx) * t
+        keep |= (yy > vy) & (xx > left) & (xx < right)
     wall = ~keep & ~exit_
     # Joints: lines from the far end (panel edges, cables) and rings that recede
     # towards it (panel seams, ribs), their spacing shrinking with distance.
@@ -811,6 +827,11 @@ def _selftest():
     out, tl = random_road_augment(im, street, random.Random(10), skip=[fn.__name__ for fn, _ in AUGMENTS])
     TUNNEL = 0.0
     assert (tl == BUILDING).any(), "TUNNEL 1 always draws one"
+    global TUNNEL_WALKWAYS
+    TUNNEL_WALKWAYS = True
+    _, wl = tunnel(im, street, random.Random(12))
+    TUNNEL_WALKWAYS = False
+    assert (wl[-1, 24:] == street[-1, 24:]).all() and (wl == BUILDING).any(), "the ground beside the road's near end stays"
     left_car = lab.copy()
     left_car[:, :60] = CAR
     out, pl = car_paint(im, left_car, random.Random(11))

@@ -606,6 +606,9 @@ def parse_args(argv=None):
     ap.add_argument("--tunnel", type=float, default=0.0,
                     help="probability of augment.py's tunnel (the street seen from inside a tunnel, its walls "
                          "labelled other); 0 draws none, as every run before it")
+    ap.add_argument("--tunnel-walkways", action="store_true",
+                    help="the drawn tunnel keeps the pavement beside the road (a walkway) and raises its walls "
+                         "from there, so the frame's bottom corners do not become wall (p52)")
     ap.add_argument("--tunnel-sources", type=lambda s: [x for x in s.split(",") if x], default=[],
                     help="the sources whose frames get the drawn tunnel (default: all)")
     ap.add_argument("--shadows-on-ego", action="store_true",
@@ -698,6 +701,7 @@ def main(argv=None) -> int:
     augment.SHADE_EXPOSURE = args.shade_exposure
     augment.CAR_PAINT = args.car_paint
     augment.TUNNEL = args.tunnel
+    augment.TUNNEL_WALKWAYS = args.tunnel_walkways
     camvid_root = os.path.join(args.data, "camvid") if os.path.isdir(os.path.join(args.data, "camvid")) \
         else os.path.join(SHARED, "data", "camvid")
     idd_root = os.path.join(args.data, "idd-lite") if os.path.isdir(os.path.join(args.data, "idd-lite")) \

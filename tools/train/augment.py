@@ -620,9 +620,10 @@ def tunnel(im, lab, rng):
     lit by a row of lamps; the inside dimmed, a bright exit around the far
     end. Walls and ceiling are labelled building. On the unseen tunnel frame
     the bundled model paints the lit stone walls as road (a fifth of the
-    frame, p50-plan.md); a drawn overpass that taught it otherwise cost the
+    frame, p51-plan.md); a drawn overpass that taught it otherwise cost the
     night street, by drawing a dark band across the road (p35-plan.md), which
-    this does not draw."""
+    this does not draw. With `TUNNEL_WALKWAYS` a strip of ground beside the
+    road is kept and the walls rise beyond it."""
     h, w = lab.shape
     road = _road(lab)
     rows = np.nonzero(road.sum(axis=1) > 2)[0]

@@ -610,6 +610,12 @@ TUNNEL = 0.0
 # p51 then lost the night street's dark near corners (p52-plan.md).
 # --tunnel-walkways sets it.
 TUNNEL_WALKWAYS = False
+# Whether the walls are lit brighter than the dimmed road (1-2x its mean luma),
+# evenly down to the camera, as the unseen tunnel's stone walls are. Without,
+# the near walls at the frame's bottom corners are the darkest, and p51/p52
+# lost the night street's dark near corners to them (p53-plan.md).
+# --tunnel-lit-walls sets it.
+TUNNEL_LIT_WALLS = False
 WALL_TONES = [(118, 92, 68), (96, 80, 64), (125, 122, 115), (80, 78, 74), (165, 158, 140), (140, 110, 80)]
 
 
@@ -668,9 +674,14 @@ def tunnel(im, lab, rng):
     light = rng.uniform(0.35, 0.8) + 0.4 * np.exp(-dist / (0.15 * w))
     # The ceiling darker than the walls, blending in above the far end.
     ceiling = 1 - rng.uniform(0.1, 0.6) * np.clip((vy - yy) / max(vy, 1), 0, 1)
-    walls = tone * (grain * joints * light * ceiling)[..., None] + lamps * lamp_tint
+    if TUNNEL_LIT_WALLS:
+        light = np.maximum(light, 0.9)  # lit evenly down to the camera
+    body = tone * (grain * joints * light * ceiling)[..., None]
     inside = rng.uniform(0.35, 0.85) * lamp_tint ** rng.uniform(0, 0.6)
     out = a * inside
+    if TUNNEL_LIT_WALLS and wall.any():
+        body *= float(out[road].mean()) * rng.uniform(1.0, 2.0) / max(float(body[wall].mean()), 1.0)
+    walls = body + lamps * lamp_tint
     out[exit_] = a[exit_] * rng.uniform(1.4, 3.0)  # the daylight outside, overexposed
     m = _soft(wall, radius=1.0)[..., None]
     out = out * (1 - m) + walls * m
@@ -833,6 +844,12 @@ def _selftest():
     _, wl = tunnel(im, street, random.Random(12))
     TUNNEL_WALKWAYS = False
     assert (wl[-1, 24:] == street[-1, 24:]).all() and (wl == BUILDING).any(), "the ground beside the road's near end stays"
+    global TUNNEL_LIT_WALLS
+    TUNNEL_LIT_WALLS = True
+    lit, ll = tunnel(im, street, random.Random(13))
+    TUNNEL_LIT_WALLS = False
+    grey = np.asarray(lit, np.float32).mean(axis=2)
+    assert grey[ll == BUILDING].mean() > grey[ll == ROAD].mean(), "lit walls: brighter than the road"
     left_car = lab.copy()
     left_car[:, :60] = CAR
     out, pl = car_paint(im, left_car, random.Random(11))

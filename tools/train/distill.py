@@ -609,6 +609,9 @@ def parse_args(argv=None):
     ap.add_argument("--tunnel-walkways", action="store_true",
                     help="the drawn tunnel keeps the pavement beside the road (a walkway) and raises its walls "
                          "from there, so the frame's bottom corners do not become wall (p52)")
+    ap.add_argument("--tunnel-lit-walls", action="store_true",
+                    help="the drawn tunnel's walls lit 1-2x brighter than its road, evenly down to the camera "
+                         "(p53)")
     ap.add_argument("--tunnel-sources", type=lambda s: [x for x in s.split(",") if x], default=[],
                     help="the sources whose frames get the drawn tunnel (default: all)")
     ap.add_argument("--shadows-on-ego", action="store_true",
@@ -702,6 +705,7 @@ def main(argv=None) -> int:
     augment.CAR_PAINT = args.car_paint
     augment.TUNNEL = args.tunnel
     augment.TUNNEL_WALKWAYS = args.tunnel_walkways
+    augment.TUNNEL_LIT_WALLS = args.tunnel_lit_walls
     camvid_root = os.path.join(args.data, "camvid") if os.path.isdir(os.path.join(args.data, "camvid")) \
         else os.path.join(SHARED, "data", "camvid")
     idd_root = os.path.join(args.data, "idd-lite") if os.path.isdir(os.path.join(args.data, "idd-lite")) \

@@ -566,6 +566,11 @@ def export(model, out_dir: str, meta: dict) -> None:
 # main
 # ----------------------------------------------------------------------------
 
+def comma_list(text: str) -> list:
+    """`a,b,,c` -> ['a', 'b', 'c'] (an empty string: none)."""
+    return [x for x in text.split(",") if x]
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
@@ -587,7 +592,7 @@ def parse_args(argv=None):
     ap.add_argument("--scale-min", type=float, default=0.5)
     ap.add_argument("--scale-max", type=float, default=2.0)
     ap.add_argument("--road-augment", type=float, default=0.5)
-    ap.add_argument("--road-augment-skip", type=lambda s: [x for x in s.split(",") if x],
+    ap.add_argument("--road-augment-skip", type=comma_list,
                     default=["near_car", "overpass"])
     ap.add_argument("--hood-mirror", type=float, default=0.0,
                     help="share of augment.py's drawn bonnets that mirror the scene in front of the car "
@@ -598,7 +603,7 @@ def parse_args(argv=None):
     ap.add_argument("--car-paint", type=float, default=0.0,
                     help="probability of augment.py's car_paint (other vehicles repainted white or silver); "
                          "0 draws none, as every run before it")
-    ap.add_argument("--cast-shadows-sources", type=lambda s: [x for x in s.split(",") if x], default=[],
+    ap.add_argument("--cast-shadows-sources", type=comma_list, default=[],
                     help="the sources whose frames get the cast shadows (default: all)")
     ap.add_argument("--shade-exposure", type=float, default=0.0,
                     help="share of the cast shadows seen by a camera exposed for the shade (the sunlit flecks "
@@ -607,16 +612,16 @@ def parse_args(argv=None):
                     help="probability of augment.py's tunnel (the street seen from inside a tunnel, its walls "
                          "labelled other); 0 draws none, as every run before it")
     ap.add_argument("--tunnel-walkways", action="store_true",
-                    help="the drawn tunnel keeps the pavement beside the road (a walkway) and raises its walls "
-                         "from there, so the frame's bottom corners do not become wall (p52)")
+                    help="the drawn tunnel keeps a strip of ground beside the road (a walkway or verge) and raises "
+                         "its walls beyond it, so the frame's bottom corners need not become wall (p52)")
     ap.add_argument("--tunnel-lit-walls", action="store_true",
                     help="the drawn tunnel's walls lit 1-2x brighter than its road, evenly down to the camera "
                          "(p53)")
-    ap.add_argument("--tunnel-sources", type=lambda s: [x for x in s.split(",") if x], default=[],
+    ap.add_argument("--tunnel-sources", type=comma_list, default=[],
                     help="the sources whose frames get the drawn tunnel (default: all)")
     ap.add_argument("--shadows-on-ego", action="store_true",
                     help="cast shadows fall on the ego vehicle's bonnet too, not on the ground alone")
-    ap.add_argument("--road-augment-sources", type=lambda s: [x for x in s.split(",") if x], default=[],
+    ap.add_argument("--road-augment-sources", type=comma_list, default=[],
                     help="only these sources (e.g. teacher) get --road-augment's scene augmentations; "
                          "default every source. The teacher labelled the clean frame, so its night is "
                          "the day's road, where CamVid's border moved under the same augmentations (p12)")
@@ -633,12 +638,12 @@ def parse_args(argv=None):
                     help="score the teacher's, self-trained and synthetic frames' road-or-not on an extra road "
                          "channel (like --idd-road-channel), dropped at export")
     ap.add_argument("--aux-detach", nargs="?", const=["all"], default="",
-                    type=lambda s: [x for x in s.split(",") if x],
+                    type=comma_list,
                     help="with --idd-road-channel/--teacher-road-channel: their losses leave these shared rows "
                          "unmoved ('all' when given bare: sidewalk .. other; or names, e.g. sidewalk), so "
                          "only CamVid's labels set those rows' border with road")
     ap.add_argument("--aux-detach-sources", default="idd,teacher",
-                    type=lambda s: [x for x in s.split(",") if x],
+                    type=comma_list,
                     help="whose losses --aux-detach applies to: idd, teacher (the teacher's, self-trained and "
                          "synthetic frames) or both")
     ap.add_argument("--export-idd-road-mix", default=[0.0],
@@ -649,7 +654,7 @@ def parse_args(argv=None):
                     type=lambda s: {k: int(v) for k, v in (kv.rsplit(":", 1) for kv in s.split(",") if kv)},
                     help="PREFIX:K,...: CamVid training frames whose names start with PREFIX are in the pool K times "
                          "(0001TP:3: the dusk drive, where dark road is read as pavement, three times)")
-    ap.add_argument("--teacher-product-sources", type=lambda s: [x for x in s.split(",") if x], default=[],
+    ap.add_argument("--teacher-product-sources", type=comma_list, default=[],
                     help="substrings of teacher frames' source paths (e.g. rainy.mp4,wenig_nacht) whose frames form "
                          "the mix source teacher_product: scored on the product's own road row even with "
                          "--teacher-road-channel, and left out of the teacher source (the product row learns the "
@@ -662,7 +667,7 @@ def parse_args(argv=None):
                     help="brighten each augmented frame darker than this mean luma as the daemon does "
                          "([model] exposure_target, src/exposure.rs); 0: off (every run before 2026-11-29 17:00)")
     ap.add_argument("--cutmix", type=float, default=0.15)
-    ap.add_argument("--plain", default=[], type=lambda s: [x for x in s.split(",") if x],
+    ap.add_argument("--plain", default=[], type=comma_list,
                     help="sources (e.g. camvid) whose frames get no pasted bonnet and no CutMix box: their "
                          "own labelled road/pavement border is taught as drawn")
     ap.add_argument("--ema", type=float, default=0.0,

@@ -616,6 +616,12 @@ TUNNEL_WALKWAYS = False
 # lost the night street's dark near corners to them (p53-plan.md).
 # --tunnel-lit-walls sets it.
 TUNNEL_LIT_WALLS = False
+# Whether the drawn walls in the lower half between the road's far end and the
+# frame's bottom are left unscored (ignore): drawn, not taught. Lit or dark,
+# those near walls taught "textured grey at the frame's sides = other", and the
+# night street's vignetted near road went with them (p55-plan.md).
+# --tunnel-near-ignore sets it.
+TUNNEL_NEAR_IGNORE = False
 WALL_TONES = [(118, 92, 68), (96, 80, 64), (125, 122, 115), (80, 78, 74), (165, 158, 140), (140, 110, 80)]
 
 
@@ -687,6 +693,8 @@ def tunnel(im, lab, rng):
     out = out * (1 - m) + walls * m
     lab = lab.copy()
     lab[wall] = BUILDING
+    if TUNNEL_NEAR_IGNORE:
+        lab[wall & (yy > vy + 0.5 * (h - vy))] = IGNORE
     return _img(out), lab
 
 
@@ -850,6 +858,12 @@ def _selftest():
     TUNNEL_LIT_WALLS = False
     grey = np.asarray(lit, np.float32).mean(axis=2)
     assert grey[ll == BUILDING].mean() > grey[ll == ROAD].mean(), "lit walls: brighter than the road"
+    global TUNNEL_NEAR_IGNORE
+    TUNNEL_NEAR_IGNORE = True
+    _, nl = tunnel(im, street, random.Random(12))
+    TUNNEL_NEAR_IGNORE = False
+    assert (nl[-1, :24] == IGNORE).all() and (nl[street == ROAD] == ROAD).all() and (nl == BUILDING).any(), \
+        "the near walls unscored, the road and the far walls kept"
     left_car = lab.copy()
     left_car[:, :60] = CAR
     out, pl = car_paint(im, left_car, random.Random(11))

@@ -617,6 +617,9 @@ def parse_args(argv=None):
     ap.add_argument("--tunnel-lit-walls", action="store_true",
                     help="the drawn tunnel's walls lit 1-2x brighter than its road, evenly down to the camera "
                          "(p53)")
+    ap.add_argument("--tunnel-near-ignore", action="store_true",
+                    help="the drawn tunnel's walls in the lower half between the road's far end and the frame's "
+                         "bottom are drawn but left unscored (p55)")
     ap.add_argument("--tunnel-sources", type=comma_list, default=[],
                     help="the sources whose frames get the drawn tunnel (default: all)")
     ap.add_argument("--shadows-on-ego", action="store_true",
@@ -711,6 +714,7 @@ def main(argv=None) -> int:
     augment.TUNNEL = args.tunnel
     augment.TUNNEL_WALKWAYS = args.tunnel_walkways
     augment.TUNNEL_LIT_WALLS = args.tunnel_lit_walls
+    augment.TUNNEL_NEAR_IGNORE = args.tunnel_near_ignore
     camvid_root = os.path.join(args.data, "camvid") if os.path.isdir(os.path.join(args.data, "camvid")) \
         else os.path.join(SHARED, "data", "camvid")
     idd_root = os.path.join(args.data, "idd-lite") if os.path.isdir(os.path.join(args.data, "idd-lite")) \

@@ -676,7 +676,8 @@ def tunnel(im, lab, rng):
         cx, cy = vx + d * math.cos(lamp_angle), vy + d * math.sin(lamp_angle)
         lamps += _glow(h, w, cx, cy, 3 + d * 0.05, rng.uniform(60, 160))
     lamp_tint = np.array(rng.choice([(1.0, 0.75, 0.4), (1.0, 0.95, 0.85), (0.9, 0.95, 1.0)]), np.float32)
-    # Light falls off away from the lamps and the exit; the near walls are lit too.
+    # Light falls off away from the far end, so the near walls are the darkest
+    # (TUNNEL_LIT_WALLS lifts them).
     light = rng.uniform(0.35, 0.8) + 0.4 * np.exp(-dist / (0.15 * w))
     # The ceiling darker than the walls, blending in above the far end.
     ceiling = 1 - rng.uniform(0.1, 0.6) * np.clip((vy - yy) / max(vy, 1), 0, 1)

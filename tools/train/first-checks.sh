@@ -2,14 +2,14 @@
 # The cheap checks of a finished distill.py run, in the order the plans since
 # p49 apply them (tools/train/logs/p49-plan.md onwards; issue 35):
 #   tools/train/first-checks.sh RUN_DIR [STEP]      # STEP defaults to the last export
-# Candidates: the raw export, its EMA, and WiSE(EMA, shipped, 0.5) (made here
-# when missing). For each: the unseen polygons (pooled and hood out, exactly
+# Candidates: the raw export, WiSE(raw, shipped, 0.5), its EMA, and
+# WiSE(EMA, shipped, 0.5) (the WiSEs made here when missing). For each: the unseen polygons (pooled and hood out, exactly
 # rule 2's figures), the Udacity hood at the four cuts and the whole clip with
 # DAD 000478 (rule 3's bonnet part), CamVid val over its 101 frames (rule 1).
 # Prints the figures; the plan's bars are compared by whoever reads them.
 # What is left of a rule (the hood-less clips, held-out IDD, flicker) is
 # tools/eval/hood.py without --bonnets-only and tools/eval/adoption-check.sh.
-# Writes RUN_DIR/first-checks.txt. About 3 minutes a candidate on 2 cores.
+# Writes RUN_DIR/first-checks.txt. About 1-3 minutes a candidate on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 run=${1:?usage: tools/train/first-checks.sh RUN_DIR [STEP]}
@@ -19,10 +19,13 @@ bin=${ROADSEG_BIN:-target/release/roadseg}
 frames=${UNSEEN_FRAMES:-target/adoption/shipped-exposure/unseen-frames}
 out=$run/first-checks.txt
 [ -d "$frames" ] || { echo "$frames missing: run tools/eval/adoption-check.sh on the shipped model first" >&2; exit 2; }
+raw=$run/$step
 ema=$run/$step-ema
-[ -d "$ema" ] && [ ! -d "$ema-wise50" ] &&
-  python3 tools/train/wise.py --fine "$ema" --base models/roadseg-camvid --alpha 0.5 --out "$ema-wise50" >/dev/null
-for m in "$run/$step" "$ema" "$ema-wise50"; do
+for fine in "$raw" "$ema"; do
+  [ -d "$fine" ] && [ ! -d "$fine-wise50" ] &&
+    python3 tools/train/wise.py --fine "$fine" --base models/roadseg-camvid --alpha 0.5 --out "$fine-wise50" >/dev/null 2>&1
+done
+for m in "$raw" "$raw-wise50" "$ema" "$ema-wise50"; do
   [ -d "$m" ] || continue
   unseen=$("$bin" eval --model "$m" --images "$frames" --road-polygons tools/eval/unseen-road.json \
     --device cpu --json 2>/dev/null | tail -n 1 |

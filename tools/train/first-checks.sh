@@ -18,6 +18,9 @@ shared=${ROADSEG_SHARED:-../shared}
 bin=${ROADSEG_BIN:-target/release/roadseg}
 frames=${UNSEEN_FRAMES:-target/adoption/shipped-exposure/unseen-frames}
 out=$run/first-checks.txt
+# A run still exporting its EMA would be scored without it.
+[ ! -f "$run/train.log" ] || grep -q '^.*done at step' "$run/train.log" ||
+  { echo "$run is still training or exporting (no 'done at step' in train.log): wait for it" >&2; exit 2; }
 [ -d "$frames" ] || { echo "$frames missing: run tools/eval/adoption-check.sh on the shipped model first" >&2; exit 2; }
 raw=$run/$step
 ema=$run/$step-ema

@@ -3,8 +3,8 @@
 # p49 apply them (tools/train/logs/p49-plan.md onwards; issue 35):
 #   tools/train/first-checks.sh RUN_DIR [STEP]      # STEP defaults to the last export
 # Candidates: the raw export, WiSE(raw, shipped, 0.5), its EMA, and
-# WiSE(EMA, shipped, 0.5) (the WiSEs made here when missing). For each: the unseen polygons (pooled and hood out, exactly
-# rule 2's figures), the Udacity hood at the four cuts and the whole clip with
+# WiSE(EMA, shipped, 0.5) (the WiSEs made here when missing). For each: the
+# unseen polygons (pooled and hood out, exactly rule 2's figures), the Udacity hood at the four cuts and the whole clip with
 # DAD 000478 (rule 3's bonnet part), CamVid val over its 101 frames (rule 1).
 # Prints the figures; the plan's bars are compared by whoever reads them.
 # What is left of a rule (the hood-less clips, held-out IDD, flicker) is
@@ -13,6 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 run=${1:?usage: tools/train/first-checks.sh RUN_DIR [STEP]}
+[ -d "$run" ] || { echo "$run: no such run folder" >&2; exit 2; }
 step=${2:-$(basename "$(ls -d "$run"/step-?????? | sort | tail -n 1)")}
 shared=${ROADSEG_SHARED:-../shared}
 bin=${ROADSEG_BIN:-target/release/roadseg}
@@ -25,8 +26,10 @@ out=$run/first-checks.txt
 raw=$run/$step
 ema=$run/$step-ema
 for fine in "$raw" "$ema"; do
-  [ -d "$fine" ] && [ ! -d "$fine-wise50" ] &&
-    python3 tools/train/wise.py --fine "$fine" --base models/roadseg-camvid --alpha 0.5 --out "$fine-wise50" >/dev/null 2>&1
+  if [ -d "$fine" ] && [ ! -d "$fine-wise50" ] &&
+    ! python3 tools/train/wise.py --fine "$fine" --base models/roadseg-camvid --alpha 0.5 --out "$fine-wise50" >/dev/null 2>&1; then
+    echo "tools/train/wise.py failed on $fine: run it by hand to see why" >&2; exit 1
+  fi
 done
 for m in "$raw" "$raw-wise50" "$ema" "$ema-wise50"; do
   [ -d "$m" ] || continue

@@ -4,8 +4,9 @@
 #   tools/train/first-checks.sh RUN_DIR [STEP]      # STEP defaults to the last export
 # Candidates: the raw export, WiSE(raw, shipped, 0.5), its EMA, and
 # WiSE(EMA, shipped, 0.5) (the WiSEs made here when missing). For each: the
-# unseen polygons (pooled and hood out, exactly rule 2's figures), the Udacity hood at the four cuts and the whole clip with
-# DAD 000478 (rule 3's bonnet part), CamVid val over its 101 frames (rule 1).
+# unseen polygons (pooled and hood out, exactly rule 2's figures), the Udacity
+# hood at the four cuts and the whole clip with DAD 000478 (rule 3's bonnet
+# part), CamVid val over its 101 frames (rule 1).
 # Prints the figures; the plan's bars are compared by whoever reads them.
 # What is left of a rule (the hood-less clips, held-out IDD, flicker) is
 # tools/eval/hood.py without --bonnets-only and tools/eval/adoption-check.sh.
@@ -14,13 +15,14 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 run=${1:?usage: tools/train/first-checks.sh RUN_DIR [STEP]}
 [ -d "$run" ] || { echo "$run: no such run folder" >&2; exit 2; }
-step=${2:-$(basename "$(ls -d "$run"/step-?????? | sort | tail -n 1)")}
+step=${2:-$(ls -d "$run"/step-?????? 2>/dev/null | sort | tail -n 1 | xargs -r basename || true)}
+[ -n "$step" ] || { echo "$run has no step-NNNNNN export yet" >&2; exit 2; }
 shared=${ROADSEG_SHARED:-../shared}
 bin=${ROADSEG_BIN:-target/release/roadseg}
 frames=${UNSEEN_FRAMES:-target/adoption/shipped-exposure/unseen-frames}
 out=$run/first-checks.txt
 # A run still exporting its EMA would be scored without it.
-[ ! -f "$run/train.log" ] || grep -q '^.*done at step' "$run/train.log" ||
+[ ! -f "$run/train.log" ] || grep -q 'done at step' "$run/train.log" ||
   { echo "$run is still training or exporting (no 'done at step' in train.log): wait for it" >&2; exit 2; }
 [ -d "$frames" ] || { echo "$frames missing: run tools/eval/adoption-check.sh on the shipped model first" >&2; exit 2; }
 raw=$run/$step

@@ -292,14 +292,14 @@ def paste_ego(im: Image.Image, lab: np.ndarray, egos: list, rng: random.Random):
     return Image.fromarray(a.clip(0, 255).astype(np.uint8)), lab
 
 
-def augment_one(im, lab, rng, args, egos, plain=False, road_augment=True, shadows=True, tunnel=True):
+def augment_one(im, lab, rng, args, egos, plain=False, road_augment=True, shadows=True, tunnel=True, rain=True):
     """`plain`: the source's own labelled border is what is taught, so no
     bonnet or dashboard, real or drawn, covers its near road (the geometry
     and light augmentations still apply). `road_augment` False: none of
     augment.py's scene augmentations (the source is not in
     --road-augment-sources); `shadows` False: not its cast shadows (the source
     is not in --cast-shadows-sources); `tunnel` False: no drawn tunnel (not in
-    --tunnel-sources)."""
+    --tunnel-sources); `rain` False: no drawn rain (not in --rain-sources)."""
     has_ego = (lab == EGO).any()
     if egos and not plain and not has_ego and rng.random() < args.ego_paste:
         im, lab = paste_ego(im, lab, egos, rng)
@@ -311,6 +311,8 @@ def augment_one(im, lab, rng, args, egos, plain=False, road_augment=True, shadow
             skip |= {"cast_shadows"}
         if not tunnel:
             skip |= {"tunnel"}
+        if not rain:
+            skip |= {"rain"}
         im, lab = augment.random_road_augment(im, lab, rng, args.road_augment, skip)
     W, H = im.size
     cw, ch = args.crop_w, args.crop_h
@@ -359,7 +361,8 @@ class Batches(torch.utils.data.Dataset):
                 im, lab = pool[rng.randrange(len(pool))]
                 shadows = not self.args.cast_shadows_sources or name in self.args.cast_shadows_sources
                 tunnel = not self.args.tunnel_sources or name in self.args.tunnel_sources
-                a, b = augment_one(im, lab, rng, self.args, self.egos, is_plain, scene, shadows, tunnel)
+                rain = not self.args.rain_sources or name in self.args.rain_sources
+                a, b = augment_one(im, lab, rng, self.args, self.egos, is_plain, scene, shadows, tunnel, rain)
                 if name == "idd" and self.args.idd_road_channel:
                     b = np.where(b < N, b + IDD_BASE, b).astype(np.uint8)
                 if name in TEACHER_SOURCES and self.args.teacher_road_channel:
@@ -622,6 +625,11 @@ def parse_args(argv=None):
                          "bottom are drawn but left unscored (p55)")
     ap.add_argument("--tunnel-sources", type=comma_list, default=[],
                     help="the sources whose frames get the drawn tunnel (default: all)")
+    ap.add_argument("--rain", type=float, default=0.0,
+                    help="probability of augment.py's rain (a wet, dull day, the road a blurred mirror, drops on "
+                         "the windscreen; labels unchanged); 0 draws none, as every run before it")
+    ap.add_argument("--rain-sources", type=comma_list, default=[],
+                    help="the sources whose frames get the drawn rain (default: all)")
     ap.add_argument("--shadows-on-ego", action="store_true",
                     help="cast shadows fall on the ego vehicle's bonnet too, not on the ground alone")
     ap.add_argument("--road-augment-sources", type=comma_list, default=[],
@@ -715,6 +723,7 @@ def main(argv=None) -> int:
     augment.TUNNEL_WALKWAYS = args.tunnel_walkways
     augment.TUNNEL_LIT_WALLS = args.tunnel_lit_walls
     augment.TUNNEL_NEAR_IGNORE = args.tunnel_near_ignore
+    augment.RAIN = args.rain
     camvid_root = os.path.join(args.data, "camvid") if os.path.isdir(os.path.join(args.data, "camvid")) \
         else os.path.join(SHARED, "data", "camvid")
     idd_root = os.path.join(args.data, "idd-lite") if os.path.isdir(os.path.join(args.data, "idd-lite")) \
@@ -729,6 +738,8 @@ def main(argv=None) -> int:
         raise SystemExit(f"--cast-shadows-sources {','.join(unknown)}: not in --mix {args.mix}")
     if unknown := sorted(set(args.tunnel_sources) - set(mix)):
         raise SystemExit(f"--tunnel-sources {','.join(unknown)}: not in --mix {args.mix}")
+    if unknown := sorted(set(args.rain_sources) - set(mix)):
+        raise SystemExit(f"--rain-sources {','.join(unknown)}: not in --mix {args.mix}")
     if unknown := sorted(set(args.road_augment_sources) - set(mix)):
         raise SystemExit(f"--road-augment-sources {','.join(unknown)}: not in --mix {args.mix}")
     pools = {}

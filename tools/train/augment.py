@@ -80,7 +80,8 @@ Each takes and returns (image: PIL RGB, label: uint8 HxW, rng):
   day, the road a dark blurred mirror of what stands beyond it, drops on
   the windscreen (each a small upside-down lens) and at times water on the
   lens; labels unchanged. On rainy.mp4 the bundled model found 0.7% road
-  where Intel's model found a fifth of the frame (2026-12-01).
+  where Intel's model found a fifth of the frame (2026-12-01); trained on,
+  it was learnt and did not carry over to real rain (p59, p60).
 `random_road_augment` applies each with its probability.
 """
 import argparse

@@ -26,6 +26,12 @@ def _blur(a, radius):
     return np.asarray(im.filter(ImageFilter.GaussianBlur(radius)), np.float32)
 
 
+def _soft(mask, radius):
+    """A 0..1 mask (bool or float, H x W) with its edge blurred, as floats."""
+    im = Image.fromarray((mask * 255).astype(np.uint8))
+    return np.asarray(im.filter(ImageFilter.GaussianBlur(radius)), np.float32) / 255.0
+
+
 def _dull_light(a, rng):
     """Overcast rain light: colours washed out towards a cool grey, less contrast, darker."""
     grey = a.mean(axis=2, keepdims=True)
@@ -56,8 +62,7 @@ def _wet_road(a, road, rng):
     gloss = rng.uniform(0.15, 0.5) * (0.35 + 0.65 * fade)
     wet = a * rng.uniform(0.55, 0.85)
     wet = wet * (1 - gloss) + mirror * gloss
-    m = np.asarray(Image.fromarray((road * 255).astype(np.uint8)).filter(ImageFilter.GaussianBlur(2)),
-                   np.float32)[..., None] / 255.0
+    m = _soft(road, 2)[..., None]
     return a * (1 - m) + wet * m
 
 
@@ -81,8 +86,7 @@ def _drops(a, rng, g):
         yy, xx = np.mgrid[y0:y1, x0:x1].astype(np.float32)
         ux, uy = (xx - cx) / rx, (yy - cy) / ry
         d = np.sqrt(ux ** 2 + uy ** 2)
-        inside = d < 1
-        if not inside.any():
+        if not (d < 1).any():
             continue
         view = rng.uniform(3.0, 7.0)  # how much wider the drop sees than it covers
         sx = np.clip(cx - ux * rx * view, 0, w - 1).astype(np.int32)
@@ -97,7 +101,7 @@ def _drops(a, rng, g):
         out[y0:y1, x0:x1] = out[y0:y1, x0:x1] * (1 - alpha) + lens * alpha
         cover[y0:y1, x0:x1] = np.maximum(cover[y0:y1, x0:x1], alpha)
     if rng.random() < 0.6:  # focused on the street beyond: the drops soft
-        cover = _blur(np.repeat(cover * 255, 3, axis=2), 1.0)[..., :1] / 255
+        cover = _soft(cover[..., 0], 1.0)[..., None]
         out = a * (1 - cover) + _blur(out, rng.uniform(0.8, 2.0)) * cover
     return out
 

@@ -218,7 +218,26 @@ impl StreamTemporal {
                 tracing::debug!(?rows, p_ego_under = below, p_ego_over = above, joins = !was, "the persistent edge's hood");
             }
         }
-        st.combined(motion)
+        let hood = st.combined(motion.clone());
+        if newer && tracing::enabled!(tracing::Level::TRACE) {
+            // What each opinion held when the frame's hood was decided: for
+            // reading why a hood came or went (ROADSEG_LOG=roadseg=trace).
+            let learned = st.learned_mask_for(motion.width, motion.height);
+            let supported = st.motion_ego.supported_columns(&motion, &learned, MOTION_EGO_MIN);
+            tracing::trace!(
+                seq,
+                frame_ego = heights.iter().sum::<f32>() / (heights.len() * grid.height).max(1) as f32,
+                learned = learned.coverage(),
+                motion = motion.coverage(),
+                motion_road = st.motion_road.unwrap_or(-1.0),
+                motion_joins = st.motion_agrees(),
+                motion_columns = supported.iter().filter(|&&s| s).count(),
+                edge_joins = st.edge_confirmed(),
+                hood = hood.coverage(),
+                "hood decision"
+            );
+        }
+        hood
     }
 
     /// The latest hood estimate, the model's ego vehicle where it has one

@@ -352,7 +352,7 @@ class Batches(torch.utils.data.Dataset):
 
     def __getitem__(self, step):
         rng = random.Random(f"{self.args.seed}-{step}")
-        ims, labs, plain = [], [], []
+        ims, labs, plain, no_ego = [], [], [], []
         for name, count in self.mix.items():
             pool = self.pools[name]
             is_plain = name in self.args.plain
@@ -372,6 +372,7 @@ class Batches(torch.utils.data.Dataset):
                 ims.append(a)
                 labs.append(b)
                 plain.append(is_plain)
+                no_ego.append(name == "teacher_product" and self.args.teacher_product_no_ego)
         n = len(ims)
         for i in range(n):  # CutMix: a box of another frame of the batch, labels and all
             if rng.random() < self.args.cutmix and not plain[i]:
@@ -385,7 +386,7 @@ class Batches(torch.utils.data.Dataset):
                 labs[i][y0:y0 + bh, x0:x0 + bw] = labs[j][y0:y0 + bh, x0:x0 + bw]
         x = torch.from_numpy(np.ascontiguousarray(np.stack(ims))).permute(0, 3, 1, 2).contiguous()
         y = torch.from_numpy(np.ascontiguousarray(np.stack(labs)))
-        return x, y
+        return x, y, torch.tensor(no_ego, dtype=torch.bool)
 
 
 # ----------------------------------------------------------------------------
@@ -473,13 +474,14 @@ def binary_ego_loss(logits, mask):
 
 
 def loss_fn(logits, y, class_weight=None, idd_channel=None, teacher_channel=None, idd_detach=(),
-            teacher_detach=()):
+            teacher_detach=(), no_ego=None):
     """Class CE on class labels (weighted per class when given); road-or-not
     BCE on soft and not-road labels; not-ego BCE on NOT_EGO. With an IDD road channel, IDD's pixels
     (IDD_BASE + class) are scored on the softmax whose road is that channel;
     with a teacher road channel, the teacher's codes (TEACHER_LO..
     TEACHER_NOT_ROAD) likewise; every other pixel on channels 0..N-1.
-    `idd_detach`, `teacher_detach`: the shared rows that get no gradient on each channel's softmax."""
+    `idd_detach`, `teacher_detach`: the shared rows that get no gradient on each channel's softmax.
+    `no_ego` ([B] bool): those frames are also scored not-ego on every pixel not labelled EGO or IGNORE."""
     own = logits[:, :N]
     hard = y < N
     ce_target = torch.where(hard, y, torch.full_like(y, IGNORE))
@@ -499,6 +501,8 @@ def loss_fn(logits, y, class_weight=None, idd_channel=None, teacher_channel=None
         total = total + binary_road_loss(own, binary, t)
         count = count + binary.sum()
     not_ego = y == NOT_EGO
+    if no_ego is not None and no_ego.any():
+        not_ego = not_ego | (no_ego[:, None, None] & (y != EGO) & (y != IGNORE))
     if not_ego.any():
         total = total + binary_ego_loss(own, not_ego)
         count = count + not_ego.sum()
@@ -670,6 +674,12 @@ def parse_args(argv=None):
                          "the mix source teacher_product: scored on the product's own road row even with "
                          "--teacher-road-channel, and left out of the teacher source (the product row learns the "
                          "teacher's road where CamVid has no such light or weather)")
+    ap.add_argument("--teacher-product-no-ego", action="store_true",
+                    help="teacher_product frames are also scored not ego vehicle on every pixel their labels do "
+                         "not make ego: the teacher scores road or not, and where it says not road at the bottom "
+                         "of a hood-less clip (rainy.mp4) the student was free to read its own bonnet there "
+                         "(p64-plan.md). Every teacher-product source must have no bonnet or a drawn one "
+                         "(tools/teacher/ego-outlines.json)")
     ap.add_argument("--teacher-product-confident", type=float, default=0.0,
                     help="C in (0.5, 1): teacher_product pixels whose teacher P(road) lies strictly between 1-C "
                          "and C are unscored, so the product row learns the teacher's road interior and its "
@@ -732,6 +742,8 @@ def main(argv=None) -> int:
     mix = {k: int(v) for k, v in (kv.split(":") for kv in args.mix.split(","))}
     if ("teacher_product" in mix) != bool(args.teacher_product_sources):
         raise SystemExit("--teacher-product-sources and the mix source teacher_product go together")
+    if args.teacher_product_no_ego and "teacher_product" not in mix:
+        raise SystemExit("--teacher-product-no-ego needs the mix source teacher_product")
     if args.teacher_product_confident and not 0.5 < args.teacher_product_confident < 1:
         raise SystemExit(f"--teacher-product-confident {args.teacher_product_confident}: must be in (0.5, 1), or 0")
     if unknown := sorted(set(args.cast_shadows_sources) - set(mix)):
@@ -863,7 +875,7 @@ def main(argv=None) -> int:
     win = {"n": 0, "t": 0.0, "loss": 0.0}
     t_step = time.perf_counter()
     validated_at = step
-    for xb, yb in loader:
+    for xb, yb, no_ego_b in loader:
         if stop["flag"]:
             break
         if time.time() - t_start > budget_s - 1.5 * val_s["last"] - 20:
@@ -882,7 +894,7 @@ def main(argv=None) -> int:
             logits = model(pixel_values=x).logits
         logits = F.interpolate(logits.float(), size=y.shape[-2:], mode="bilinear", align_corners=False)
         loss = loss_fn(logits, y, class_weight, channel_of.get("road_idd"), channel_of.get("road_teacher"),
-                       idd_detach, teacher_detach)
+                       idd_detach, teacher_detach, no_ego_b.to(device))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -102,13 +102,14 @@ def extra_channels(args) -> list[str]:
             + (["road_teacher"] if getattr(args, "teacher_road_channel", False) else []))
 
 
-def confident_only(lab: np.ndarray, confident: float) -> np.ndarray:
+def confident_only(lab: np.ndarray, confident: float, unsure=IGNORE) -> np.ndarray:
     """Soft road labels (SOFT_LO + 100 P) whose P is strictly between 1 - `confident` and
-    `confident` become IGNORE: the teacher's unsure band, its road's edges."""
+    `confident` become `unsure` (IGNORE; NOT_EGO on a frame known to show no ego vehicle
+    there): the teacher's unsure band, its road's edges."""
     soft = (lab >= SOFT_LO) & (lab <= SOFT_HI)
     p = (lab.astype(np.int32) - SOFT_LO) / 100.0
-    unsure = soft & (p > 1 - confident + 1e-9) & (p < confident - 1e-9)
-    return np.where(unsure, IGNORE, lab).astype(np.uint8)
+    unsure_band = soft & (p > 1 - confident + 1e-9) & (p < confident - 1e-9)
+    return np.where(unsure_band, unsure, lab).astype(np.uint8)
 
 
 def teacher_codes(lab: np.ndarray) -> np.ndarray:
@@ -368,7 +369,9 @@ class Batches(torch.utils.data.Dataset):
                 if name in TEACHER_SOURCES and self.args.teacher_road_channel:
                     b = teacher_codes(b)
                 if name == "teacher_product" and self.args.teacher_product_confident:
-                    b = confident_only(b, self.args.teacher_product_confident)
+                    # Where the teacher is unsure of road, the frame still says "not ego".
+                    b = confident_only(b, self.args.teacher_product_confident,
+                                       NOT_EGO if self.args.teacher_product_no_ego else IGNORE)
                 ims.append(a)
                 labs.append(b)
                 plain.append(is_plain)
@@ -676,7 +679,8 @@ def parse_args(argv=None):
                          "teacher's road where CamVid has no such light or weather)")
     ap.add_argument("--teacher-product-no-ego", action="store_true",
                     help="teacher_product frames are also scored not ego vehicle on every pixel their labels do "
-                         "not make ego: the teacher scores road or not, and where it says not road at the bottom "
+                         "not make ego or ignore (and the teacher's unsure band of --teacher-product-confident "
+                         "on not-ego alone): the teacher scores road or not, and where it says not road at the bottom "
                          "of a hood-less clip (rainy.mp4) the student was free to read its own bonnet there "
                          "(p64-plan.md). Every teacher-product source must have no bonnet or a drawn one "
                          "(tools/teacher/ego-outlines.json)")

@@ -81,8 +81,9 @@ def process_hood(video: str, model: str, tmp: str, extra: list[str], per_frame: 
     for p in (hood, stats):
         if os.path.exists(p):
             os.remove(p)
+    per_frame_args = [] if per_frame is None else ["--stats-out", stats]
     subprocess.run([BIN, "process", video, "-o", os.path.join(tmp, "out.mp4"), "--model", model, "--device", "cpu",
-                    "--hood-out", hood, "--stats-out", stats] + extra, check=True, capture_output=True)
+                    "--hood-out", hood] + per_frame_args + extra, check=True, capture_output=True)
     if per_frame is not None:
         with open(stats) as f:
             per_frame.extend(json.loads(line)["hood_pct"] / 100 for line in f if line.strip())

@@ -170,7 +170,8 @@ impl StreamTemporal {
     /// One frame's averaged logits `grid`, before they become classes:
     /// smoothed over time; the model's ego vehicle (class `ego`) read off
     /// them into the stream's learned hood, which joins the observed one
-    /// (`unseen`: motion hood and bars); then cut to the road that reaches
+    /// (`unseen`: motion hood and bars), and ego read outside that hood
+    /// handed to its next class; then cut to the road that reaches
     /// the car, whose picture ends at that hood. `Filtered::road_cut` is the
     /// share of the logits grid whose road was cut (0 with the cut off): an
     /// operator's sign that this camera or light confuses the model.
@@ -179,7 +180,11 @@ impl StreamTemporal {
             self.smooth(seq, logits);
         }
         let hood = match ego {
-            Some(ego) if self.settings.hood => Some(self.learn_hood(seq, logits, grid, road, ego, unseen)),
+            Some(ego) if self.settings.hood => {
+                let hood = self.learn_hood(seq, logits, grid, road, ego, unseen);
+                ego::release_ego_outside(logits, grid, ego.id, &hood);
+                Some(hood)
+            }
             _ => None,
         };
         if !self.settings.connected_road {

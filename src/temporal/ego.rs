@@ -374,9 +374,27 @@ pub fn ego_bands(logits: &[f32], grid: LogitsGrid, ego: usize, edge: &HoodMask) 
 /// Share of the logits cells inside `hood` (at frame resolution) whose best
 /// class is a road class (0 when the hood covers no cell centre).
 pub fn road_share(logits: &[f32], grid: LogitsGrid, road: &[usize], hood: &HoodMask) -> f32 {
+    road_share_in(logits, grid, road, hood, None)
+}
+
+/// Share of road (as [`road_share`]) over the band just above `hood`, 1/20
+/// of the frame's height tall, in the columns `hood` covers: what the model
+/// reads right over a candidate bonnet's edge.
+pub fn road_share_above(logits: &[f32], grid: LogitsGrid, road: &[usize], hood: &HoodMask) -> f32 {
+    if hood.top.is_empty() {
+        return 0.0;
+    }
+    let band = (hood.height / 20).max(1) as u32;
+    let none = hood.height as u32;
+    let raised = hood.top.iter().map(|&t| if t < none { t.saturating_sub(band) } else { none }).collect();
+    let raised = HoodMask::from_tops(hood.width, hood.height, raised);
+    road_share_in(logits, grid, road, &raised, Some(hood))
+}
+
+fn road_share_in(logits: &[f32], grid: LogitsGrid, road: &[usize], hood: &HoodMask, except: Option<&HoodMask>) -> f32 {
     let labels = grid.labels;
     let (mut inside, mut roads) = (0u32, 0u32);
-    for_each_cell_in(grid, hood, None, |cell| {
+    for_each_cell_in(grid, hood, except, |cell| {
         let px = &logits[cell * labels..][..labels];
         let best = (0..labels).max_by(|&a, &b| px[a].total_cmp(&px[b])).unwrap_or(0);
         inside += 1;
@@ -399,6 +417,20 @@ mod tests {
             }
         }
         (logits, LogitsGrid { width: w, height: h, labels: 3 })
+    }
+
+    #[test]
+    fn road_above_a_hood_is_read_over_its_band_only() {
+        // Rule: the road share over a hood is read on the band just above it, in the columns it covers, not inside it nor higher up.
+        // 8x20 grid, 2 labels (0 road, 1 other): road in grid rows 16-17 only, the hood rows 18-19 (frame 80x200: tops at 180, band 10 px).
+        let grid = LogitsGrid { width: 8, height: 20, labels: 2 };
+        let logits: Vec<f32> = (0..8 * 20).flat_map(|i| if (16..18).contains(&(i / 8)) { [1.0, 0.0] } else { [0.0, 1.0] }).collect();
+        let hood = HoodMask::from_tops(80, 200, vec![180; 80]);
+        assert_eq!(road_share(&logits, grid, &[0], &hood), 0.0);
+        assert_eq!(road_share_above(&logits, grid, &[0], &hood), 1.0);
+        let half = HoodMask::from_tops(80, 200, (0..80).map(|x| if x < 40 { 180 } else { 200 }).collect());
+        assert_eq!(road_share_above(&logits, grid, &[0], &half), 1.0, "columns without a hood have no band");
+        assert_eq!(road_share_above(&logits, grid, &[0], &HoodMask::none(80, 200)), 0.0);
     }
 
     #[test]

@@ -95,6 +95,8 @@ struct State {
     /// Share of the motion estimate's hood that the model reads as road,
     /// averaged over frames (None before both exist).
     motion_road: Option<f32>,
+    /// The same over the band just above it.
+    motion_road_above: Option<f32>,
     /// The model's ego probability over the motion estimate's hood, per
     /// cell, averaged over frames.
     motion_ego: ego::EgoUnderMotion,
@@ -111,6 +113,19 @@ const MOTION_ROAD_WEIGHT: f32 = 0.1;
 /// road either, while the still, dark road at the bottom of a night clip
 /// (which the motion estimate took for a hood) is road to the model.
 const MOTION_ROAD_MAX: f32 = 0.2;
+/// Between [`MOTION_ROAD_SURE`] and that, only where the model reads the
+/// still region as road at most this share as often as the band just over
+/// it: a bonnet stands apart from the road above it. On rainy.mp4 (no
+/// bonnet; 2026-12-02) the rain-blurred bottom strip, still and read as
+/// road on 16-19% of its cells like 20-24% of the band over it (ratio
+/// 0.71-0.95), joined as a hood of 1.1-1.25% on 9 frames. The thin bonnet
+/// edge of tmo324's night.mp4 joins at 7-19% road under 13-44% over it
+/// (ratio 0.31-0.58).
+const MOTION_ROAD_CONTRAST: f32 = 0.67;
+/// Under this share of road the still region joins whatever lies over it:
+/// the cattle clip's dark bonnet (0-10% road, under a dark band the model
+/// reads as road on 1-3% of its cells).
+const MOTION_ROAD_SURE: f32 = 0.12;
 /// ... and, where the model sees a hood itself, only in the columns where
 /// the model's ego probability over what it adds averages at least this
 /// (see [`ego::EgoUnderMotion`]: 0.24-0.50 over pasted real bonnets,
@@ -213,6 +228,8 @@ impl StreamTemporal {
         if newer && !motion.is_empty() {
             let share = ego::road_share(logits, grid, road, &motion);
             st.motion_road = Some(st.motion_road.map_or(share, |r| r + MOTION_ROAD_WEIGHT * (share - r)));
+            let above = ego::road_share_above(logits, grid, road, &motion);
+            st.motion_road_above = Some(st.motion_road_above.map_or(above, |r| r + MOTION_ROAD_WEIGHT * (above - r)));
             st.motion_ego.observe(logits, grid, ego, &motion, MOTION_ROAD_WEIGHT);
         }
         // The third: whether the model sees more ego vehicle under the
@@ -243,6 +260,7 @@ impl StreamTemporal {
                 learned = learned.coverage(),
                 motion = motion.coverage(),
                 motion_road = st.motion_road.unwrap_or(-1.0),
+                motion_road_above = st.motion_road_above.unwrap_or(-1.0),
                 motion_joins = st.motion_agrees(),
                 motion_columns = supported.iter().filter(|&&s| s).count(),
                 edge = edge.as_ref().map_or(0.0, |e| e.coverage()),
@@ -355,9 +373,9 @@ impl StreamTemporal {
 }
 
 impl State {
-    /// Whether the motion estimate's hood joins the model's (see [`MOTION_ROAD_MAX`]).
+    /// Whether the motion estimate's hood joins the model's (see [`motion_joins`]).
     fn motion_agrees(&self) -> bool {
-        self.motion_road.is_some_and(|r| r < MOTION_ROAD_MAX)
+        self.motion_road.is_some_and(|inside| motion_joins(inside, self.motion_road_above.unwrap_or(0.0)))
     }
 
     /// The model's hood joined by the motion estimate (`motion`, with the
@@ -423,6 +441,14 @@ impl State {
     }
 }
 
+/// Whether the motion estimate's still region joins the hood, given the
+/// model's averaged road share inside it and over the band just above it:
+/// next to no road, or clearly less road than over it ([`MOTION_ROAD_MAX`],
+/// [`MOTION_ROAD_SURE`], [`MOTION_ROAD_CONTRAST`]).
+fn motion_joins(inside: f32, above: f32) -> bool {
+    inside < MOTION_ROAD_MAX && (inside < MOTION_ROAD_SURE || inside <= MOTION_ROAD_CONTRAST * above)
+}
+
 /// Road coverage of the scene: the share of the picture (the frame less its
 /// letterbox/pillarbox bars) that is not hood and is confidently classed as
 /// road (the hood is the car, not the road ahead). Also returns the hood's
@@ -456,6 +482,16 @@ pub fn scene_coverage(seg: &Segmentation, hood: &HoodMask, road_classes: &[usize
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_still_region_read_like_the_road_above_it_is_no_hood() {
+        // Rule: the motion estimate joins where the model reads next to no road in it, or clearly less than over it; a still strip read as road about as often as the road above it (rain-blurred, rainy.mp4) does not.
+        assert!(motion_joins(0.0, 0.0), "a dark bonnet under dark ground");
+        assert!(motion_joins(0.10, 0.02), "next to no road joins whatever lies over it");
+        assert!(motion_joins(0.18, 0.40), "night.mp4's thin bonnet edge: less than half the road over it");
+        assert!(!motion_joins(0.17, 0.22), "rainy.mp4's still strip: as much road as over it");
+        assert!(!motion_joins(0.25, 0.90), "road on a quarter of it is road");
+    }
 
     /// Observes an 8x8 frame of one grey `value` at `pts_ns`, then smooths
     /// its one-value logits; returns the smoothed value.

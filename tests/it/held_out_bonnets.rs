@@ -184,7 +184,11 @@ fn the_hood_does_not_climb_the_unlit_roadside_at_night() {
     // as still as the bonnet and read as "other", is not hood. Before that
     // rule, its first 8 s gave a 7.8% hood reaching 63% of the height at
     // the frame's left edge; measured after it (2026-11-28): 2.6%, its top
-    // in the left fifth at 95% (the bonnet's edge is at about 97%).
+    // in the left fifth at 95% (the bonnet's edge is at about 97%). Nor
+    // does it rise over the bonnet edge anywhere else: from about 6 s on the
+    // model read ego in a block of the dark road just ahead, up to 81% of
+    // the height (2026-12-02, re-encoded as tools/eval/hood.py does); a learned hood's columns are now held to 1.5
+    // times the middle third's median (93% measured).
     let Some(night) = shared("data/clips/tmo324__lane_detecting/videos/night.mp4") else { return };
     if !bundled_model_has_an_ego_class() {
         roadseg::test_skip::skip("the bundled model (models/roadseg-camvid) has no ego-vehicle class; the rule is about joining the model's hood");
@@ -197,9 +201,16 @@ fn the_hood_does_not_climb_the_unlit_roadside_at_night() {
     let share = hood_share(&hood);
     let is_hood = |x: usize, y: usize| hood.get_pixel(x as u32, y as u32)[0] > 127;
     let highest_on_the_left = (0..w / 5).filter_map(|x| (0..h).find(|&y| is_hood(x, y))).min().unwrap_or(h);
-    eprintln!("night.mp4, first 8 s: hood {:.1}% of the frame, its top in the left fifth at {:.0}% of the height", 100.0 * share, 100.0 * highest_on_the_left as f64 / h as f64);
+    let highest = (0..w).filter_map(|x| (0..h).find(|&y| is_hood(x, y))).min().unwrap_or(h);
+    eprintln!(
+        "night.mp4, first 8 s: hood {:.1}% of the frame, its top in the left fifth at {:.0}% of the height, anywhere at {:.0}%",
+        100.0 * share,
+        100.0 * highest_on_the_left as f64 / h as f64,
+        100.0 * highest as f64 / h as f64
+    );
     assert!(share <= 0.05, "hood {:.1}% of the frame against a bonnet of about 3%", 100.0 * share);
     assert!(highest_on_the_left as f64 >= 0.9 * h as f64, "the hood climbs the left roadside to row {highest_on_the_left} of {h}");
+    assert!(highest as f64 >= 0.9 * h as f64, "the hood rises into the road ahead to row {highest} of {h}");
 }
 
 #[test]

@@ -187,8 +187,9 @@ fn the_hood_does_not_climb_the_unlit_roadside_at_night() {
     // in the left fifth at 95% (the bonnet's edge is at about 97%). Nor
     // does it rise over the bonnet edge anywhere else: from about 6 s on the
     // model read ego in a block of the dark road just ahead, up to 81% of
-    // the height (2026-12-02, re-encoded as tools/eval/hood.py does); a learned hood's columns are now held to 1.5
-    // times the middle third's median (93% measured).
+    // the height (2026-12-02, re-encoded as tools/eval/hood.py does); a
+    // learned hood's columns are now held to 1.5 times the middle third's
+    // median (93% measured).
     let Some(night) = shared("data/clips/tmo324__lane_detecting/videos/night.mp4") else { return };
     if !bundled_model_has_an_ego_class() {
         roadseg::test_skip::skip("the bundled model (models/roadseg-camvid) has no ego-vehicle class; the rule is about joining the model's hood");

@@ -58,7 +58,10 @@ struct Rules {
     /// Weight of each frame in a column's running mean step.
     step_weight: f32,
     /// Detail of the sharp picture a blurred bar must end at, within
-    /// `edge_reach` columns of its last one.
+    /// `edge_reach` columns of its last one. A real clip's picture edge can
+    /// be soft: on the cattle clip of ../shared the detail climbs from the
+    /// fill's to the picture's over 2-5 columns (2026-12-02; at 3 its left
+    /// bar came and went from frame to frame).
     edge_texture: f32,
     edge_reach: usize,
 }
@@ -76,7 +79,7 @@ const RULES: Rules = Rules {
     smooth_relative: 0.03,
     step_weight: 0.25,
     edge_texture: 3.0,
-    edge_reach: 3,
+    edge_reach: 6,
 };
 
 /// Bars along each edge, in pixels; all zero: the whole frame is picture.

@@ -270,6 +270,33 @@ fn a_pillarbox_of_blurred_picture_is_found_left_out_and_left_untouched() {
     pillarbox_is_left_out("split[fill][clip];[fill]scale=1280:540,boxblur=20:4[bg];[bg][clip]overlay=160:0");
 }
 
+#[test]
+fn a_blurred_pillarbox_that_meets_a_soft_picture_edge_is_found() {
+    // Rule: blurred fill is a bar where sharp picture begins within six columns of its end. The cattle clip of ../shared (848x384, blurred fill about 74 px wide at the left, 70 at the right) has picture edges whose detail climbs over 2-5 columns; with three, the bars came and went from frame to frame (2026-12-02: the left one was none after 3 and 4 s, the right one after 6 s, and road was painted on the fill).
+    let Some(clip) = shared("data/clips/Tarun140806__smart-cattle-collision-prevention/videos/day.mp4") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    for seconds in 2..=6 {
+        let cut = tmp.path().join(format!("first-{seconds}s.mp4"));
+        let trimmed = std::process::Command::new("ffmpeg")
+            .args(["-v", "error", "-y", "-i"])
+            .arg(&clip)
+            .args(["-t", &seconds.to_string(), "-an", "-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p"])
+            .arg(&cut)
+            .status()
+            .expect("ffmpeg runs");
+        assert!(trimmed.success());
+        let out = tmp.path().join("out.mp4");
+        let (code, stdout, stderr) = process(&[cut.to_str().unwrap(), "-o", out.to_str().unwrap(), "--hood", "on"]);
+        assert_eq!(code, 0, "{stderr}");
+        let bars = &stdout[stdout.find("bars left ").unwrap_or_else(|| panic!("no bars in the summary after {seconds} s: {stdout}"))..];
+        for side in ["left", "right"] {
+            let at = bars.find(&format!("{side} ")).unwrap() + side.len() + 1;
+            let px: u32 = bars[at..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap();
+            assert!((64..=78).contains(&px), "{side} bar {px} px after {seconds} s, about 70-74 of blurred fill: {stdout}");
+        }
+    }
+}
+
 /// The real 960x540 clip put in the middle of 1280x540 by the filter `vf`:
 /// 160 px bars each side, found, out of the masks, nothing drawn on them.
 fn pillarbox_is_left_out(vf: &str) {

@@ -113,7 +113,16 @@ const MOTION_ROAD_WEIGHT: f32 = 0.1;
 /// road either, while the still, dark road at the bottom of a night clip
 /// (which the motion estimate took for a hood) is road to the model.
 const MOTION_ROAD_MAX: f32 = 0.2;
-/// Between [`MOTION_ROAD_SURE`] and that, only where the model reads the
+/// ... and, where the model sees a hood itself, only in the columns where
+/// the model's ego probability over what it adds averages at least this
+/// (see [`ego::EgoUnderMotion`]: 0.24-0.50 over pasted real bonnets,
+/// 0.09-0.12 over the unlit shoulder of tmo324's night.mp4). At 0.2 a
+/// wedge of that shoulder next to the bonnet's left end, where the model
+/// gives 0.2-0.3, still joined (up to 84% of the height); 0.3 leaves it out
+/// and costs the pasted bonnets of tests/it/real_bonnets.rs 0.002 of mean IoU.
+const MOTION_EGO_MIN: f32 = 0.3;
+/// The still region joins with between [`MOTION_ROAD_SURE`] and
+/// [`MOTION_ROAD_MAX`] of road in it only where the model reads the
 /// still region as road at most this share as often as the band just over
 /// it: a bonnet stands apart from the road above it. On rainy.mp4 (no
 /// bonnet; 2026-12-02) the rain-blurred bottom strip, still and read as
@@ -126,14 +135,6 @@ const MOTION_ROAD_CONTRAST: f32 = 0.67;
 /// the cattle clip's dark bonnet (0-10% road, under a dark band the model
 /// reads as road on 1-3% of its cells).
 const MOTION_ROAD_SURE: f32 = 0.12;
-/// ... and, where the model sees a hood itself, only in the columns where
-/// the model's ego probability over what it adds averages at least this
-/// (see [`ego::EgoUnderMotion`]: 0.24-0.50 over pasted real bonnets,
-/// 0.09-0.12 over the unlit shoulder of tmo324's night.mp4). At 0.2 a
-/// wedge of that shoulder next to the bonnet's left end, where the model
-/// gives 0.2-0.3, still joined (up to 84% of the height); 0.3 leaves it out
-/// and costs the pasted bonnets of tests/it/real_bonnets.rs 0.002 of mean IoU.
-const MOTION_EGO_MIN: f32 = 0.3;
 
 /// A persistent edge joins the hood only where the model's ego probability
 /// under it averages at least this much (against a ratio of two near-zero

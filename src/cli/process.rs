@@ -18,7 +18,7 @@ use roadseg::annotate::{Annotator, FrameStats};
 use roadseg::video::output::StreamObserver;
 use roadseg::video::pool::{BatchPolicy, WorkerPool, WorkerWindow};
 use roadseg::video::ring::FrameBuf;
-use roadseg::video::source::{Shortfall, SourceError, SourceSettings};
+use roadseg::video::source::{EditListShortfall, Shortfall, SourceError, SourceSettings, video_edit_start};
 use roadseg::video::stop::{StopSignal, Wake, stop_channel};
 use roadseg::video::stream::{
     Drained, FIRST_FRAME_WAIT, FileTarget, OutputSpec, Services, SourceEvent, StatsTarget, StreamHandle, StreamSpec, probe,
@@ -191,20 +191,26 @@ pub fn run(args: ProcessArgs) -> Result<()> {
     progress.finish_and_clear();
     let gpu_time = *gpu_time.lock().unwrap_or_else(PoisonError::into_inner);
     report(&args, &output, drained, (started.elapsed().as_secs_f64(), gpu_time), source_error)?;
-    match shortfall {
-        None => Ok(()),
-        Some(s) if args.allow_truncated => {
-            tracing::warn!("{s}; {} holds the frames read (--allow-truncated)", output.display());
-            Ok(())
-        }
-        Some(s) => Err(truncated(s, &output)),
+    let Some(s) = shortfall else { return Ok(()) };
+    let what = describe_shortfall(&s, &args.input);
+    if args.allow_truncated {
+        tracing::warn!("{what}; {} holds the frames read (--allow-truncated)", output.display());
+        return Ok(());
     }
+    Err(anyhow::anyhow!("{what}; {} holds the frames read (--allow-truncated accepts a partial input)", output.display()))
 }
 
-/// The error for an input that ended early: what was read, where it went,
-/// and how to accept it.
-fn truncated(s: Shortfall, output: &Path) -> anyhow::Error {
-    anyhow::anyhow!("{s}; {} holds the frames read (--allow-truncated accepts a partial input)", output.display())
+/// What was read against what was announced, and why: an MP4 whose edit list
+/// explains the loss is named as the demuxer's doing, with the way round it.
+fn describe_shortfall(s: &Shortfall, input: &str) -> String {
+    let path = input.strip_prefix("file://").unwrap_or(input);
+    let edit_start = (!path.contains("://")).then(|| video_edit_start(Path::new(path))).flatten();
+    match edit_start {
+        Some(start) if s.explained_by_edit_start(start) => {
+            EditListShortfall { shortfall: s, edit_start_s: start, input: path }.to_string()
+        }
+        _ => s.to_string(),
+    }
 }
 
 /// Loads the model at `size` into `workers` workers; their GPU time (where

@@ -8,6 +8,7 @@
 mod bus;
 mod decoders;
 mod extent;
+mod mp4_edit;
 mod plan;
 mod settings;
 mod tap;
@@ -28,7 +29,8 @@ use super::frame::{DecodedFrame, PixelFormat, VideoInfo};
 use super::launch::{self, Failure, GstError};
 pub use settings::{DEFAULT_LATENCY_MS, RtspTransport, SourceSettings, UnknownTransport};
 pub use plan::TestUriError;
-pub use extent::{Extent, Shortfall};
+pub use extent::{EditListShortfall, Extent, Shortfall};
+pub use mp4_edit::video_edit_start;
 pub use decoders::DecoderInfo;
 pub use tap::{EncodedTap, RunningTime};
 

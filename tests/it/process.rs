@@ -207,6 +207,40 @@ fn a_truncated_input_is_reported_with_frames_expected_and_read() {
 }
 
 #[test]
+fn a_clip_trimmed_without_reencoding_is_read_whole_or_the_demuxer_is_named() {
+    // Rule: an MP4 cut with `ffmpeg -ss T -c copy` (an edit list starting 3.9 s into a track with 4 s GOPs) is either processed whole (147 frames) or, where GStreamer's MP4 demuxer ends it early (1.22 does), the error says the file is probably whole, names the edit start and gives the re-encode command, never "damaged".
+    let tmp = tempfile::tempdir().unwrap();
+    let long = tmp.path().join("long.mp4");
+    let mut ffmpeg = std::process::Command::new("ffmpeg");
+    ffmpeg.args(["-loglevel", "error", "-y", "-f", "lavfi", "-i", "testsrc2=size=320x180:rate=25:duration=13.8"]);
+    ffmpeg.args(["-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p", "-g", "100", "-keyint_min", "100", "-sc_threshold", "0"]).arg(&long);
+    let (ok, _, err) = run_with_timeout(&mut ffmpeg, std::time::Duration::from_secs(60));
+    assert!(ok, "ffmpeg: {err}");
+    let trimmed = tmp.path().join("trimmed.mp4");
+    let mut cut = std::process::Command::new("ffmpeg");
+    cut.args(["-loglevel", "error", "-y", "-ss", "7.9", "-i"]).arg(&long).args(["-c", "copy"]).arg(&trimmed);
+    let (ok, _, err) = run_with_timeout(&mut cut, std::time::Duration::from_secs(60));
+    assert!(ok, "ffmpeg trim: {err}");
+    let whole: u64 = ffprobe_stream(&trimmed)["nb_read_frames"].as_str().unwrap().parse().unwrap();
+    assert!((145..=149).contains(&whole), "ffmpeg reads {whole} frames of the 5.9 s trim");
+
+    let out = tmp.path().join("out.mp4");
+    let (code, stdout, stderr) = process(&[trimmed.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert!(out.exists(), "no output: {stderr}");
+    let written: u64 = ffprobe_stream(&out)["nb_read_frames"].as_str().unwrap().parse().unwrap();
+    if code == 0 {
+        assert!(written + 2 >= whole, "exit 0 must mean the whole trim: {written} of {whole}\n{stdout}{stderr}");
+        return;
+    }
+    let line = stderr.lines().find(|l| l.starts_with("roadseg: error:")).unwrap_or_else(|| panic!("no error line: {stderr}"));
+    assert!(written > 50 && written < whole, "{written} frames kept");
+    assert!(!line.contains("damaged") && line.contains("the file is probably whole"), "{line}");
+    let start: f64 = line.split(" s into its track").next().and_then(|h| h.rsplit(' ').next()).and_then(|v| v.parse().ok()).unwrap_or(-1.0);
+    assert!((3.85..=4.05).contains(&start), "the edit start, 3.9 s and the B-frame delay: {line}");
+    assert!(line.contains(&format!("ffmpeg -i {} -c:v libx264 -crf 18 trimmed-whole.mp4", trimmed.display())), "{line}");
+}
+
+#[test]
 fn infer_fps_caps_inference_and_counts_the_rest_as_dropped() {
     // Rule: --infer-fps N sends at most N frames a second (by timestamp) to inference; the rest are dropped and counted, and the output holds only inferred frames.
     let tmp = tempfile::tempdir().unwrap();

@@ -54,7 +54,7 @@ pub struct EvalArgs {
     /// Label value that is not scored.
     #[arg(long, default_value_t = 255)]
     pub ignore_index: u8,
-    /// Model input WxH (default: 1024 wide, height from the first image's aspect).
+    /// Model input WxH (default: the longer side 1024, the other from the first image's aspect).
     #[arg(long, value_parser = parse_size)]
     pub size: Option<(usize, usize)>,
     /// Print the result as one JSON object too.

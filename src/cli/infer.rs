@@ -20,7 +20,7 @@ pub struct InferArgs {
     /// Already-normalised float32 [1,3,H,W] input (.npy), fed to the model as is.
     #[arg(long)]
     pub pixel_values: Option<PathBuf>,
-    /// Model input WxH (default: 1024 wide, height from the first image's aspect).
+    /// Model input WxH (default: the longer side 1024, the other from the first image's aspect).
     #[arg(long, value_parser = parse_size)]
     pub size: Option<(usize, usize)>,
     /// Keep only road joined to the bottom of the image, as the daemon does

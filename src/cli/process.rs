@@ -40,7 +40,7 @@ pub struct ProcessArgs {
     pub stats_out: Option<PathBuf>,
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Model input WxH (default: 1024 wide, height from the video's aspect).
+    /// Model input WxH (default: the longer side 1024, the other from the video's aspect).
     #[arg(long, value_parser = parse_size)]
     pub size: Option<(usize, usize)>,
     /// Inference workers (each a model instance; weights are shared): auto

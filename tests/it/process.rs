@@ -208,7 +208,7 @@ fn a_truncated_input_is_reported_with_frames_expected_and_read() {
 
 #[test]
 fn a_clip_trimmed_without_reencoding_is_read_whole_or_the_demuxer_is_named() {
-    // Rule: an MP4 cut with `ffmpeg -ss T -c copy` (an edit list starting 3.9 s into a track with 4 s GOPs) is either processed whole (147 frames) or, where GStreamer's MP4 demuxer ends it early (1.22 does), the error says the file is probably whole, names the edit start and gives the re-encode command, never "damaged".
+    // Rule: an MP4 cut with `ffmpeg -ss T -c copy` (an edit list starting 3.9 s into a track with 4 s GOPs) is warned of when opened, and is either processed whole (147 frames) or, where GStreamer's MP4 demuxer ends it early (1.22 does), the error says the file is probably whole, names the edit start and gives the re-encode command, never "damaged".
     let tmp = tempfile::tempdir().unwrap();
     let long = tmp.path().join("long.mp4");
     let mut ffmpeg = std::process::Command::new("ffmpeg");
@@ -227,6 +227,7 @@ fn a_clip_trimmed_without_reencoding_is_read_whole_or_the_demuxer_is_named() {
     let out = tmp.path().join("out.mp4");
     let (code, stdout, stderr) = process(&[trimmed.to_str().unwrap(), "-o", out.to_str().unwrap()]);
     assert!(out.exists(), "no output: {stderr}");
+    assert!(stderr.contains("s into its track (an edit list") && stderr.contains("WARN"), "warned before reading: {stderr}");
     let written: u64 = ffprobe_stream(&out)["nb_read_frames"].as_str().unwrap().parse().unwrap();
     if code == 0 {
         assert!(written + 2 >= whole, "exit 0 must mean the whole trim: {written} of {whole}\n{stdout}{stderr}");

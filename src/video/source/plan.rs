@@ -58,6 +58,7 @@ pub(super) fn plan(settings: &SourceSettings) -> Result<Plan, SourceError> {
             if !path.exists() {
                 return Err(SourceError::NotFound { uri: shown });
             }
+            warn_of_late_edit(&path, &shown);
             fill(URI, &[("uri", &quote(raw)), ("sync", sync)])
         }
         Scheme::Http | Scheme::Https => fill(URI, &[("uri", &quote(raw)), ("sync", sync)]),
@@ -74,6 +75,24 @@ pub(super) fn plan(settings: &SourceSettings) -> Result<Plan, SourceError> {
         }
     };
     Ok(Plan { scheme, description, shown })
+}
+
+/// An edit start under this loses less than the shortfall check's second of
+/// slack, and most phones' and encoders' B-frame delays are a frame or two.
+const LATE_EDIT_S: f64 = 1.0;
+
+/// Says up front when an MP4's video starts seconds into its track (a trim
+/// without re-encoding): GStreamer 1.22's qtdemux ends such a file early by
+/// up to that much (`mp4_edit`), which a daemon's file stream would
+/// otherwise lose without a word.
+fn warn_of_late_edit(path: &Path, shown: &str) {
+    if let Some(start) = super::mp4_edit::video_edit_start(path).filter(|s| *s >= LATE_EDIT_S) {
+        tracing::warn!(
+            uri = %shown,
+            "the video starts {start:.2} s into its track (an edit list, as a trim without re-encoding writes); {}'s MP4 demuxer may end such a file up to that much early (1.22 does): re-encode it (ffmpeg -i IN -c:v libx264 -crf 18 OUT.mp4) to be sure every frame is read",
+            gstreamer::version_string()
+        );
+    }
 }
 
 /// A bare path is taken as a file, so `roadseg run clip.mp4` works.

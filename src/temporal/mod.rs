@@ -609,7 +609,7 @@ mod tests {
         // The model's ego (label 1): 0.25 under grid row 16 (the real bonnet, 162 of 180 rows), 0.01 above.
         let logits: Vec<f32> = (0..32 * 18).flat_map(|i| [0.0, if i / 32 >= 16 { logit(0.25) } else { logit(0.01) }]).collect();
         let t = StreamTemporal::new(TemporalSettings { smoothing: None, hood: true, connected_road: false });
-        let mut run = |seqs: std::ops::Range<u64>, edge_row: usize| {
+        let run = |seqs: std::ops::Range<u64>, edge_row: usize| {
             for seq in seqs {
                 let pixels = reflective_bonnet_frame(w, h, seq as usize, edge_row);
                 let frame = FrameRef::packed(&pixels, w, h, crate::frame::PixelFormat::Rgba);

@@ -38,6 +38,13 @@ pub fn default_for(frame_width: u32, frame_height: u32) -> (usize, usize) {
     (DEFAULT_WIDTH as usize, height_for(DEFAULT_WIDTH, frame_width, frame_height) as usize)
 }
 
+/// For a configured `width` that makes portrait frames taller than wide
+/// (the daemon's `model.width`), the default input those frames would get
+/// instead: what to suggest. None for landscape and square frames.
+pub fn portrait_suggestion(width: u32, frame_width: u32, frame_height: u32) -> Option<(usize, usize)> {
+    (height_for(width, frame_width, frame_height) > width).then(|| default_for(frame_width, frame_height))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,5 +68,8 @@ mod tests {
         assert_eq!(default_for(720, 720), (1024, 1024));
         assert_eq!(default_for(1280, 720), (1024, 576));
         assert_eq!(default_for(0, 0), (1024, FALLBACK_HEIGHT as usize));
+        assert_eq!(portrait_suggestion(1024, 480, 848), Some((576, 1024)), "the daemon's 1024 wide would be 1024x1824");
+        assert_eq!(portrait_suggestion(1024, 1280, 720), None);
+        assert_eq!(portrait_suggestion(512, 720, 720), None);
     }
 }

@@ -37,6 +37,16 @@ pub(super) fn input_height(config: &DaemonConfig, stop: &StopSignal) -> u32 {
         Ok(info) => {
             let h = input_size::height_for(m.width, info.width, info.height);
             tracing::info!(stream = %first.name, "model height {h} from the first stream's {}x{} frames", info.width, info.height);
+            // `process` puts a portrait video's longer side at 1024; the
+            // daemon keeps its configured width, so say what that costs.
+            if let Some((pw, ph)) = input_size::portrait_suggestion(m.width, info.width, info.height) {
+                tracing::warn!(
+                    stream = %first.name,
+                    "the first stream is portrait: a {}x{h} model input is {:.1}x the work of {pw}x{ph} and shows the model its road larger than it learned it; set model.width = {pw} for that",
+                    m.width,
+                    (m.width as f64 * h as f64) / (pw * ph) as f64
+                );
+            }
             h
         }
         Err(e) => {

@@ -26,6 +26,52 @@ pub fn video_edit_start(path: &Path) -> Option<f64> {
     children(&moov).filter(|(kind, _)| kind == b"trak").find_map(|(_, trak)| video_trak_start(trak))
 }
 
+/// Seconds at the end of the presentation that a demuxer comparing the
+/// track's own decode times with the movie's duration at each keyframe (as
+/// GStreamer 1.22's qtdemux does) leaves out: it stops at the first
+/// keyframe whose track time reaches the movie's duration, while the
+/// presentation runs on to edit start + duration. None when the file has no
+/// such edit or its index cannot be read; Some(0.0) when no keyframe falls
+/// in that span (the file is read whole).
+pub fn predicted_qtdemux_cut(path: &Path) -> Option<f64> {
+    let mut file = File::open(path).ok()?;
+    let moov = read_top_level(&mut file, *b"moov")?;
+    let mvhd = child(&moov, b"mvhd")?;
+    // mvhd v0: timescale at 12, duration (u32) at 16; v1: at 20 and (u64) 24.
+    let (movie_scale, movie_duration) = match mvhd.first()? {
+        0 => (be_u32(mvhd, 12)?, be_u32(mvhd, 16)? as u64),
+        1 => (be_u32(mvhd, 20)?, be_u64(mvhd, 24)?),
+        _ => return None,
+    };
+    if movie_scale == 0 {
+        return None;
+    }
+    let duration_s = movie_duration as f64 / movie_scale as f64;
+    let trak = children(&moov).filter(|(kind, _)| kind == b"trak").map(|(_, t)| t).find(|t| video_trak_start(t).is_some())?;
+    let start_s = video_trak_start(trak)?;
+    let stbl = child(child(child(trak, b"mdia")?, b"minf")?, b"stbl")?;
+    let timescale = media_timescale(child(trak, b"mdia")?)? as f64;
+    let end_s = start_s + duration_s;
+    // Decode times from stts: (sample_count, sample_delta) runs.
+    let stts = child(stbl, b"stts")?;
+    let mut dts = Vec::new();
+    let mut t = 0u64;
+    for i in 0..(be_u32(stts, 4)? as usize).min(1 << 20) {
+        let (count, delta) = (be_u32(stts, 8 + i * 8)?, be_u32(stts, 12 + i * 8)?);
+        for _ in 0..count.min(1 << 24) {
+            dts.push(t as f64 / timescale);
+            t += delta as u64;
+        }
+    }
+    // Keyframes from stss (1-based sample numbers); without one, every sample.
+    let keyframes: Vec<usize> = match child(stbl, b"stss") {
+        Some(stss) => (0..(be_u32(stss, 4)? as usize).min(1 << 24)).filter_map(|i| be_u32(stss, 8 + i * 4).map(|n| n as usize - 1)).collect(),
+        None => (0..dts.len()).collect(),
+    };
+    let stop = keyframes.iter().filter_map(|&k| dts.get(k).copied()).filter(|&d| d >= duration_s && d < end_s).fold(f64::INFINITY, f64::min);
+    Some(if stop.is_finite() { end_s - stop } else { 0.0 })
+}
+
 /// The body of the first top-level box of `kind`, found by hopping over the
 /// others' headers (an `mdat` of gigabytes is skipped, not read).
 fn read_top_level(file: &mut File, kind: [u8; 4]) -> Option<Vec<u8>> {
@@ -96,13 +142,8 @@ fn be_u64(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_be_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
-/// A `trak`'s edit start in seconds, if it is a video track with an edit list.
-fn video_trak_start(trak: &[u8]) -> Option<f64> {
-    let mdia = child(trak, b"mdia")?;
-    // hdlr: version+flags (4), pre_defined (4), handler_type (4).
-    if child(mdia, b"hdlr")?.get(8..12)? != b"vide" {
-        return None;
-    }
+/// The track's own timescale (ticks a second), from `mdia`'s `mdhd`.
+fn media_timescale(mdia: &[u8]) -> Option<u32> {
     let mdhd = child(mdia, b"mdhd")?;
     // mdhd v0: times are 32-bit (timescale at 12); v1: 64-bit (timescale at 20).
     let timescale = match mdhd.first()? {
@@ -110,9 +151,17 @@ fn video_trak_start(trak: &[u8]) -> Option<f64> {
         1 => be_u32(mdhd, 20)?,
         _ => return None,
     };
-    if timescale == 0 {
+    (timescale > 0).then_some(timescale)
+}
+
+/// A `trak`'s edit start in seconds, if it is a video track with an edit list.
+fn video_trak_start(trak: &[u8]) -> Option<f64> {
+    let mdia = child(trak, b"mdia")?;
+    // hdlr: version+flags (4), pre_defined (4), handler_type (4).
+    if child(mdia, b"hdlr")?.get(8..12)? != b"vide" {
         return None;
     }
+    let timescale = media_timescale(mdia)?;
     let elst = child(child(trak, b"edts")?, b"elst")?;
     let version = *elst.first()?;
     let entries = be_u32(elst, 4)? as usize;
@@ -193,6 +242,48 @@ mod tests {
         let path = write_mp4(dir.path(), &[boxed(b"mvhd", &[0u8; 100]), audio, video].concat());
         let start = video_edit_start(&path).expect("an edit list");
         assert!((start - 54_723.0 / 15_360.0).abs() < 1e-9, "{start}");
+    }
+
+    fn stbl(stts: &[(u32, u32)], stss: Option<&[u32]>) -> Vec<u8> {
+        let mut t = vec![0u8; 4];
+        t.extend_from_slice(&(stts.len() as u32).to_be_bytes());
+        for (count, delta) in stts {
+            t.extend_from_slice(&count.to_be_bytes());
+            t.extend_from_slice(&delta.to_be_bytes());
+        }
+        let mut body = boxed(b"stts", &t);
+        if let Some(keys) = stss {
+            let mut k = vec![0u8; 4];
+            k.extend_from_slice(&(keys.len() as u32).to_be_bytes());
+            keys.iter().for_each(|n| k.extend_from_slice(&n.to_be_bytes()));
+            body.extend(boxed(b"stss", &k));
+        }
+        boxed(b"minf", &boxed(b"stbl", &body))
+    }
+
+    fn mvhd_v0(timescale: u32, duration: u32) -> Vec<u8> {
+        let mut body = vec![0u8; 12];
+        body.extend_from_slice(&timescale.to_be_bytes());
+        body.extend_from_slice(&duration.to_be_bytes());
+        body.extend_from_slice(&[0u8; 80]);
+        boxed(b"mvhd", &body)
+    }
+
+    #[test]
+    fn the_cut_is_from_the_first_keyframe_past_the_movies_duration_to_the_presentations_end() {
+        // Rule: a 25 fps track of 12 s with keyframes every 4 s, presented from 3.9 s for 5.9 s: the first keyframe at or past 5.9 s of track time is at 8 s, so 9.8 - 8 = 1.8 s are predicted lost; with keyframes only at 0 and 4 s, or an edit starting at 0, nothing is.
+        let dir = tempfile::tempdir().unwrap();
+        let moov = |keys: &[u32], media_time: i32| {
+            // 100 ticks a second, 4 a frame: 300 frames at 25 fps.
+            let mdia = boxed(b"mdia", &[hdlr(b"vide"), mdhd_v0(100), stbl(&[(300, 4)], Some(keys))].concat());
+            let trak = boxed(b"trak", &[boxed(b"edts", &elst_v0(&[(5900, media_time)])), mdia].concat());
+            [mvhd_v0(1000, 5900), trak].concat()
+        };
+        let cut = predicted_qtdemux_cut(&write_mp4(dir.path(), &moov(&[1, 101, 201], 390))).unwrap();
+        assert!((cut - 1.8).abs() < 1e-9, "{cut}");
+        assert_eq!(predicted_qtdemux_cut(&write_mp4(dir.path(), &moov(&[1, 101], 390))), Some(0.0));
+        assert_eq!(predicted_qtdemux_cut(&write_mp4(dir.path(), &moov(&[1, 101, 201], 0))), Some(0.0));
+        assert_eq!(predicted_qtdemux_cut(&write_mp4(dir.path(), &trak(b"vide", 25, None))), None);
     }
 
     #[test]

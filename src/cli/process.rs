@@ -18,7 +18,7 @@ use roadseg::annotate::{Annotator, FrameStats};
 use roadseg::video::output::StreamObserver;
 use roadseg::video::pool::{BatchPolicy, WorkerPool, WorkerWindow};
 use roadseg::video::ring::FrameBuf;
-use roadseg::video::source::{EditListShortfall, Shortfall, SourceError, SourceSettings, video_edit_start};
+use roadseg::video::source::{EditListShortfall, Shortfall, SourceError, SourceSettings, video_edit};
 use roadseg::video::stop::{StopSignal, Wake, stop_channel};
 use roadseg::video::stream::{
     Drained, FIRST_FRAME_WAIT, FileTarget, OutputSpec, Services, SourceEvent, StatsTarget, StreamHandle, StreamSpec, probe,
@@ -204,7 +204,7 @@ pub fn run(args: ProcessArgs) -> Result<()> {
 /// explains the loss is named as the demuxer's doing, with the way round it.
 fn describe_shortfall(s: &Shortfall, input: &str) -> String {
     let path = input.strip_prefix("file://").unwrap_or(input);
-    let edit_start = (!path.contains("://")).then(|| video_edit_start(Path::new(path))).flatten();
+    let edit_start = (!path.contains("://")).then(|| video_edit(Path::new(path))).flatten().map(|e| e.start_s);
     match edit_start {
         Some(start) if s.explained_by_edit_start(start) => {
             EditListShortfall { shortfall: s, edit_start_s: start, input: path }.to_string()

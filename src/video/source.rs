@@ -30,7 +30,7 @@ use super::launch::{self, Failure, GstError};
 pub use settings::{DEFAULT_LATENCY_MS, RtspTransport, SourceSettings, UnknownTransport};
 pub use plan::TestUriError;
 pub use extent::{EditListShortfall, Extent, Shortfall};
-pub use mp4_edit::{predicted_qtdemux_cut, video_edit_start};
+pub use mp4_edit::{VideoEdit, video_edit};
 pub use decoders::DecoderInfo;
 pub use tap::{EncodedTap, RunningTime};
 

@@ -17,26 +17,37 @@ use std::path::Path;
 /// A `moov` larger than this is not read (a damaged size field, not an index).
 const MAX_MOOV_BYTES: u64 = 64 << 20;
 
-/// Seconds into the video track at which the first non-empty edit starts the
-/// presentation, when the file is an MP4/MOV with such an edit list; None for
-/// other files, files without an edit list, or an index that cannot be read.
-pub fn video_edit_start(path: &Path) -> Option<f64> {
-    let mut file = File::open(path).ok()?;
-    let moov = read_top_level(&mut file, *b"moov")?;
-    children(&moov).filter(|(kind, _)| kind == b"trak").find_map(|(_, trak)| video_trak_start(trak))
+/// Samples past this are not indexed (a damaged count, not a clip).
+const MAX_SAMPLES: usize = 1 << 24;
+
+/// An MP4's video edit, read from its index once.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct VideoEdit {
+    /// Seconds into the video track at which the first non-empty edit
+    /// starts the presentation.
+    pub start_s: f64,
+    /// Seconds at the end of the presentation that a demuxer comparing the
+    /// track's own decode times with the movie's duration at each keyframe
+    /// (as GStreamer 1.22's qtdemux does) leaves out: it stops at the first
+    /// keyframe whose track time reaches the movie's duration, while the
+    /// presentation runs on to edit start + duration. 0 when no keyframe
+    /// falls in that span (the file is read whole); None when the sample
+    /// tables cannot be read.
+    pub predicted_cut_s: Option<f64>,
 }
 
-/// Seconds at the end of the presentation that a demuxer comparing the
-/// track's own decode times with the movie's duration at each keyframe (as
-/// GStreamer 1.22's qtdemux does) leaves out: it stops at the first
-/// keyframe whose track time reaches the movie's duration, while the
-/// presentation runs on to edit start + duration. None when the file has no
-/// such edit or its index cannot be read; Some(0.0) when no keyframe falls
-/// in that span (the file is read whole).
-pub fn predicted_qtdemux_cut(path: &Path) -> Option<f64> {
+/// The video track's edit, when the file is an MP4/MOV with an edit list
+/// that starts the presentation; None for other files, files without one,
+/// or an index that cannot be read.
+pub fn video_edit(path: &Path) -> Option<VideoEdit> {
     let mut file = File::open(path).ok()?;
     let moov = read_top_level(&mut file, *b"moov")?;
-    let mvhd = child(&moov, b"mvhd")?;
+    let (trak, start_s) = children(&moov).filter(|(kind, _)| kind == b"trak").find_map(|(_, t)| Some((t, video_trak_start(t)?)))?;
+    Some(VideoEdit { start_s, predicted_cut_s: predicted_cut(&moov, trak, start_s) })
+}
+
+fn predicted_cut(moov: &[u8], trak: &[u8], start_s: f64) -> Option<f64> {
+    let mvhd = child(moov, b"mvhd")?;
     // mvhd v0: timescale at 12, duration (u32) at 16; v1: at 20 and (u64) 24.
     let (movie_scale, movie_duration) = match mvhd.first()? {
         0 => (be_u32(mvhd, 12)?, be_u32(mvhd, 16)? as u64),
@@ -47,25 +58,29 @@ pub fn predicted_qtdemux_cut(path: &Path) -> Option<f64> {
         return None;
     }
     let duration_s = movie_duration as f64 / movie_scale as f64;
-    let trak = children(&moov).filter(|(kind, _)| kind == b"trak").map(|(_, t)| t).find(|t| video_trak_start(t).is_some())?;
-    let start_s = video_trak_start(trak)?;
-    let stbl = child(child(child(trak, b"mdia")?, b"minf")?, b"stbl")?;
-    let timescale = media_timescale(child(trak, b"mdia")?)? as f64;
+    let mdia = child(trak, b"mdia")?;
+    let stbl = child(child(mdia, b"minf")?, b"stbl")?;
+    let timescale = media_timescale(mdia)? as f64;
     let end_s = start_s + duration_s;
     // Decode times from stts: (sample_count, sample_delta) runs.
     let stts = child(stbl, b"stts")?;
     let mut dts = Vec::new();
     let mut t = 0u64;
-    for i in 0..(be_u32(stts, 4)? as usize).min(1 << 20) {
+    for i in 0..be_u32(stts, 4)? as usize {
         let (count, delta) = (be_u32(stts, 8 + i * 8)?, be_u32(stts, 12 + i * 8)?);
-        for _ in 0..count.min(1 << 24) {
+        for _ in 0..count {
+            if dts.len() >= MAX_SAMPLES {
+                return None;
+            }
             dts.push(t as f64 / timescale);
             t += delta as u64;
         }
     }
     // Keyframes from stss (1-based sample numbers); without one, every sample.
     let keyframes: Vec<usize> = match child(stbl, b"stss") {
-        Some(stss) => (0..(be_u32(stss, 4)? as usize).min(1 << 24)).filter_map(|i| be_u32(stss, 8 + i * 4).map(|n| n as usize - 1)).collect(),
+        Some(stss) => (0..(be_u32(stss, 4)? as usize).min(MAX_SAMPLES))
+            .filter_map(|i| be_u32(stss, 8 + i * 4).and_then(|n| (n as usize).checked_sub(1)))
+            .collect(),
         None => (0..dts.len()).collect(),
     };
     let stop = keyframes.iter().filter_map(|&k| dts.get(k).copied()).filter(|&d| d >= duration_s && d < end_s).fold(f64::INFINITY, f64::min);
@@ -240,7 +255,7 @@ mod tests {
         let audio = trak(b"soun", 44100, Some(&[(1000, 441_000)]));
         let video = trak(b"vide", 15360, Some(&[(100, -1), (135_426, 54_723)]));
         let path = write_mp4(dir.path(), &[boxed(b"mvhd", &[0u8; 100]), audio, video].concat());
-        let start = video_edit_start(&path).expect("an edit list");
+        let start = video_edit(&path).expect("an edit list").start_s;
         assert!((start - 54_723.0 / 15_360.0).abs() < 1e-9, "{start}");
     }
 
@@ -279,11 +294,11 @@ mod tests {
             let trak = boxed(b"trak", &[boxed(b"edts", &elst_v0(&[(5900, media_time)])), mdia].concat());
             [mvhd_v0(1000, 5900), trak].concat()
         };
-        let cut = predicted_qtdemux_cut(&write_mp4(dir.path(), &moov(&[1, 101, 201], 390))).unwrap();
+        let cut = video_edit(&write_mp4(dir.path(), &moov(&[1, 101, 201], 390))).unwrap().predicted_cut_s.unwrap();
         assert!((cut - 1.8).abs() < 1e-9, "{cut}");
-        assert_eq!(predicted_qtdemux_cut(&write_mp4(dir.path(), &moov(&[1, 101], 390))), Some(0.0));
-        assert_eq!(predicted_qtdemux_cut(&write_mp4(dir.path(), &moov(&[1, 101, 201], 0))), Some(0.0));
-        assert_eq!(predicted_qtdemux_cut(&write_mp4(dir.path(), &trak(b"vide", 25, None))), None);
+        assert_eq!(video_edit(&write_mp4(dir.path(), &moov(&[1, 101], 390))).unwrap().predicted_cut_s, Some(0.0));
+        assert_eq!(video_edit(&write_mp4(dir.path(), &moov(&[1, 101, 201], 0))).unwrap().predicted_cut_s, Some(0.0));
+        assert_eq!(video_edit(&write_mp4(dir.path(), &trak(b"vide", 25, None))).and_then(|e| e.predicted_cut_s), None);
     }
 
     #[test]
@@ -291,17 +306,17 @@ mod tests {
         // Rule: no video edit list, no moov, a moov size past the file's end, or a non-MP4 file all give None, never a panic.
         let dir = tempfile::tempdir().unwrap();
         let no_edits = write_mp4(dir.path(), &trak(b"vide", 90000, None));
-        assert_eq!(video_edit_start(&no_edits), None);
+        assert_eq!(video_edit(&no_edits), None);
         let only_audio = write_mp4(dir.path(), &trak(b"soun", 48000, Some(&[(10, 100)])));
-        assert_eq!(video_edit_start(&only_audio), None);
+        assert_eq!(video_edit(&only_audio), None);
         let garbage = dir.path().join("x.ts");
         std::fs::write(&garbage, [0x47u8; 188 * 4]).unwrap();
-        assert_eq!(video_edit_start(&garbage), None);
+        assert_eq!(video_edit(&garbage), None);
         let mut lying = boxed(b"ftyp", b"isom");
         lying.extend_from_slice(&u32::MAX.to_be_bytes());
         lying.extend_from_slice(b"moov");
         std::fs::write(&garbage, &lying).unwrap();
-        assert_eq!(video_edit_start(&garbage), None);
-        assert_eq!(video_edit_start(&dir.path().join("missing.mp4")), None);
+        assert_eq!(video_edit(&garbage), None);
+        assert_eq!(video_edit(&dir.path().join("missing.mp4")), None);
     }
 }

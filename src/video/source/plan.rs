@@ -87,8 +87,9 @@ const LOST_TAIL_S: f64 = 0.05;
 /// over a second into the track; only the 2 predicted to lose 2.4 s lose
 /// anything, and only they are warned of.
 fn warn_of_late_edit(path: &Path, shown: &str) {
-    let Some(cut) = super::mp4_edit::predicted_qtdemux_cut(path).filter(|c| *c >= LOST_TAIL_S) else { return };
-    let start = super::mp4_edit::video_edit_start(path).unwrap_or(0.0);
+    let Some(edit) = super::mp4_edit::video_edit(path) else { return };
+    let Some(cut) = edit.predicted_cut_s.filter(|c| *c >= LOST_TAIL_S) else { return };
+    let start = edit.start_s;
     tracing::warn!(
         uri = %shown,
         "the video starts {start:.2} s into its track (an edit list, as a trim without re-encoding writes), and GStreamer 1.22's MP4 demuxer stops such a file early: the last {cut:.1} s may not be read (this is {}); re-encode it (ffmpeg -i IN -c:v libx264 -crf 18 OUT.mp4) to read every frame",

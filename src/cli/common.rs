@@ -36,8 +36,8 @@ pub struct ModelArgs {
     /// CUDA: run the kernels eagerly instead of replaying a recorded graph (debugging).
     #[arg(long)]
     pub no_graph: bool,
-    /// Pixels whose top softmax probability is below this are marked unknown (255).
-    #[arg(long, default_value_t = 0.5)]
+    /// Pixels whose top softmax probability is below this are marked unknown (255): not road.
+    #[arg(long, default_value_t = roadseg::engine::DEFAULT_CONFIDENCE_THRESHOLD)]
     pub threshold: f32,
     /// Frames whose mean luma (0..1) is under this are brightened by a gamma
     /// curve before inference (night, dusk); the output video is untouched. 0: off.

@@ -186,8 +186,9 @@ fn engine_for(args: &EvalArgs, first: &Path) -> Result<((usize, usize), Loaded)>
     let size = args
         .size
         .unwrap_or_else(|| roadseg::input_size::default_for(first.width(), first.height()));
-    // Scores plain argmax: the confidence threshold is a display choice.
-    Ok((size, load_engine(&args.model, size, 0.0)?))
+    // Scores the road as the daemon paints it: a pixel under the confidence
+    // threshold is unknown, not road (`--threshold 0`: plain argmax).
+    Ok((size, load_engine(&args.model, size, args.model.threshold)?))
 }
 
 fn run_label_maps(args: &EvalArgs, labels_dir: &Path) -> Result<()> {

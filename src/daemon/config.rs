@@ -104,7 +104,8 @@ pub struct ModelConfig {
     /// Class names (the checkpoint's id2label) counted as road. Default ["road"].
     #[serde(with = "serde_names::name_list")]
     pub road_classes: Vec<String>,
-    /// Pixels whose top probability is below this are "unknown". Default 0.5.
+    /// Pixels whose top probability is below this are "unknown" (not road).
+    /// Default 0.4 (`engine::DEFAULT_CONFIDENCE_THRESHOLD`).
     pub confidence_threshold: f32,
     /// CUDA: replay each frame as a recorded CUDA graph. Default true; false
     /// runs the same kernels eagerly (debugging).
@@ -143,7 +144,7 @@ impl Default for ModelConfig {
             precision: None,
             preset: Preset::Fast,
             road_classes: vec!["road".to_string()],
-            confidence_threshold: 0.5,
+            confidence_threshold: crate::engine::DEFAULT_CONFIDENCE_THRESHOLD,
             cuda_graphs: true,
             exposure_target: crate::exposure::DEFAULT_TARGET,
         }

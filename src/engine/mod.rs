@@ -20,7 +20,7 @@ mod state;
 pub use any::AnyEngine;
 pub use batch::BatchFilter;
 pub use load::{load_cpu_engines, load_engines, load_engines_for};
-pub use pipeline::{Engine, EngineError, EngineOptions, FrameTimings, LogitsFilter, Preset, scaled_size};
+pub use pipeline::{DEFAULT_CONFIDENCE_THRESHOLD, Engine, EngineError, EngineOptions, FrameTimings, LogitsFilter, Preset, scaled_size};
 pub use layout::{chw_to_hwc, hwc_to_chw};
 pub use spec::{LoadError, ModelSpec, batch_sizes, road_class_ids};
 

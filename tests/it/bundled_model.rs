@@ -21,7 +21,9 @@ const ROAD_IOU_FLOOR: f64 = 0.94;
 const HOOD_IOU_FLOOR: f64 = 0.9;
 /// `roadseg eval` of the bundled model on every 4th CamVid val frame (26) at
 /// 1024x768, fast preset: road IoU and mIoU as measured for the model card
-/// (2026-12-02, grounded road from 65% of the picture down: 0.9526;
+/// (2026-12-02, scored as painted, unknown below the 0.4 confidence
+/// threshold counted as not road: 0.9535; before, plain argmax: grounded
+/// road from 65% of the picture down: 0.9526;
 /// 2026-12-01, run p58's WiSE-FT of its averaged decode head with p27's:
 /// road 0.9523; 2026-11-30, run p27's WiSE-FT of its averaged decode head with the
 /// product model before it: road 0.9519; 2026-11-27, the product model, a
@@ -29,14 +31,15 @@ const HOOD_IOU_FLOOR: f64 = 0.9;
 /// 0.5095; run 17 had 0.9345 and 0.4877, run 16 0.9178 and 0.4791,
 /// run 15 0.9240 and 0.4931, run 11 0.9237 and 0.4766, run 7 0.9190 and
 /// 0.4706, run 5 0.9478 and 0.4853), and how far a change may move them.
-const CAMVID_SUBSET_ROAD: f64 = 0.9526;
+const CAMVID_SUBSET_ROAD: f64 = 0.9535;
 const CAMVID_TOLERANCE: f64 = 0.01;
 /// The same on every 4th frame of the IDD drives held out from training
-/// (grounded road from 65% of the picture down, 2026-12-02: 0.8570; p58's
+/// (scored as painted at the 0.4 confidence threshold, 2026-12-02: 0.8566;
+/// plain argmax: grounded road from 65% of the picture down: 0.8570; p58's
 /// WiSE-FT, shipped since 2026-12-01: 0.8564; p27's before it: 0.8533; the product model
 /// before it 0.8461, 0.8463 since dark frames are brightened for the model,
 /// docs/exposure.md; the CamVid soup before it 0.7349).
-const IDD_SUBSET_ROAD: f64 = 0.8570;
+const IDD_SUBSET_ROAD: f64 = 0.8566;
 
 /// Renders the drive; returns the clip's path.
 fn synth(dir: &Path, frames: u32, size: &str, seed: u32, truth: Option<&Path>) -> String {
@@ -280,11 +283,12 @@ fn the_bundled_model_keeps_its_held_out_idd_figure() {
 /// model, fast preset: pooled road IoU on ten hand-labelled frames it never
 /// trained on (BDD100K stills, solidWhiteRight frames), as in the model card;
 /// since run 8 they are also the adoption gate between candidates. Issue 20
-/// asks for 0.90; this records where the model is (grounded road from 65%
-/// of the picture down, 2026-12-02: 0.8323; p58's WiSE-FT, shipped
+/// asks for 0.90; this records where the model is (scored as painted at the
+/// 0.4 confidence threshold, 2026-12-02: 0.8376; plain argmax: grounded
+/// road from 65% of the picture down: 0.8323; p58's WiSE-FT, shipped
 /// since 2026-12-01: 0.8315; p27's before it 0.8244; the product model before that 0.8214, 0.8222
 /// since dark frames are brightened for the model, docs/exposure.md).
-const UNSEEN_ROAD: f64 = 0.8323;
+const UNSEEN_ROAD: f64 = 0.8376;
 
 #[test]
 fn the_bundled_model_keeps_its_unseen_road_figure() {

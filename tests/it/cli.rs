@@ -63,7 +63,7 @@ fn eval_scores_a_model_against_its_own_predictions_as_perfect() {
     assert_eq!(code, 0, "{stderr}");
     let (code, stdout, stderr) = roadseg(&[
         "eval", "--model", MODEL, "--device", "cpu", "--images", images.to_str().unwrap(), "--labels",
-        labels.to_str().unwrap(), "--size", "203x141", "--json",
+        labels.to_str().unwrap(), "--size", "203x141", "--threshold", "0", "--json",
     ]);
     assert_eq!(code, 0, "{stderr}");
     let json: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
@@ -73,7 +73,7 @@ fn eval_scores_a_model_against_its_own_predictions_as_perfect() {
 
 #[test]
 fn eval_road_labels_and_masks_score_the_same_pixels_by_the_same_code() {
-    // Rule: --road-labels scores road against any label set (here the model's own class maps, road = class 0), with per-frame counts; --masks scores road masks made elsewhere by that same code (the model's own road masks score as the model does; their complement scores 0), and --masks without a road-only truth is refused by name.
+    // Rule: --road-labels scores road against any label set (here the model's own class maps, road = class 0), with per-frame counts; --masks scores road masks made elsewhere by that same code (the model's own road masks score as the model does; their complement scores 0), and --masks without a road-only truth is refused by name. The model's road is scored as painted: a pixel under --threshold is unknown, not road.
     let tmp = tempfile::tempdir().unwrap();
     let images = tmp.path().join("images");
     write_test_images(&images);
@@ -102,7 +102,19 @@ fn eval_road_labels_and_masks_score_the_same_pixels_by_the_same_code() {
         assert_eq!(code, 0, "{stderr}");
         serde_json::from_str::<serde_json::Value>(stdout.lines().last().unwrap()).unwrap()
     };
-    let road_class = eval(&["--road-class", "LABEL_0"]);
+    let road_class = eval(&["--road-class", "LABEL_0", "--threshold", "0"]);
+    // Label 4 is the class this model paints most: sure of none of it at 1, it paints none as road.
+    let painted = |threshold: &str| {
+        let (code, stdout, stderr) = roadseg(&["eval", "--model", MODEL, "--device", "cpu", "--images", images.to_str().unwrap(),
+            "--labels", labels.to_str().unwrap(), "--road-labels", "4", "--road-class", "LABEL_4", "--size", "203x141",
+            "--connected-road", "off", "--threshold", threshold, "--json"]);
+        assert_eq!(code, 0, "{stderr}");
+        serde_json::from_str::<serde_json::Value>(stdout.lines().last().unwrap()).unwrap()
+    };
+    let (argmax, all_unknown) = (painted("0"), painted("1"));
+    assert!(argmax["frames"]["a.png"]["union"].as_u64().unwrap() > 0, "{argmax}");
+    assert_eq!(argmax["road_iou"].as_f64(), Some(1.0), "{argmax}");
+    assert_eq!(all_unknown["road_iou"].as_f64(), Some(0.0), "{all_unknown}");
     let from_masks = eval(&["--masks", masks.to_str().unwrap()]);
     let from_inverse = eval(&["--masks", inverse.to_str().unwrap()]);
     assert_eq!(from_masks["road_iou"].as_f64(), Some(1.0), "{from_masks}");
@@ -362,6 +374,8 @@ fn eval_road_polygons_scores_the_road_classes_inside_the_drawn_road() {
         "label_4",
         "--size",
         "203x141",
+        "--threshold",
+        "0",
         "--json",
     ]);
     assert_eq!(code, 0, "{stderr}");

@@ -22,16 +22,26 @@ pub enum ImageError {
 }
 
 pub fn load_rgb(path: &Path) -> Result<RgbImage, ImageError> {
-    image::open(path)
-        .map(|i| i.to_rgb8())
-        .map_err(|e| ImageError::Read { path: path.display().to_string(), reason: e.to_string() })
+    decode(path).map(|i| i.to_rgb8())
 }
 
 /// Label maps: one class index per pixel (8-bit grey or palette PNG).
 pub fn load_labels(path: &Path) -> Result<ImageBuffer<Luma<u8>, Vec<u8>>, ImageError> {
-    image::open(path)
-        .map(|i| i.to_luma8())
-        .map_err(|e| ImageError::Read { path: path.display().to_string(), reason: e.to_string() })
+    decode(path).map(|i| i.to_luma8())
+}
+
+/// Decodes by the file's content, the name only where the content says
+/// nothing: images passed around get renamed, and three stills in
+/// ../shared/data/clips are PNGs named `.jpg`, which decoding by extension
+/// refused as a broken JPEG ("Illegal start bytes:8950").
+fn decode(path: &Path) -> Result<image::DynamicImage, ImageError> {
+    let read = |reason: String| ImageError::Read { path: path.display().to_string(), reason };
+    image::ImageReader::open(path)
+        .map_err(|e| read(e.to_string()))?
+        .with_guessed_format()
+        .map_err(|e| read(e.to_string()))?
+        .decode()
+        .map_err(|e| read(e.to_string()))
 }
 
 fn is_image(p: &Path) -> bool {
@@ -185,4 +195,29 @@ pub fn frame_overlay(style: &OverlayStyle, hood: Option<&HoodMask>, width: usize
 pub fn save_rgb(pixels: Vec<u8>, width: usize, height: usize, path: &Path) -> Result<(), ImageError> {
     let img: RgbImage = ImageBuffer::<Rgb<u8>, _>::from_raw(width as u32, height as u32, pixels).expect("pixels match size");
     img.save(path).map_err(|e| ImageError::Write { path: path.display().to_string(), reason: e.to_string() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_image_is_read_by_its_content_whatever_its_name() {
+        // Rule: a PNG named .jpg and a JPEG named .png load as what they are; a file that is no image names itself.
+        let dir = tempfile::tempdir().unwrap();
+        let img = RgbImage::from_fn(8, 6, |x, y| Rgb([(x * 30) as u8, (y * 40) as u8, 7]));
+        let png_named_jpg = dir.path().join("png.jpg");
+        img.save_with_format(&png_named_jpg, image::ImageFormat::Png).unwrap();
+        assert_eq!(load_rgb(&png_named_jpg).unwrap(), img, "a PNG decodes losslessly");
+        let jpeg_named_png = dir.path().join("jpeg.png");
+        img.save_with_format(&jpeg_named_png, image::ImageFormat::Jpeg).unwrap();
+        assert_eq!(load_rgb(&jpeg_named_png).unwrap().dimensions(), (8, 6));
+        let bmp = dir.path().join("still.bmp");
+        img.save_with_format(&bmp, image::ImageFormat::Bmp).unwrap();
+        assert_eq!(load_rgb(&bmp).unwrap(), img, "bmp is listed as an image, so it must load");
+        let text = dir.path().join("notes.jpg");
+        std::fs::write(&text, "not a picture").unwrap();
+        let err = load_rgb(&text).unwrap_err().to_string();
+        assert!(err.contains("notes.jpg"), "{err}");
+    }
 }

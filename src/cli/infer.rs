@@ -79,7 +79,31 @@ pub fn run(args: InferArgs) -> Result<()> {
     if many && args.logits_out.is_some() {
         bail!("--logits-out takes a single image, not a folder");
     }
-    let first = images::load_rgb(&files[0])?;
+    // One unreadable image in a folder must not cost the others their output:
+    // it is named and skipped, and the run ends in an error that lists it.
+    let mut unreadable: Vec<PathBuf> = Vec::new();
+    let mut skip = |file: &Path, err: images::ImageError| -> Result<()> {
+        if !many {
+            return Err(err.into());
+        }
+        eprintln!("roadseg: skipped: {err}");
+        unreadable.push(file.to_path_buf());
+        Ok(())
+    };
+    // The first readable image sets the input size.
+    let mut first = None;
+    for (i, file) in files.iter().enumerate() {
+        match images::load_rgb(file) {
+            Ok(img) => {
+                first = Some((i, img));
+                break;
+            }
+            Err(err) => skip(file, err)?,
+        }
+    }
+    let Some((start, first)) = first else {
+        bail!("none of the {} images in {} could be read", files.len(), input.display());
+    };
     let size = args.size.unwrap_or_else(|| roadseg::input_size::default_for(first.width(), first.height()));
     let mut loaded = load_engine(&args.model, size, args.model.threshold)?;
     loaded.engine.keep_logits(args.logits_out.is_some());
@@ -89,8 +113,15 @@ pub fn run(args: InferArgs) -> Result<()> {
         full_palette: None,
         ..OverlayStyle::default()
     };
-    for (i, file) in files.iter().enumerate() {
-        let img = if i == 0 { first.clone() } else { images::load_rgb(file)? };
+    let mut first = Some(first);
+    for file in &files[start..] {
+        let img = match first.take().map_or_else(|| images::load_rgb(file), Ok) {
+            Ok(img) => img,
+            Err(err) => {
+                skip(file, err)?;
+                continue;
+            }
+        };
         let (w, h) = (img.width() as usize, img.height() as usize);
         let frame = FrameRef::packed(img.as_raw(), w, h, PixelFormat::Rgb);
         let connected = args.connected_road != Toggle::Off && args.logits_out.is_none();
@@ -117,6 +148,18 @@ pub fn run(args: InferArgs) -> Result<()> {
             images::draw_overlay(&mut pixels, 3, &seg, &style, None);
             images::save_rgb(pixels, w, h, &output_for(out, file, many)?)?;
         }
+    }
+    if !unreadable.is_empty() {
+        let named: Vec<String> = unreadable.iter().take(5).map(|p| p.display().to_string()).collect();
+        let more = unreadable.len().saturating_sub(named.len());
+        let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+        bail!(
+            "{} of {} images could not be read and were skipped: {}{more} (the other {} were written; replace or remove the unreadable files)",
+            unreadable.len(),
+            files.len(),
+            named.join(", "),
+            files.len() - unreadable.len()
+        );
     }
     Ok(())
 }

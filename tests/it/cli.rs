@@ -37,6 +37,29 @@ fn infer_folder_writes_class_maps_and_overlays_at_image_size() {
 }
 
 #[test]
+fn infer_folder_skips_an_unreadable_image_names_it_and_writes_the_rest() {
+    // Rule: in a folder, an image that cannot be read is named and skipped, every other image still gets its outputs, and the run exits non-zero listing what was skipped; a single unreadable image is an error of its own.
+    let tmp = tempfile::tempdir().unwrap();
+    let images = tmp.path().join("images");
+    write_test_images(&images);
+    std::fs::write(images.join("0-broken.jpg"), "not a picture").unwrap();
+    let overlays = tmp.path().join("overlays");
+    let (code, stdout, stderr) = roadseg(&[
+        "infer", "--model", MODEL, "--device", "cpu", "--image", images.to_str().unwrap(), "--size", "203x141",
+        "--overlay-out", overlays.to_str().unwrap(),
+    ]);
+    assert_ne!(code, 0, "a skipped image must show in the exit status: {stdout}");
+    assert_eq!(stdout.lines().count(), 2, "the two readable images, the first one skipped: {stdout}");
+    assert!(overlays.join("a.png").is_file() && overlays.join("b.png").is_file(), "{stderr}");
+    assert!(!overlays.join("0-broken.png").exists());
+    assert!(stderr.contains("0-broken.jpg") && stderr.contains("1 of 3 images"), "{stderr}");
+    let (code, _, stderr) =
+        roadseg(&["infer", "--model", MODEL, "--device", "cpu", "--image", images.join("0-broken.jpg").to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("cannot read image") && stderr.contains("0-broken.jpg"), "{stderr}");
+}
+
+#[test]
 fn infer_pixel_values_writes_reference_logits() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("logits.npy");

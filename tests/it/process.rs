@@ -113,6 +113,26 @@ fn a_synthetic_clip_goes_through_and_masks_match_the_frames() {
     assert!(mask.pixels().all(|p| p.0[0] == 0 || p.0[0] == 255));
 }
 
+#[test]
+fn a_file_is_smoothed_by_default_and_off_gives_every_frame_on_its_own() {
+    // Rule: `process` smooths a file's logits over time unless told --smooth off (a recording is watched as video); with one worker the default is exactly --smooth on, and off differs from it.
+    let tmp = tempfile::tempdir().unwrap();
+    let clip = synth_drive(tmp.path(), 12);
+    let masks_with = |name: &str, extra: &[&str]| -> Vec<Vec<u8>> {
+        let (out, masks) = (tmp.path().join(format!("{name}.mp4")), tmp.path().join(name));
+        let mut args = vec![clip.to_str().unwrap(), "-o", out.to_str().unwrap(), "--masks-out", masks.to_str().unwrap(), "--workers", "1",
+            "--threshold", "0", "--road-class", "label_0", "--road-class", "label_4"];
+        args.extend_from_slice(extra);
+        let (code, _, stderr) = process(&args);
+        assert_eq!(code, 0, "{stderr}");
+        (0..12).map(|i| image::open(masks.join(format!("{i:05}.png"))).unwrap().to_luma8().into_raw()).collect()
+    };
+    let (default, on, off) = (masks_with("default", &[]), masks_with("on", &["--smooth", "on"]), masks_with("off", &["--smooth", "off"]));
+    assert_eq!(default[0], off[0], "the first frame has no past to average");
+    assert!(default == on, "the default is smoothing on");
+    assert!(default != off, "smoothing changed no pixel of 12 frames of a drive");
+}
+
 fn assert_clean_failure(args: &[&str], needle: &str) {
     let (code, _, stderr) = process(args);
     assert_ne!(code, 0, "{args:?} should fail");

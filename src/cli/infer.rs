@@ -8,7 +8,7 @@ use roadseg::engine::{FrameRef, PixelFormat, chw_to_hwc, hwc_to_chw};
 use roadseg::images::{self, OverlayStyle};
 use roadseg::npy;
 
-use super::common::{ModelArgs, Toggle, load_engine, parse_size, run_still};
+use super::common::{Loaded, ModelArgs, Toggle, load_engine, parse_size, run_still};
 
 #[derive(Args, Debug)]
 pub struct InferArgs {
@@ -54,6 +54,21 @@ fn write_logits(path: &Path, logits_hwc: &[f32], (lw, lh): (usize, usize), label
     Ok(())
 }
 
+/// The engine for a run whose first readable image is `first` (it sets the
+/// input size unless `--size` does), with its labels and overlay style.
+fn load_for(args: &InferArgs, first: &image::RgbImage) -> Result<(Loaded, Vec<String>, OverlayStyle)> {
+    let size = args.size.unwrap_or_else(|| roadseg::input_size::default_for(first.width(), first.height()));
+    let mut loaded = load_engine(&args.model, size, args.model.threshold)?;
+    loaded.engine.keep_logits(args.logits_out.is_some());
+    let labels = loaded.engine.labels().to_vec();
+    let style = OverlayStyle {
+        road_classes: loaded.engine.options().road_classes.clone(),
+        full_palette: None,
+        ..OverlayStyle::default()
+    };
+    Ok((loaded, labels, style))
+}
+
 pub fn run(args: InferArgs) -> Result<()> {
     if let Some(pv) = &args.pixel_values {
         let array = npy::read_f32(pv)?;
@@ -82,45 +97,21 @@ pub fn run(args: InferArgs) -> Result<()> {
     // One unreadable image in a folder must not cost the others their output:
     // it is named and skipped, and the run ends in an error that lists it.
     let mut unreadable: Vec<PathBuf> = Vec::new();
-    let mut skip = |file: &Path, err: images::ImageError| -> Result<()> {
-        if !many {
-            return Err(err.into());
-        }
-        eprintln!("roadseg: skipped: {err}");
-        unreadable.push(file.to_path_buf());
-        Ok(())
-    };
-    // The first readable image sets the input size.
-    let mut first = None;
-    for (i, file) in files.iter().enumerate() {
-        match images::load_rgb(file) {
-            Ok(img) => {
-                first = Some((i, img));
-                break;
-            }
-            Err(err) => skip(file, err)?,
-        }
-    }
-    let Some((start, first)) = first else {
-        bail!("none of the {} images in {} could be read", files.len(), input.display());
-    };
-    let size = args.size.unwrap_or_else(|| roadseg::input_size::default_for(first.width(), first.height()));
-    let mut loaded = load_engine(&args.model, size, args.model.threshold)?;
-    loaded.engine.keep_logits(args.logits_out.is_some());
-    let labels = loaded.engine.labels().to_vec();
-    let style = OverlayStyle {
-        road_classes: loaded.engine.options().road_classes.clone(),
-        full_palette: None,
-        ..OverlayStyle::default()
-    };
-    let mut first = Some(first);
-    for file in &files[start..] {
-        let img = match first.take().map_or_else(|| images::load_rgb(file), Ok) {
+    // Loaded at the first readable image, which sets the input size.
+    let mut model: Option<(Loaded, Vec<String>, OverlayStyle)> = None;
+    for file in &files {
+        let img = match images::load_rgb(file) {
             Ok(img) => img,
-            Err(err) => {
-                skip(file, err)?;
+            Err(err) if many => {
+                eprintln!("roadseg: skipped: {err}");
+                unreadable.push(file.clone());
                 continue;
             }
+            Err(err) => return Err(err.into()),
+        };
+        let (loaded, labels, style) = match &mut model {
+            Some(m) => m,
+            None => model.insert(load_for(&args, &img)?),
         };
         let (w, h) = (img.width() as usize, img.height() as usize);
         let frame = FrameRef::packed(img.as_raw(), w, h, PixelFormat::Rgb);
@@ -148,6 +139,9 @@ pub fn run(args: InferArgs) -> Result<()> {
             images::draw_overlay(&mut pixels, 3, &seg, &style, None);
             images::save_rgb(pixels, w, h, &output_for(out, file, many)?)?;
         }
+    }
+    if model.is_none() {
+        bail!("none of the {} images in {} could be read", files.len(), input.display());
     }
     if !unreadable.is_empty() {
         let named: Vec<String> = unreadable.iter().take(5).map(|p| p.display().to_string()).collect();

@@ -82,6 +82,14 @@ Each takes and returns (image: PIL RGB, label: uint8 HxW, rng):
   lens; labels unchanged. On rainy.mp4 the bundled model found 0.7% road
   where Intel's model found a fifth of the frame (2026-12-01); trained on,
   it was learnt and did not carry over to real rain (p59, p60).
+- `centre_line` (probability `CENTRE_LINE`, default 0): a centre line
+  painted along the middle of the frame's road, in perspective from its far
+  end: double yellow (most), solid and dashed yellow, single yellow or double
+  white; road on both sides, labels unchanged. CamVid's double yellow lines
+  run along the kerb with pavement beyond, and the bundled model learnt that:
+  on US two-lane roads it calls the opposite lane beyond the double yellow
+  "sidewalk" (forest.jpg, desert.mp4, countryroad.mp4, the unseen leafy
+  street; c1-plan.md).
 `random_road_augment` applies each with its probability.
 """
 import argparse
@@ -716,6 +724,63 @@ def rain(im, lab, rng):
     return _img(weather.draw(_arr(im), _road(lab), rng)), lab
 
 
+# Probability of `centre_line`, drawn before the other late additions; 0 draws
+# nothing (tools/train/distill.py --centre-line sets it).
+CENTRE_LINE = 0.0
+LINE_YELLOWS = [(236, 196, 46), (222, 178, 40), (205, 170, 70), (240, 210, 90), (190, 160, 80)]
+
+
+def centre_line(im, lab, rng):
+    """A centre line along the middle of the road, from its far end (the
+    vanishing point) to the frame's bottom, widening with nearness and bending
+    a little; painted only on road pixels, worn in places, labels unchanged."""
+    h, w = lab.shape
+    road = _road(lab)
+    rows = np.nonzero(road.sum(axis=1) > 2)[0]
+    if road.sum() < 0.08 * h * w or len(rows) < 8:
+        return im, lab
+    vy = int(rows[0])
+    far = road[vy:vy + max(2, h // 40)]
+    vx = float(np.nonzero(far.any(axis=0))[0].mean())
+    # The nearest road row wide enough to hold a lane either side of the line.
+    wide = np.nonzero(road.sum(axis=1) > 0.2 * w)[0]
+    if len(wide) == 0 or wide[-1] <= vy + 4:
+        return im, lab
+    yb = int(wide[-1])
+    cols = np.nonzero(road[yb])[0]
+    lo, hi = float(cols.min()), float(cols.max())
+    xb = lo + (hi - lo) * rng.uniform(0.3, 0.7)
+    bend = rng.uniform(-0.08, 0.08) * w
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    t = np.clip((yy - vy) / max(yb - vy, 1), 0, None)  # 0 at the far end, 1 at row yb
+    centre = vx + (xb - vx) * t + bend * t * np.clip(1 - t, 0, 1) * 4
+    dx = xx - centre
+    width = w * rng.uniform(0.005, 0.012) * t  # one line's width, in perspective
+    gap = width * rng.uniform(0.7, 1.6)
+    style = rng.choices(["double_yellow", "solid_dashed", "single_yellow", "double_white"], [0.6, 0.15, 0.1, 0.15])[0]
+    def stripe(offset):
+        return np.clip(width / 2 - np.abs(dx - offset) + 0.5, 0, 1)  # anti-aliased coverage
+    # Dashes repeat evenly along the ground: depth goes as 1/t.
+    depth = 1.0 / np.maximum(t, 1e-3)
+    dashed = (np.mod(depth * rng.uniform(1.5, 3.0) + rng.random(), 1.0) < rng.uniform(0.35, 0.6)).astype(np.float32)
+    side = (gap + width) / 2 * (1 if rng.random() < 0.5 else -1)
+    if style == "single_yellow":
+        cover = stripe(0.0)
+    elif style == "solid_dashed":
+        cover = np.maximum(stripe(side), stripe(-side) * dashed)
+    else:
+        cover = np.maximum(stripe(side), stripe(-side))
+    cover = cover * ((yy > vy) & road)
+    colour = np.array((rng.uniform(215, 245),) * 3 if style == "double_white" else rng.choice(LINE_YELLOWS), np.float32)
+    a = _arr(im)
+    grey = a.mean(axis=2, keepdims=True)
+    # Paint takes the road's light (shade, dusk) and wears off in patches.
+    shade = np.clip(grey / max(float(grey[road].mean()), 1.0), 0.5, 1.6) ** 0.5
+    wear = np.clip(_noise(h, w, rng, octaves=3, finest_first=3) * 2 - rng.uniform(0.0, 0.5), 0, 1)
+    alpha = (cover * wear * rng.uniform(0.6, 0.95))[..., None]
+    return _img(a * (1 - alpha) + colour * shade * alpha), lab
+
+
 def reflection(im, lab, rng):
     a = _arr(im)
     h, w = lab.shape
@@ -766,7 +831,8 @@ def random_road_augment(im, lab, rng, strength=1.0, skip=()):
         if fn is sky:
             # Added later with their own probabilities: at 0 they draw nothing, so runs
             # from before they existed reproduce; once on, skipped or not, they draw.
-            for extra, q in ((car_paint, CAR_PAINT), (cast_shadows, CAST_SHADOWS), (tunnel, TUNNEL), (rain, RAIN)):
+            for extra, q in ((centre_line, CENTRE_LINE), (car_paint, CAR_PAINT), (cast_shadows, CAST_SHADOWS),
+                             (tunnel, TUNNEL), (rain, RAIN)):
                 if q > 0 and rng.random() < q * strength and extra.__name__ not in skip:
                     im, lab = extra(im, lab, rng)
     return im, lab
@@ -892,6 +958,17 @@ def _selftest():
     out, _ = random_road_augment(im, street, random.Random(10), skip=[fn.__name__ for fn, _ in AUGMENTS])
     RAIN = 0.0
     assert (np.asarray(out) != np.asarray(im)).any(), "RAIN 1 always draws it"
+    out, ll = centre_line(im, street, random.Random(15))
+    painted = (np.asarray(out) != np.asarray(im)).any(axis=2)
+    assert (ll == street).all() and painted.any() and not painted[street != ROAD].any(), "a line on the road only, labels kept"
+    state = random.Random(10)
+    random_road_augment(im, lab, state)
+    assert state.getstate() == _draws_without_shadows(im, lab, 10), "CENTRE_LINE 0 draws nothing for it"
+    global CENTRE_LINE
+    CENTRE_LINE = 1.0
+    out, _ = random_road_augment(im, street, random.Random(10), skip=[fn.__name__ for fn, _ in AUGMENTS])
+    CENTRE_LINE = 0.0
+    assert (np.asarray(out) != np.asarray(im)).any(), "CENTRE_LINE 1 always draws it"
     left_car = lab.copy()
     left_car[:, :60] = CAR
     out, pl = car_paint(im, left_car, random.Random(11))

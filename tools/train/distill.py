@@ -293,14 +293,16 @@ def paste_ego(im: Image.Image, lab: np.ndarray, egos: list, rng: random.Random):
     return Image.fromarray(a.clip(0, 255).astype(np.uint8)), lab
 
 
-def augment_one(im, lab, rng, args, egos, plain=False, road_augment=True, shadows=True, tunnel=True, rain=True):
+def augment_one(im, lab, rng, args, egos, plain=False, road_augment=True, shadows=True, tunnel=True, rain=True,
+                centre_line=True):
     """`plain`: the source's own labelled border is what is taught, so no
     bonnet or dashboard, real or drawn, covers its near road (the geometry
     and light augmentations still apply). `road_augment` False: none of
     augment.py's scene augmentations (the source is not in
     --road-augment-sources); `shadows` False: not its cast shadows (the source
     is not in --cast-shadows-sources); `tunnel` False: no drawn tunnel (not in
-    --tunnel-sources); `rain` False: no drawn rain (not in --rain-sources)."""
+    --tunnel-sources); `rain` False: no drawn rain (not in --rain-sources);
+    `centre_line` False: no painted centre line (not in --centre-line-sources)."""
     has_ego = (lab == EGO).any()
     if egos and not plain and not has_ego and rng.random() < args.ego_paste:
         im, lab = paste_ego(im, lab, egos, rng)
@@ -314,6 +316,8 @@ def augment_one(im, lab, rng, args, egos, plain=False, road_augment=True, shadow
             skip |= {"tunnel"}
         if not rain:
             skip |= {"rain"}
+        if not centre_line:
+            skip |= {"centre_line"}
         im, lab = augment.random_road_augment(im, lab, rng, args.road_augment, skip)
     W, H = im.size
     cw, ch = args.crop_w, args.crop_h
@@ -363,7 +367,8 @@ class Batches(torch.utils.data.Dataset):
                 shadows = not self.args.cast_shadows_sources or name in self.args.cast_shadows_sources
                 tunnel = not self.args.tunnel_sources or name in self.args.tunnel_sources
                 rain = not self.args.rain_sources or name in self.args.rain_sources
-                a, b = augment_one(im, lab, rng, self.args, self.egos, is_plain, scene, shadows, tunnel, rain)
+                line = not self.args.centre_line_sources or name in self.args.centre_line_sources
+                a, b = augment_one(im, lab, rng, self.args, self.egos, is_plain, scene, shadows, tunnel, rain, line)
                 if name == "idd" and self.args.idd_road_channel:
                     b = np.where(b < N, b + IDD_BASE, b).astype(np.uint8)
                 if name in TEACHER_SOURCES and self.args.teacher_road_channel:
@@ -637,6 +642,12 @@ def parse_args(argv=None):
                          "the windscreen; labels unchanged); 0 draws none, as every run before it")
     ap.add_argument("--rain-sources", type=comma_list, default=[],
                     help="the sources whose frames get the drawn rain (default: all)")
+    ap.add_argument("--centre-line", type=float, default=0.0,
+                    help="probability of augment.py's centre_line (a double yellow or other centre line painted "
+                         "along the middle of the road, road both sides; labels unchanged); 0 draws none, as "
+                         "every run before it (c1-plan.md)")
+    ap.add_argument("--centre-line-sources", type=comma_list, default=[],
+                    help="the sources whose frames get the painted centre line (default: all)")
     ap.add_argument("--shadows-on-ego", action="store_true",
                     help="cast shadows fall on the ego vehicle's bonnet too, not on the ground alone")
     ap.add_argument("--road-augment-sources", type=comma_list, default=[],
@@ -738,6 +749,7 @@ def main(argv=None) -> int:
     augment.TUNNEL_LIT_WALLS = args.tunnel_lit_walls
     augment.TUNNEL_NEAR_IGNORE = args.tunnel_near_ignore
     augment.RAIN = args.rain
+    augment.CENTRE_LINE = args.centre_line
     camvid_root = os.path.join(args.data, "camvid") if os.path.isdir(os.path.join(args.data, "camvid")) \
         else os.path.join(SHARED, "data", "camvid")
     idd_root = os.path.join(args.data, "idd-lite") if os.path.isdir(os.path.join(args.data, "idd-lite")) \
@@ -756,6 +768,8 @@ def main(argv=None) -> int:
         raise SystemExit(f"--tunnel-sources {','.join(unknown)}: not in --mix {args.mix}")
     if unknown := sorted(set(args.rain_sources) - set(mix)):
         raise SystemExit(f"--rain-sources {','.join(unknown)}: not in --mix {args.mix}")
+    if unknown := sorted(set(args.centre_line_sources) - set(mix)):
+        raise SystemExit(f"--centre-line-sources {','.join(unknown)}: not in --mix {args.mix}")
     if unknown := sorted(set(args.road_augment_sources) - set(mix)):
         raise SystemExit(f"--road-augment-sources {','.join(unknown)}: not in --mix {args.mix}")
     pools = {}

@@ -90,6 +90,11 @@ Each takes and returns (image: PIL RGB, label: uint8 HxW, rng):
   on US two-lane roads it calls the opposite lane beyond the double yellow
   "sidewalk" (forest.jpg, desert.mp4, countryroad.mp4, the unseen leafy
   street; c1-plan.md).
+- `barrier` (probability `BARRIER`, default 0): a row of low barriers
+  (concrete jersey blocks, white-and-orange or red-and-white works barriers)
+  on one edge of the road, in perspective, labelled building. Works
+  barriers and lit walls beside the road are painted as road (the model
+  card's known faults).
 `random_road_augment` applies each with its probability.
 """
 import argparse
@@ -781,6 +786,79 @@ def centre_line(im, lab, rng):
     return _img(a * (1 - alpha) + colour * shade * alpha), lab
 
 
+# Probability of `barrier`, drawn after the rain; 0 draws nothing
+# (tools/train/distill.py --barrier sets it).
+BARRIER = 0.0
+# (face, stripe) tones: bare concrete, white and orange-and-white plastic, red and white.
+BARRIER_TONES = [((178, 176, 168), None), ((205, 203, 196), None), ((150, 148, 142), None),
+                 ((232, 232, 228), (226, 96, 30)), ((236, 236, 232), (205, 40, 36)), ((226, 98, 34), (236, 236, 232))]
+
+
+def barrier(im, lab, rng):
+    """A row of low barriers (concrete jersey blocks, works barriers in white
+    and orange or red) standing on one edge of the road, in perspective from
+    the road's far end to the frame's bottom, labelled building (the product's
+    "other"). Light, flat, road-toned faces right beside the road are what the
+    bundled model paints as road (works barriers, lit tunnel walls: the
+    model card's known faults); CamVid has few."""
+    h, w = lab.shape
+    road = _road(lab)
+    rows = np.nonzero(road.sum(axis=1) > 2)[0]
+    if road.sum() < 0.08 * h * w or len(rows) < 8:
+        return im, lab
+    vy = int(rows[0])
+    left = rng.random() < 0.5
+    inset = rng.uniform(0.0, 0.12)  # how far onto the road the blocks stand, of its width
+    k = rng.uniform(0.25, 0.55)  # block height over distance below the far end (camera ~1.5 m, block 0.4-0.8 m)
+    face, stripe = rng.choice(BARRIER_TONES)
+    face = np.array(face, np.float32) * rng.uniform(0.75, 1.1)
+    stripe = None if stripe is None else np.array(stripe, np.float32) * rng.uniform(0.8, 1.1)
+    blocks = rng.uniform(2.0, 6.0)  # blocks per unit of depth (1 / rows below the far end)
+    a = _arr(im)
+    out = a.copy()
+    lab = lab.copy()
+    grain = 0.9 + 0.2 * _noise(h, w, rng, octaves=3, finest_first=2)
+    # The blocks' foot, traced from the nearest row where the road's edge is in
+    # the frame up towards the far end, until a side street or gap makes it jump.
+    foot = {}
+    for y in range(h - 1, vy, -1):
+        cols = np.nonzero(road[y])[0]
+        if len(cols) < 0.03 * w:
+            if foot:
+                break
+            continue
+        lo, hi = int(cols.min()), int(cols.max())
+        if (lo == 0) if left else (hi == w - 1):
+            if foot:
+                break  # the edge leaves the frame again
+            continue
+        x = lo + inset * (hi - lo) if left else hi - inset * (hi - lo)
+        if foot and abs(x - foot[y + 1]) > 0.02 * w:
+            break
+        foot[y] = x
+    if len(foot) < 0.1 * h:
+        return im, lab
+    for y in sorted(foot):
+        x = foot[y]
+        prev = foot.get(y - 1, x)
+        x0, x1 = int(min(prev, x)), int(max(prev, x)) + 1
+        top = max(0, int(y - k * (y - vy)))
+        x0, x1 = (0, x1) if left else (x0, w)  # the block hides what lies beyond the road's edge
+        span = (slice(top, y + 1), slice(max(x0, 0), min(x1, w)))
+        if span[1].start >= span[1].stop:
+            continue
+        depth = 1.0 / (y - vy)
+        joint = np.mod(depth * blocks * 100, 1.0) < 0.06
+        t = np.linspace(0, 1, span[0].stop - span[0].start, dtype=np.float32)[:, None, None]
+        shade = 1.05 - 0.3 * t  # lit from above, the foot in its own shadow
+        tone = face if stripe is None or np.mod(depth * blocks * 50, 1.0) < 0.5 else stripe
+        body = tone * shade * grain[span][..., None] * (0.55 if joint else 1.0)
+        keep = lab[span] == EGO
+        out[span] = np.where(keep[..., None], out[span], body)
+        lab[span] = np.where(keep, lab[span], BUILDING)
+    return _img(out), lab
+
+
 def reflection(im, lab, rng):
     a = _arr(im)
     h, w = lab.shape
@@ -832,7 +910,7 @@ def random_road_augment(im, lab, rng, strength=1.0, skip=()):
             # Added later with their own probabilities: at 0 they draw nothing, so runs
             # from before they existed reproduce; once on, skipped or not, they draw.
             for extra, q in ((centre_line, CENTRE_LINE), (car_paint, CAR_PAINT), (cast_shadows, CAST_SHADOWS),
-                             (tunnel, TUNNEL), (rain, RAIN)):
+                             (tunnel, TUNNEL), (rain, RAIN), (barrier, BARRIER)):
                 if q > 0 and rng.random() < q * strength and extra.__name__ not in skip:
                     im, lab = extra(im, lab, rng)
     return im, lab
@@ -969,6 +1047,13 @@ def _selftest():
     out, _ = random_road_augment(im, street, random.Random(10), skip=[fn.__name__ for fn, _ in AUGMENTS])
     CENTRE_LINE = 0.0
     assert (np.asarray(out) != np.asarray(im)).any(), "CENTRE_LINE 1 always draws it"
+    out, bl = barrier(im, street, random.Random(16))
+    drawn = (np.asarray(out) != np.asarray(im)).any(axis=2)
+    assert drawn.any() and (bl[drawn] == BUILDING).all() and ((bl != street) <= drawn).all(), \
+        "barriers drawn are labelled building, nothing else relabelled"
+    state = random.Random(10)
+    random_road_augment(im, lab, state)
+    assert state.getstate() == _draws_without_shadows(im, lab, 10), "BARRIER 0 draws nothing for it"
     left_car = lab.copy()
     left_car[:, :60] = CAR
     out, pl = car_paint(im, left_car, random.Random(11))

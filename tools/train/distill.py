@@ -294,7 +294,7 @@ def paste_ego(im: Image.Image, lab: np.ndarray, egos: list, rng: random.Random):
 
 
 def augment_one(im, lab, rng, args, egos, plain=False, road_augment=True, shadows=True, tunnel=True, rain=True,
-                centre_line=True):
+                centre_line=True, barrier=True):
     """`plain`: the source's own labelled border is what is taught, so no
     bonnet or dashboard, real or drawn, covers its near road (the geometry
     and light augmentations still apply). `road_augment` False: none of
@@ -302,7 +302,8 @@ def augment_one(im, lab, rng, args, egos, plain=False, road_augment=True, shadow
     --road-augment-sources); `shadows` False: not its cast shadows (the source
     is not in --cast-shadows-sources); `tunnel` False: no drawn tunnel (not in
     --tunnel-sources); `rain` False: no drawn rain (not in --rain-sources);
-    `centre_line` False: no painted centre line (not in --centre-line-sources)."""
+    `centre_line` False: no painted centre line (not in --centre-line-sources);
+    `barrier` False: no drawn roadside barrier (not in --barrier-sources)."""
     has_ego = (lab == EGO).any()
     if egos and not plain and not has_ego and rng.random() < args.ego_paste:
         im, lab = paste_ego(im, lab, egos, rng)
@@ -318,6 +319,8 @@ def augment_one(im, lab, rng, args, egos, plain=False, road_augment=True, shadow
             skip |= {"rain"}
         if not centre_line:
             skip |= {"centre_line"}
+        if not barrier:
+            skip |= {"barrier"}
         im, lab = augment.random_road_augment(im, lab, rng, args.road_augment, skip)
     W, H = im.size
     cw, ch = args.crop_w, args.crop_h
@@ -368,7 +371,9 @@ class Batches(torch.utils.data.Dataset):
                 tunnel = not self.args.tunnel_sources or name in self.args.tunnel_sources
                 rain = not self.args.rain_sources or name in self.args.rain_sources
                 line = not self.args.centre_line_sources or name in self.args.centre_line_sources
-                a, b = augment_one(im, lab, rng, self.args, self.egos, is_plain, scene, shadows, tunnel, rain, line)
+                fence = not self.args.barrier_sources or name in self.args.barrier_sources
+                a, b = augment_one(im, lab, rng, self.args, self.egos, is_plain, scene, shadows, tunnel, rain, line,
+                                   fence)
                 if name == "idd" and self.args.idd_road_channel:
                     b = np.where(b < N, b + IDD_BASE, b).astype(np.uint8)
                 if name in TEACHER_SOURCES and self.args.teacher_road_channel:
@@ -648,6 +653,11 @@ def parse_args(argv=None):
                          "every run before it (c1-plan.md)")
     ap.add_argument("--centre-line-sources", type=comma_list, default=[],
                     help="the sources whose frames get the painted centre line (default: all)")
+    ap.add_argument("--barrier", type=float, default=0.0,
+                    help="probability of augment.py's barrier (a row of concrete or works barriers on one edge of "
+                         "the road, labelled other); 0 draws none, as every run before it (c5-plan.md)")
+    ap.add_argument("--barrier-sources", type=comma_list, default=[],
+                    help="the sources whose frames get the drawn barriers (default: all)")
     ap.add_argument("--shadows-on-ego", action="store_true",
                     help="cast shadows fall on the ego vehicle's bonnet too, not on the ground alone")
     ap.add_argument("--road-augment-sources", type=comma_list, default=[],
@@ -750,6 +760,7 @@ def main(argv=None) -> int:
     augment.TUNNEL_NEAR_IGNORE = args.tunnel_near_ignore
     augment.RAIN = args.rain
     augment.CENTRE_LINE = args.centre_line
+    augment.BARRIER = args.barrier
     camvid_root = os.path.join(args.data, "camvid") if os.path.isdir(os.path.join(args.data, "camvid")) \
         else os.path.join(SHARED, "data", "camvid")
     idd_root = os.path.join(args.data, "idd-lite") if os.path.isdir(os.path.join(args.data, "idd-lite")) \
@@ -766,6 +777,8 @@ def main(argv=None) -> int:
         raise SystemExit(f"--cast-shadows-sources {','.join(unknown)}: not in --mix {args.mix}")
     if unknown := sorted(set(args.tunnel_sources) - set(mix)):
         raise SystemExit(f"--tunnel-sources {','.join(unknown)}: not in --mix {args.mix}")
+    if unknown := sorted(set(args.barrier_sources) - set(mix)):
+        raise SystemExit(f"--barrier-sources {','.join(unknown)}: not in --mix {args.mix}")
     if unknown := sorted(set(args.rain_sources) - set(mix)):
         raise SystemExit(f"--rain-sources {','.join(unknown)}: not in --mix {args.mix}")
     if unknown := sorted(set(args.centre_line_sources) - set(mix)):
